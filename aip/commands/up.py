@@ -1,0 +1,17 @@
+"""`aip up`: not built yet (see the open issues)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from aip.errors import CliError
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("up", help="(not built yet)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    raise CliError("`aip up` is not built yet")

@@ -1,0 +1,175 @@
+"""Every setting of the project, declared once: type, default, environment variable, help.
+
+``Settings.from_env()`` reads ``AIP_*`` variables; command-line flags override
+them through ``replace``.  Secrets are masked whenever settings are printed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+EMBEDDED_HOST = "127.0.0.1"
+EMBEDDED_PORT = 19092
+MASK = "****"
+
+
+class SettingsError(ValueError):
+    """A setting has a value that cannot be used; the message says which and why."""
+
+
+def _setting(default: Any, help: str, *, secret: bool = False, choices: tuple[str, ...] = ()) -> Any:
+    return field(default=default, metadata={"help": help, "secret": secret, "choices": choices})
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Kafka connection
+    broker: str = _setting(f"{EMBEDDED_HOST}:{EMBEDDED_PORT}", "bootstrap servers: host:port, a comma-separated list, or kafka://host:port")
+    security_protocol: str = _setting(
+        "PLAINTEXT", "Kafka security protocol", choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+    )
+    sasl_mechanism: str = _setting("PLAIN", "SASL mechanism", choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
+    sasl_username: str = _setting("", "SASL user name")
+    sasl_password: str = _setting("", "SASL password", secret=True)
+    ssl_cafile: str = _setting("", "CA certificate file for TLS")
+    ssl_certfile: str = _setting("", "client certificate file for TLS")
+    ssl_keyfile: str = _setting("", "client key file for TLS")
+    ssl_check_hostname: bool = _setting(True, "verify the broker's host name against its certificate")
+    client_id: str = _setting("aip", "Kafka client id")
+    topic_prefix: str = _setting("", "prefix of every topic name (tenants, tests)")
+    partitions: int = _setting(8, "partitions of topics the project creates")
+    replication_factor: int = _setting(1, "replication factor of topics the project creates")
+    connect_timeout_s: float = _setting(10.0, "give up connecting to the broker after this long")
+    request_timeout_s: float = _setting(30.0, "Kafka request timeout")
+    rebalance_timeout_s: float = _setting(
+        3.0, "consumer group rebalance timeout; Tansu holds every JoinGroup for its full length"
+    )
+    # producers
+    host: str = _setting("", "host name in records (default: this machine's)")
+    sample_interval_s: float = _setting(1.0, "NVML sampling interval")
+    spool_dir: str = _setting("", "on-disk spool for records the broker has not acknowledged (default: ~/.cache/aip/spool)")
+    spool_max_records: int = _setting(1_000_000, "spool bound; beyond it the oldest records are dropped and counted")
+    # stream
+    window_s: float = _setting(10.0, "tumbling window length in event time")
+    lateness_s: float = _setting(5.0, "events this late still go into their window; later ones are dead-lettered")
+    alert_threshold_pct: float = _setting(50.0, "raise an alert when interference reaches this")
+    alert_clear_pct: float = _setting(35.0, "clear it when interference falls below this")
+    state_dir: str = _setting("", "worker state: models and profiles (default: ~/.cache/aip/state)")
+    web_port: int = _setting(6066, "worker HTTP port: /predictions, /leaderboard, /metrics")
+    metrics_port: int = _setting(0, "producer Prometheus port (0: off)")
+
+    # ------------------------------------------------------------------
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Defaults, then ``AIP_<NAME>`` variables, then ``overrides`` (None values are ignored).
+
+        >>> Settings.from_env({"AIP_WINDOW_S": "5"}).window_s
+        5.0
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = env.get(f"AIP_{f.name.upper()}")
+            if raw is not None and raw != "":
+                values[f.name] = _parse(f, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        settings = cls(**values)
+        settings.check()
+        return settings
+
+    def replace(self, **overrides: Any) -> Settings:
+        settings = dataclasses.replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        for f in dataclasses.fields(self):
+            choices = f.metadata["choices"]
+            value = getattr(self, f.name)
+            if choices and value not in choices:
+                raise SettingsError(f"{f.name} (AIP_{f.name.upper()}): {value!r} is not one of {', '.join(choices)}")
+        if not self.bootstrap_servers:
+            raise SettingsError("broker (AIP_BROKER): no address given; use host:port")
+        if self.alert_clear_pct > self.alert_threshold_pct:
+            raise SettingsError("alert_clear_pct must not exceed alert_threshold_pct")
+        if self.window_s <= 0 or self.lateness_s < 0:
+            raise SettingsError("window_s must be positive and lateness_s non-negative")
+
+    @property
+    def bootstrap_servers(self) -> list[str]:
+        """``broker`` as a list of host:port.
+
+        >>> Settings(broker="kafka://a:1, b:2").bootstrap_servers
+        ['a:1', 'b:2']
+        """
+        out = []
+        for part in self.broker.split(","):
+            part = part.strip()
+            if part.startswith("kafka://"):
+                part = part[len("kafka://") :]
+            part = part.rstrip("/")
+            if not part:
+                continue
+            host, sep, port = part.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise SettingsError(f"broker (AIP_BROKER): {part!r} is not host:port")
+            out.append(part)
+        return out
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL")
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    def public_dict(self) -> dict[str, Any]:
+        """All settings with secrets masked: safe to print or log."""
+        return {
+            f.name: (MASK if f.metadata["secret"] and getattr(self, f.name) else getattr(self, f.name))
+            for f in dataclasses.fields(self)
+        }
+
+    def secrets(self) -> list[str]:
+        return [getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["secret"] and getattr(self, f.name)]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.public_dict().items())
+        return f"Settings({inner})"
+
+    __str__ = __repr__
+
+
+def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
+    kind = f.type if isinstance(f.type, str) else f.type.__name__
+    name = f"AIP_{f.name.upper()}"
+    try:
+        if kind == "bool":
+            lowered = raw.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}: {raw!r} is not a valid {kind}") from None
+    return raw
+
+
+def describe() -> list[tuple[str, str, str, str]]:
+    """(environment variable, type, default, help) for every setting: the README's table."""
+    rows = []
+    for f in dataclasses.fields(Settings):
+        kind = f.type if isinstance(f.type, str) else f.type.__name__
+        default = MASK if f.metadata["secret"] else f.default
+        rows.append((f"AIP_{f.name.upper()}", str(kind), repr(default), f.metadata["help"]))
+    return rows

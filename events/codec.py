@@ -1,0 +1,88 @@
+"""JSON codec for records: bytes <-> validated dataclass instances."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, TypeVar
+
+from events.schema import SCHEMA_VERSION, RecordError, from_dict, to_dict, validate_instance
+
+try:  # orjson is strict (no NaN literals) and several times faster than json
+    import orjson as _json
+
+    def _dumps(obj: Any) -> bytes:
+        return _json.dumps(obj)
+
+    def _loads(data: bytes) -> Any:
+        return _json.loads(data)
+
+    _JSONError: tuple[type[Exception], ...] = (_json.JSONDecodeError, TypeError)
+except ImportError:  # pragma: no cover - exercised where orjson is absent
+    import json as _stdjson
+
+    def _dumps(obj: Any) -> bytes:
+        return _stdjson.dumps(obj, allow_nan=False, separators=(",", ":")).encode()
+
+    def _reject_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not valid JSON")
+
+    def _loads(data: bytes) -> Any:
+        return _stdjson.loads(data, parse_constant=_reject_constant)
+
+    _JSONError = (ValueError, TypeError, RecursionError)
+
+T = TypeVar("T")
+
+
+def encode(record: Any) -> bytes:
+    """Validate ``record`` and serialise it to JSON bytes.
+
+    >>> from events.records import GpuProcess
+    >>> encode(GpuProcess(pid=7, used_mem_mb=512.0))
+    b'{"pid":7,"used_mem_mb":512.0}'
+    """
+    validate_instance(record)
+    return _dumps(to_dict(record))
+
+
+def decode(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> T:
+    """Parse and validate ``data`` as a ``cls`` record; raise :class:`RecordError` otherwise.
+
+    >>> from events.records import GpuProcess
+    >>> decode(GpuProcess, b'{"pid": 7}')
+    GpuProcess(pid=7, used_mem_mb=None)
+    >>> decode(GpuProcess, b'{"pid": -1}')
+    Traceback (most recent call last):
+    ...
+    events.schema.RecordError: pid: -1 is below the minimum 0
+    """
+    if data is None:
+        raise RecordError("empty message (null value)")
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    try:
+        obj = _loads(bytes(data))
+    except _JSONError as exc:
+        raise RecordError(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise RecordError("not valid JSON: nested too deeply") from None
+    return decode_obj(cls, obj)
+
+
+def decode_obj(cls: type[T], obj: Any) -> T:
+    """Validate an already-parsed JSON value as a ``cls`` record."""
+    if isinstance(obj, dict) and "schema_version" in obj:
+        version = obj["schema_version"]
+        if version != SCHEMA_VERSION or isinstance(version, bool):
+            raise RecordError(f"schema_version {version!r:.20} is not supported (this build reads {SCHEMA_VERSION})")
+    elif isinstance(obj, dict) and getattr(cls, "__dataclass_fields__", {}).get("schema_version") is not None:
+        raise RecordError("schema_version: required field missing")
+    record: T = from_dict(cls, obj)
+    check = getattr(record, "check", None)
+    if check is not None:
+        check()
+    return record
+
+
+def b64(data: bytes | None) -> str:
+    return base64.b64encode(data or b"").decode("ascii")

@@ -1,0 +1,87 @@
+"""Topic names and which record each one carries.
+
+Every name can carry a prefix (setting ``topic_prefix``), so that tests and
+tenants get their own topics on a shared broker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from events.records import Alert, DeadLetter, JobEvent, Leaderboard, MetricSample, Observation, Prediction
+
+METRICS = "gpu.metrics"
+LIFECYCLE = "jobs.lifecycle"
+OBSERVATIONS = "interference.observations"
+PREDICTIONS = "interference.predictions"
+ALERTS = "interference.alerts"
+LEADERBOARD = "models.leaderboard"
+DEADLETTER = "aip.deadletter"
+
+RECORD_OF: dict[str, type] = {
+    METRICS: MetricSample,
+    LIFECYCLE: JobEvent,
+    OBSERVATIONS: Observation,
+    PREDICTIONS: Prediction,
+    ALERTS: Alert,
+    LEADERBOARD: Leaderboard,
+    DEADLETTER: DeadLetter,
+}
+ALL = tuple(RECORD_OF)
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The project's topic names under one prefix.
+
+    >>> Topics("t1.").metrics
+    't1.gpu.metrics'
+    >>> Topics("t1.").base("t1.jobs.lifecycle")
+    'jobs.lifecycle'
+    """
+
+    prefix: str = ""
+
+    @property
+    def metrics(self) -> str:
+        return self.prefix + METRICS
+
+    @property
+    def lifecycle(self) -> str:
+        return self.prefix + LIFECYCLE
+
+    @property
+    def observations(self) -> str:
+        return self.prefix + OBSERVATIONS
+
+    @property
+    def predictions(self) -> str:
+        return self.prefix + PREDICTIONS
+
+    @property
+    def alerts(self) -> str:
+        return self.prefix + ALERTS
+
+    @property
+    def leaderboard(self) -> str:
+        return self.prefix + LEADERBOARD
+
+    @property
+    def deadletter(self) -> str:
+        return self.prefix + DEADLETTER
+
+    def all(self) -> tuple[str, ...]:
+        return tuple(self.prefix + name for name in ALL)
+
+    def name(self, base: str) -> str:
+        """Full name of a base topic name; a name that already has the prefix is kept."""
+        if base.startswith(self.prefix) and base[len(self.prefix) :] in RECORD_OF:
+            return base
+        return self.prefix + base
+
+    def base(self, name: str) -> str:
+        """The base name (without prefix) of a full topic name."""
+        return name[len(self.prefix) :] if self.prefix and name.startswith(self.prefix) else name
+
+    def record_of(self, name: str) -> type | None:
+        return RECORD_OF.get(self.base(name))

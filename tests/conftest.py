@@ -1,0 +1,81 @@
+"""Shared fixtures.
+
+Integration tests talk to one real embedded broker (Tansu) per test session,
+started on a free port; every test gets a fresh uuid topic prefix and consumer
+group, so tests never share topics and never reach localhost:9092.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = ROOT.parent / "shared" / "data"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# Never let a developer's environment point tests at a real cluster.
+for _name in list(os.environ):
+    if _name.startswith("AIP_"):
+        del os.environ[_name]
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[Any]:
+    from aip.broker import EmbeddedBroker, free_port
+
+    b = EmbeddedBroker(port=free_port()).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def settings(broker: Any, tmp_path: Path) -> Any:
+    from config import Settings
+
+    return Settings(
+        broker=broker.address,
+        topic_prefix=f"t{uuid.uuid4().hex[:12]}.",
+        partitions=4,
+        connect_timeout_s=5.0,
+        spool_dir=str(tmp_path / "spool"),
+        state_dir=str(tmp_path / "state"),
+    )
+
+
+@pytest.fixture
+def topics(settings: Any) -> Any:
+    from events import Topics
+
+    return Topics(settings.topic_prefix)
+
+
+@pytest.fixture
+def group_id() -> str:
+    return f"g{uuid.uuid4().hex[:12]}"
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.05, what: str = "condition") -> Any:
+    """Poll ``condition`` until it returns something truthy; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.exists():
+        pytest.skip("../shared/data is not present")
+    return SHARED_DATA

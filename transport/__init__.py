@@ -1,0 +1,27 @@
+"""Kafka clients for producers and tools (kafka-python), speaking ``events`` records."""
+
+from transport.kafka import (
+    BrokerUnavailable,
+    Received,
+    RecordConsumer,
+    RecordProducer,
+    admin,
+    check_reachable,
+    decode_message,
+    ensure_project_topics,
+    ensure_topics,
+    kafka_config,
+)
+
+__all__ = [
+    "BrokerUnavailable",
+    "Received",
+    "RecordConsumer",
+    "RecordProducer",
+    "admin",
+    "check_reachable",
+    "decode_message",
+    "ensure_project_topics",
+    "ensure_topics",
+    "kafka_config",
+]
