@@ -1,17 +1,34 @@
-"""`aip bench`: not built yet (see the open issues)."""
+"""``aip bench``: the performance harness (see DESIGN.md, "The benchmark contract")."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import platform
+import time
 from typing import Any
 
-from aip.errors import CliError
+from aip.bench import PARTS, run_part
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("bench", help="(not built yet)")
+    p = sub.add_parser("bench", help="run the benchmarks")
+    p.add_argument("part", nargs="?", default="all", choices=(*PARTS, "all"), help="which part (default all)")
+    p.add_argument("--quick", action="store_true", help="about a minute per part")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise CliError("`aip bench` is not built yet")
+    parts = PARTS if args.part == "all" else (args.part,)
+    result: dict[str, Any] = {"quick": args.quick, "machine": f"{platform.machine()} {platform.processor() or ''}".strip()}
+    t0 = time.monotonic()
+    for part in parts:
+        result.update(run_part(part, args.quick))
+    result["bench_seconds"] = round(time.monotonic() - t0, 1)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:36} {json.dumps(value)}")
+    return 0

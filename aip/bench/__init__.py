@@ -1,0 +1,34 @@
+"""The benchmark harness: ``aip bench PART``.
+
+Each part is a module ``aip.bench.<part>`` with ``run(quick: bool, progress: Progress) -> dict``
+returning the keys of DESIGN.md's benchmark contract for that part.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+PARTS = ("producers", "stage1", "e2e", "models", "placement", "faults")
+
+
+class Progress:
+    """Progress lines on stderr (stdout stays clean for --json)."""
+
+    def __init__(self, part: str, enabled: bool = True) -> None:
+        self.part = part
+        self.enabled = enabled
+        self.t0 = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        if self.enabled:
+            print(f"[bench {self.part} {time.monotonic() - self.t0:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def run_part(part: str, quick: bool, progress: bool = True) -> dict[str, Any]:
+    import importlib
+
+    module = importlib.import_module(f"aip.bench.{part}")
+    result: dict[str, Any] = module.run(quick=quick, progress=Progress(part, progress))
+    return result
