@@ -127,7 +127,8 @@ class RecordProducer:
             from kafka import KafkaProducer
 
             check_reachable(settings)
-            cfg = kafka_config(settings) | {"linger_ms": 5, "acks": 1, "enable_idempotence": False} | kafka_overrides
+            # kafka-python 3.x defaults: idempotent, acks=all (safe retries, no reordering)
+            cfg = kafka_config(settings) | {"linger_ms": 5} | kafka_overrides
             try:
                 producer = KafkaProducer(**cfg)
             except Exception as exc:
