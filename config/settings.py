@@ -56,6 +56,11 @@ class Settings:
     # stream
     window_s: float = _setting(10.0, "tumbling window length in event time")
     lateness_s: float = _setting(5.0, "events this late still go into their window; later ones are dead-lettered")
+    lifecycle_hold_s: float = _setting(
+        120.0, "metric windows wait at most this long (event time) for a silent jobs.lifecycle stream before closing"
+    )
+    stage1_batch: int = _setting(1000, "stage 1 handles input in batches of up to this many events")
+    stage1_batch_wait_s: float = _setting(0.05, "stage 1 waits at most this long to fill a batch")
     alert_threshold_pct: float = _setting(50.0, "raise an alert when interference reaches this")
     alert_clear_pct: float = _setting(35.0, "clear it when interference falls below this")
     state_dir: str = _setting("", "worker state: models and profiles (default: ~/.cache/aip/state)")

@@ -1,17 +1,33 @@
-"""`aip worker`: not built yet (see the open issues)."""
+"""``aip worker``: one stream worker (stage 1 and stage 2) until Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from aip.errors import CliError
+from aip.common import add_kafka_args, broker_errors, settings_from
+
+LOGLEVELS = ("crit", "error", "warn", "info", "debug")
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("worker", help="(not built yet)")
+    p = sub.add_parser("worker", help="run one stream worker (per-GPU windows, models, predictions, alerts)")
+    p.add_argument(
+        "--web-port", type=int, help="HTTP port for /predictions/{gpu_uuid}, /leaderboard, /metrics (default: $AIP_WEB_PORT)"
+    )
+    p.add_argument("--loglevel", default="warn", choices=LOGLEVELS, help="worker log level (default warn)")
+    p.add_argument("--no-create-topics", action="store_true", help="do not create the project topics at start")
+    add_kafka_args(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise CliError("`aip worker` is not built yet")
+    from streams.app import run_worker
+    from transport import ensure_project_topics
+
+    settings = settings_from(args, web_port=args.web_port)
+    with broker_errors():
+        if not args.no_create_topics:
+            ensure_project_topics(settings)
+    run_worker(settings, loglevel=args.loglevel)
+    return 0

@@ -1,0 +1,196 @@
+"""Stage 1, without Kafka: per-GPU windows and job sets in, observations out.
+
+:class:`Stage1` is fed decoded records of ``gpu.metrics`` and ``jobs.lifecycle``
+(in any interleaving of the two topics) and returns the observations of the
+windows each record lets close.  The faust agent in :mod:`streams.app` is a
+thin loop around it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from events import JobEvent, MetricSample, Observation
+from streams.features import KEYS, interference_rate, means, percent_change, throughput
+from streams.profiles import SoloProfiles
+from streams.windows import NKEYS, GpuState, Job, add_sample, new_acc, window_index
+
+
+class LateEvent(Exception):
+    """An event arrived after its window closed (beyond the allowed lateness)."""
+
+
+class Stage1:
+    """Per-GPU event-time windows, solo profiles and observations.
+
+    ``loader(gpu_uuid)`` returns a saved state dict (for example from the faust
+    table) the first time a GPU is seen; ``counters`` counts windows by kind,
+    late events and observations.
+    """
+
+    def __init__(
+        self,
+        window_s: float = 10.0,
+        lateness_s: float = 5.0,
+        hold_s: float = 120.0,
+        *,
+        profiles: SoloProfiles | None = None,
+        loader: Callable[[str], Mapping[str, Any] | None] | None = None,
+        min_samples: int = 1,
+    ) -> None:
+        self.window_s = window_s
+        self.lateness_s = lateness_s
+        self.hold_s = max(hold_s, lateness_s)
+        self.profiles = profiles if profiles is not None else SoloProfiles()
+        self.loader = loader
+        self.min_samples = min_samples
+        self.gpus: dict[str, GpuState] = {}
+        self.counters: Counter[str] = Counter()
+        self.dirty: set[str] = set()  # GPUs whose windows closed since the last checkpoint
+
+    # ------------------------------------------------------------------ input
+    def state(self, gpu_uuid: str) -> GpuState:
+        st = self.gpus.get(gpu_uuid)
+        if st is None:
+            saved = self.loader(gpu_uuid) if self.loader is not None else None
+            st = GpuState.from_dict(saved) if saved else GpuState()
+            self.gpus[gpu_uuid] = st
+        return st
+
+    def on_metric(self, sample: MetricSample) -> list[Observation]:
+        """Add a sample to its window; return the observations of windows that close."""
+        st = self.state(sample.gpu_uuid)
+        k = window_index(sample.ts, self.window_s)
+        if st.closed is not None and k < st.closed:
+            self.counters["late_metrics"] += 1
+            raise LateEvent(self._late_reason(st, sample.ts))
+        st.environment = sample.gpu_model
+        acc = st.windows.get(k)
+        if acc is None:
+            acc = st.windows[k] = new_acc()
+        add_sample(acc, sample)
+        if st.metrics_wm is None or sample.ts > st.metrics_wm:
+            st.metrics_wm = sample.ts
+            return self._advance(sample.gpu_uuid, st)
+        return []
+
+    def on_job(self, event: JobEvent) -> list[Observation]:
+        """Apply a lifecycle event; return the observations of windows that close.
+
+        A late ``started`` or ``finished`` still updates the job set of the
+        windows to come before :class:`LateEvent` is raised; late progress is dropped.
+        """
+        st = self.state(event.gpu_uuid)
+        late = st.closed is not None and event.ts < st.closed * self.window_s
+        job = st.jobs.get(event.job_id)
+        if job is None:
+            job = st.jobs[event.job_id] = Job(event.job_type)
+        if event.kind == "started":
+            job.start = event.ts if job.start is None else min(job.start, event.ts)
+        elif event.kind == "finished":
+            job.end = event.ts
+            if job.start is None:
+                job.start = event.ts
+        elif not late:
+            if job.start is None:
+                job.start = event.ts
+            job.add_progress(event.ts, event.steps, event.step_time_s)
+        if late:
+            self.counters["late_lifecycle"] += 1
+            raise LateEvent(self._late_reason(st, event.ts))
+        if st.lifecycle_wm is None or event.ts > st.lifecycle_wm:
+            st.lifecycle_wm = event.ts
+            return self._advance(event.gpu_uuid, st)
+        return []
+
+    def flush(self, gpus: Iterable[str] | None = None) -> list[Observation]:
+        """Close every open window (end of a finite replay)."""
+        out: list[Observation] = []
+        for gpu in list(gpus if gpus is not None else self.gpus):
+            st = self.gpus[gpu]
+            for k in sorted(st.windows):
+                out.extend(self._close(gpu, st, k))
+            if st.windows or st.closed is not None:
+                st.closed = max([st.closed or 0, *(k + 1 for k in st.windows)])
+            st.windows.clear()
+        return out
+
+    def _late_reason(self, st: GpuState, ts: float) -> str:
+        assert st.closed is not None
+        behind = st.closed * self.window_s - ts
+        return f"late: event time {ts:.3f} is {behind:.3f} s before the first open window (lateness {self.lateness_s:g} s)"
+
+    # ---------------------------------------------------------------- windows
+    def _advance(self, gpu: str, st: GpuState) -> list[Observation]:
+        limit = st.closable(self.window_s, self.lateness_s, self.hold_s)
+        if limit is None or (st.closed is not None and limit <= st.closed):
+            return []
+        out: list[Observation] = []
+        for k in sorted(k for k in st.windows if k < limit):
+            out.extend(self._close(gpu, st, k))
+        st.closed = limit
+        st.prune(limit * self.window_s)
+        self.dirty.add(gpu)
+        return out
+
+    def _close(self, gpu: str, st: GpuState, k: int) -> list[Observation]:
+        acc = st.windows.pop(k)
+        if acc[0] < self.min_samples or st.environment is None:
+            self.counters["windows_empty"] += 1
+            return []
+        start = k * self.window_s
+        end = start + self.window_s
+        full, changed = st.classify(start, end)
+        if changed:
+            self.counters["windows_transition"] += 1
+            return []
+        if not full:
+            self.counters["windows_idle"] += 1
+            return []
+        env = st.environment
+        window_means = means(acc[1 : 1 + NKEYS], [int(c) for c in acc[1 + NKEYS :]])
+        since = st.set_since(start)
+        rates = {j: throughput(st.jobs[j].rate_reports(start, end, since)) for j in full}
+        if len(full) == 1:
+            job_id = full[0]
+            self.counters["windows_solo"] += 1
+            self.profiles.add(env, st.jobs[job_id].job_type, {**window_means, "throughput": rates[job_id]})
+            return []
+        self.counters["windows_colocated"] += 1
+        out = []
+        for job_id in full:
+            job = st.jobs[job_id]
+            solo = self.profiles.get(env, job.job_type)
+            if solo is None:
+                self.counters["no_solo_profile"] += 1
+                continue
+            others = [j for j in full if j != job_id]
+            pct = {p: percent_change(window_means[p], solo[p]) for p in KEYS[:6]}
+            out.append(
+                Observation(
+                    window_start=start,
+                    window_end=end,
+                    gpu_uuid=gpu,
+                    environment=env,
+                    job_id=job_id,
+                    job_type=job.job_type,
+                    co_job_types=[st.jobs[j].job_type for j in others],
+                    co_job_ids=others,
+                    E_pct=pct["E"],
+                    T_pct=pct["T"],
+                    S_pct=pct["S"],
+                    V_pct=pct["V"],
+                    R_pct=pct["R"],
+                    W_pct=pct["W"],
+                    window_means=window_means,
+                    solo=solo,
+                    co_solo=[self.profiles.get(env, st.jobs[j].job_type) or {} for j in others],
+                    interference_pct=interference_rate(solo["throughput"], rates[job_id]),
+                    throughput_steps_per_s=rates[job_id],
+                    samples=int(acc[0]),
+                )
+            )
+        self.counters["observations"] += len(out)
+        return out

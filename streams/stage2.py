@@ -1,0 +1,232 @@
+"""Stage 2, without Kafka: observations in; predictions, alerts and leaderboards out.
+
+:class:`Stage2` hosts one :class:`models.api.EnvironmentModels` per environment
+through exactly its public interface, dedupes observations by
+``observation_id``, predicts in both modes (placement with what-if entries for
+every known job type), and runs alert hysteresis.  Refits are handed out as
+snapshot callables for the caller to run in an executor.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from events import Alert, Leaderboard, Observation, Prediction, WhatIf, to_dict
+from models.api import EnvironmentModels
+from streams.dedupe import SeenSet
+from streams.hysteresis import AlertStates
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Output:
+    predictions: list[Prediction] = field(default_factory=list)
+    alerts: list[Alert] = field(default_factory=list)
+    leaderboard: Leaderboard | None = None
+
+
+def leaderboard_changed(before: Leaderboard | None, after: Leaderboard) -> bool:
+    """True when anything but the timestamp differs."""
+    if before is None:
+        return True
+    a, b = to_dict(before), to_dict(after)
+    a.pop("ts", None)
+    b.pop("ts", None)
+    return a != b
+
+
+class Stage2:
+    """Models, predictions, alerts and leaderboards for every environment seen."""
+
+    def __init__(
+        self,
+        threshold_pct: float = 50.0,
+        clear_pct: float = 35.0,
+        *,
+        state_dir: str | Path | None = None,
+        models_factory: Callable[[str], EnvironmentModels] = EnvironmentModels,
+        clock: Callable[[], float] = time.time,
+        dedupe_capacity: int = 200_000,
+    ) -> None:
+        self.models: dict[str, EnvironmentModels] = {}
+        self.models_factory = models_factory
+        self.state_dir = Path(state_dir) if state_dir else None
+        self.clock = clock
+        self.seen = SeenSet(dedupe_capacity)
+        self.alerts = AlertStates(threshold_pct, clear_pct)
+        self.job_types: dict[str, dict[str, Mapping[str, float | None]]] = {}  # env -> job type -> solo profile
+        self.latest: dict[str, dict[str, dict[str, Any]]] = {}  # gpu -> job -> mode -> prediction dict
+        self.leaderboards: dict[str, Leaderboard] = {}
+        self.counters: Counter[str] = Counter()
+        self._what_if_cache: tuple[tuple[Any, ...], list[WhatIf]] | None = None
+
+    # ----------------------------------------------------------------- models
+    def models_for(self, environment: str) -> EnvironmentModels:
+        m = self.models.get(environment)
+        if m is None:
+            m = self._load(environment) or self.models_factory(environment)
+            self.models[environment] = m
+        return m
+
+    def _dir(self, environment: str) -> Path | None:
+        if self.state_dir is None:
+            return None
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in environment)
+        return self.state_dir / "models" / safe
+
+    def _load(self, environment: str) -> EnvironmentModels | None:
+        directory = self._dir(environment)
+        if directory is None or not directory.exists():
+            return None
+        try:
+            return EnvironmentModels.load(directory)
+        except NotImplementedError:
+            return None
+        except Exception as exc:  # a damaged save must not stop the worker
+            log.warning("could not load models of %s from %s: %s", environment, directory, exc)
+            return None
+
+    def save(self) -> int:
+        """Save every environment's models where persistence is available; return how many were saved."""
+        saved = 0
+        for env, m in self.models.items():
+            directory = self._dir(env)
+            if directory is None:
+                continue
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                m.save(directory)
+                saved += 1
+            except NotImplementedError:
+                return saved
+            except Exception as exc:
+                log.warning("could not save models of %s: %s", env, exc)
+        return saved
+
+    # ------------------------------------------------------------ observations
+    def on_observation(self, obs: Observation) -> Output:
+        out = Output()
+        if not self.seen.add(obs.observation_id):
+            self.counters["duplicates"] += 1
+            return out
+        self.counters["observations"] += 1
+        env = obs.environment
+        models = self.models_for(env)
+        known = self.job_types.setdefault(env, {})
+        if obs.solo:
+            known[obs.job_type] = obs.solo
+        for jt, prof in zip(obs.co_job_types, obs.co_solo, strict=False):
+            if prof:
+                known.setdefault(jt, prof)
+        now = self.clock()
+        job_set = sorted([obs.job_type, *obs.co_job_types])
+        observed = models.predict(obs, "observed")
+        placement = models.predict(obs, "placement")
+        for result in (observed, placement):
+            if result is None:
+                continue
+            what_if = self._what_if(models, obs) if result.mode == "placement" else []
+            pred = Prediction(
+                ts=now,
+                gpu_uuid=obs.gpu_uuid,
+                environment=env,
+                job_id=obs.job_id,
+                job_type=obs.job_type,
+                job_set=job_set,
+                mode=result.mode,
+                interference_pct=float(result.interference_pct),
+                model=result.model,
+                category=result.category,
+                expected_error_pct=result.expected_error_pct,
+                measured_pct=obs.interference_pct,
+                what_if=what_if,
+                window_end=obs.window_end,
+            )
+            out.predictions.append(pred)
+            self.latest.setdefault(obs.gpu_uuid, {}).setdefault(obs.job_id, {})[result.mode] = to_dict(pred)
+        # alerts: the measured rate when the job reports progress, else the observed-mode prediction
+        if obs.interference_pct is not None:
+            value, source = obs.interference_pct, "measured"
+        elif observed is not None:
+            value, source = float(observed.interference_pct), "predicted"
+        else:
+            value, source = None, ""
+        if value is not None:
+            change = self.alerts.update((obs.gpu_uuid, obs.job_id), value)
+            if change is not None:
+                out.alerts.append(
+                    Alert(
+                        ts=now,
+                        state=change,
+                        gpu_uuid=obs.gpu_uuid,
+                        job_id=obs.job_id,
+                        interference_pct=value,
+                        threshold=self.alerts.threshold,
+                        source=source,
+                        clear_level=self.alerts.clear_level,
+                        job_type=obs.job_type,
+                        environment=env,
+                    )
+                )
+        models.learn(obs)
+        out.leaderboard = self._leaderboard(env)
+        return out
+
+    def _what_if(self, models: EnvironmentModels, obs: Observation) -> list[WhatIf]:
+        """Each known job type as a newcomer to this GPU's running set (cached per window)."""
+        known = self.job_types.get(obs.environment, {})
+        running_types = [obs.job_type, *obs.co_job_types]
+        running_solos: list[Mapping[str, float | None]] = [obs.solo, *obs.co_solo]
+        key = (obs.gpu_uuid, obs.window_start, tuple(sorted(running_types)), tuple(sorted(known)), models.observations)
+        if self._what_if_cache is not None and self._what_if_cache[0] == key:
+            return self._what_if_cache[1]
+        entries = []
+        for jt in sorted(known):
+            entry = what_if_entry(models, jt, known[jt], running_types, running_solos)
+            if entry is not None:
+                entries.append(entry)
+        self._what_if_cache = (key, entries)
+        return entries
+
+    def _leaderboard(self, env: str) -> Leaderboard | None:
+        board = self.models[env].leaderboard()
+        if leaderboard_changed(self.leaderboards.get(env), board):
+            self.leaderboards[env] = board
+            return board
+        return None
+
+    # ------------------------------------------------------------------ refits
+    def refits_due(self) -> list[tuple[str, Callable[[], Any]]]:
+        return [(env, m.refit_task()) for env, m in self.models.items() if m.refit_due()]
+
+    def apply_refit(self, env: str, result: Any) -> Leaderboard | None:
+        self.models[env].apply_refit(result)
+        return self._leaderboard(env)
+
+
+def what_if_entry(
+    models: EnvironmentModels,
+    job_type: str,
+    profile: Mapping[str, float | None],
+    running_types: Sequence[str],
+    running_solos: Sequence[Mapping[str, float | None]],
+) -> WhatIf | None:
+    """Predicted slowdown of a newcomer of ``job_type`` and the summed slowdown of the jobs already there."""
+    newcomer = models.predict_placement(job_type, profile, list(running_types), list(running_solos))
+    if newcomer is None:
+        return None
+    existing = 0.0
+    for i, (rt, rs) in enumerate(zip(running_types, running_solos, strict=True)):
+        other_types = [t for j, t in enumerate(running_types) if j != i] + [job_type]
+        other_solos = [s for j, s in enumerate(running_solos) if j != i] + [profile]
+        r = models.predict_placement(rt, rs, other_types, other_solos)
+        if r is not None:
+            existing += float(r.interference_pct)
+    return WhatIf(job_type=job_type, newcomer_pct=float(newcomer.interference_pct), existing_pct=existing)

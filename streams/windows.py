@@ -1,0 +1,190 @@
+"""Event-time tumbling windows and the job timeline of one GPU.
+
+Everything here is pure and serialisable (``to_dict``/``from_dict``), so the
+same state can live in a faust table, a test, or a benchmark.  Windows close on
+event time only: a window ``[start, end)`` closes once both input streams of
+the GPU have passed ``end + lateness`` (metrics alone may run ``hold_s``
+ahead of a silent lifecycle stream).  Replaying at any speed, with any
+interleaving of the two topics within those bounds, closes the same windows
+with the same contents.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from streams.features import FIELDS, KEYS
+
+NKEYS = len(KEYS)
+ACC_LEN = 1 + 2 * NKEYS  # [n, sums..., counts...]
+
+
+def window_index(ts: float, window_s: float) -> int:
+    """Index of the tumbling window holding ``ts``: windows are ``[k*w, (k+1)*w)``.
+
+    >>> window_index(25.0, 10.0), window_index(30.0, 10.0)
+    (2, 3)
+    """
+    return math.floor(ts / window_s)
+
+
+def new_acc() -> list[float]:
+    return [0.0] * ACC_LEN
+
+
+def add_sample(acc: list[float], sample: Any) -> None:
+    """Add one MetricSample's fields to a window accumulator (null fields are skipped)."""
+    acc[0] += 1
+    for i, name in enumerate(FIELDS):
+        v = getattr(sample, name)
+        if v is not None:
+            acc[1 + i] += v
+            acc[1 + NKEYS + i] += 1
+
+
+def watermark(metrics_wm: float, lifecycle_wm: float | None, hold_s: float) -> float:
+    """Event time up to which both streams of a GPU are complete.
+
+    The slower of the two streams, but metrics never wait more than ``hold_s``
+    for a silent lifecycle stream (an idle GPU, a job that reports no progress).
+
+    >>> watermark(100.0, 90.0, 60.0), watermark(100.0, None, 60.0), watermark(100.0, 10.0, 60.0)
+    (90.0, 40.0, 40.0)
+    """
+    lw = -math.inf if lifecycle_wm is None else lifecycle_wm
+    return max(min(metrics_wm, lw), metrics_wm - hold_s)
+
+
+@dataclass
+class Job:
+    """What the lifecycle stream told us about one job on one GPU."""
+
+    job_type: str
+    start: float | None = None
+    end: float | None = None
+    progress: list[list[float | None]] = field(default_factory=list)  # [ts, steps, step_time_s], by ts
+
+    def add_progress(self, ts: float, steps: int | None, step_time_s: float | None) -> None:
+        entry: list[float | None] = [ts, None if steps is None else float(steps), step_time_s]
+        if not self.progress or self.progress[-1][0] <= ts:  # type: ignore[operator]
+            self.progress.append(entry)
+        else:
+            bisect.insort(self.progress, entry, key=lambda e: e[0])  # type: ignore[arg-type,return-value]
+
+    def full(self, start: float, end: float) -> bool:
+        """Ran for the whole window."""
+        return self.start is not None and self.start <= start and (self.end is None or self.end >= end)
+
+    def overlaps(self, start: float, end: float) -> bool:
+        return self.start is not None and self.start < end and (self.end is None or self.end > start)
+
+    def rate_reports(self, start: float, end: float, since: float) -> list[tuple[float | None, float | None]]:
+        """Progress reports in ``(start, end]`` whose period began at or after ``since``.
+
+        Each is ``(steps done since the previous report, step_time_s)``; reports whose
+        previous report is unknown or predates ``since`` (the last change of the job
+        set) are left out, so a window's rate never mixes solo and co-located time.
+        """
+        out: list[tuple[float | None, float | None]] = []
+        p = self.progress
+        lo = bisect.bisect_right(p, start, key=lambda e: e[0])  # type: ignore[arg-type,return-value]
+        for i in range(max(lo, 1), len(p)):
+            ts, steps, step_time = p[i]
+            if ts > end:  # type: ignore[operator]
+                break
+            prev_ts, prev_steps, _ = p[i - 1]
+            if prev_ts < since:  # type: ignore[operator]
+                continue
+            done = None if steps is None or prev_steps is None else steps - prev_steps
+            out.append((done, step_time))
+        return out
+
+    def prune(self, before: float) -> None:
+        """Drop progress reports older than ``before``, keeping the last one before it."""
+        p = self.progress
+        i = bisect.bisect_left(p, before, key=lambda e: e[0])  # type: ignore[arg-type,return-value]
+        if i > 1:
+            del p[: i - 1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"t": self.job_type, "s": self.start, "e": self.end, "p": self.progress}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Job:
+        return cls(d["t"], d["s"], d["e"], [list(x) for x in d["p"]])
+
+
+@dataclass
+class GpuState:
+    """Open windows, stream watermarks and job timeline of one GPU."""
+
+    environment: str | None = None
+    windows: dict[int, list[float]] = field(default_factory=dict)
+    closed: int | None = None  # windows with a smaller index are closed
+    metrics_wm: float | None = None
+    lifecycle_wm: float | None = None
+    jobs: dict[str, Job] = field(default_factory=dict)
+
+    def closable(self, window_s: float, lateness_s: float, hold_s: float) -> int | None:
+        """Index of the first window that may not close yet (None: nothing known)."""
+        if self.metrics_wm is None:
+            return None
+        limit = watermark(self.metrics_wm, self.lifecycle_wm, hold_s) - lateness_s
+        return math.floor(limit / window_s)
+
+    def classify(self, start: float, end: float) -> tuple[list[str], bool]:
+        """(ids of jobs that ran the whole window, whether the job set changed inside it)."""
+        full = []
+        changed = False
+        for job_id, job in self.jobs.items():
+            if job.full(start, end):
+                full.append(job_id)
+            elif job.overlaps(start, end):
+                changed = True
+        return sorted(full), changed
+
+    def set_since(self, start: float) -> float:
+        """Event time of the last change of the job set at or before ``start``."""
+        since = -math.inf
+        for job in self.jobs.values():
+            if job.start is not None and job.start <= start:
+                since = max(since, job.start)
+            if job.end is not None and job.end <= start:
+                since = max(since, job.end)
+        return since
+
+    def prune(self, before: float) -> None:
+        """Forget jobs that finished before ``before`` and progress reports no open window needs."""
+        for job_id in [j for j, job in self.jobs.items() if job.end is not None and job.end < before]:
+            del self.jobs[job_id]
+        for job in self.jobs.values():
+            job.prune(before)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "env": self.environment,
+            "win": {str(k): v for k, v in self.windows.items()},
+            "closed": self.closed,
+            "mwm": self.metrics_wm,
+            "lwm": self.lifecycle_wm,
+            "jobs": {j: job.to_dict() for j, job in self.jobs.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> GpuState:
+        return cls(
+            environment=d.get("env"),
+            windows={int(k): list(v) for k, v in d.get("win", {}).items()},
+            closed=d.get("closed"),
+            metrics_wm=d.get("mwm"),
+            lifecycle_wm=d.get("lwm"),
+            jobs={j: Job.from_dict(v) for j, v in d.get("jobs", {}).items()},
+        )
+
+
+def sorted_indices(windows: Iterable[int], below: int) -> list[int]:
+    return sorted(k for k in windows if k < below)
