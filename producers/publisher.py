@@ -89,6 +89,7 @@ class Publisher:
         self._producer: Any = None
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._paused = threading.Event()
         self._dropped_seen = self.spool.dropped
         self._thread = threading.Thread(target=self._run, name=f"aip-publisher-{name}", daemon=True)
         if start:
@@ -110,6 +111,14 @@ class Publisher:
             self.metrics.records_dropped.inc(dropped - self._dropped_seen)
             self._dropped_seen = dropped
         self.metrics.spool_records.set(len(self.spool))
+
+    def pause(self) -> None:
+        """Stop sending after the batch in flight (records keep going to the spool)."""
+        self._paused.set()
+
+    def resume(self) -> None:
+        self._paused.clear()
+        self._wake.set()
 
     @property
     def pending(self) -> int:
@@ -145,14 +154,25 @@ class Publisher:
     # ------------------------------------------------------------------ sender thread
     def _disconnect(self) -> None:
         if self._producer is not None:
-            with contextlib.suppress(Exception):
+            try:
                 self._producer.close(timeout_s=0)
+            except Exception:
+                # kafka-python's close() gives up before stopping its sender thread when
+                # records are still pending (flush raises); stop it, or every outage leaks one
+                kafka = getattr(self._producer, "_producer", self._producer)
+                with contextlib.suppress(Exception):
+                    kafka._sender.force_close()
+                with contextlib.suppress(Exception):
+                    kafka._closed = True
         self._producer = None
         self.connected = False
 
     def _run(self) -> None:
         backoff = self.retry_s
         while not self._stop.is_set():
+            if self._paused.is_set():
+                self._stop.wait(0.05)
+                continue
             batch = self.spool.peek(self.batch_records)
             if not batch:
                 self._wake.wait(0.2)
