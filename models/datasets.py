@@ -1,0 +1,238 @@
+"""Dataset loaders for offline evaluation: Gavel's throughput JSON, the observations
+CSV of DESIGN.md ("Dataset formats") and the AIP paper's co-location rows.
+
+Every loader returns a :class:`Dataset`: one :class:`Sample` per (job, pair or
+window) with its group (the unordered job set; cross-validation never splits a
+group) and its target.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import itertools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from events import PARAMETERS
+from models.features import observed_features, parse_job_type, placement_features
+
+MISO_DIR = Path(__file__).resolve().parent / "data" / "miso_a100_solo"
+MISO_METRICS = {"E": "power", "S": "util_sm", "V": "util_mem", "M": "memory"}
+# Gavel family -> MISO model whose solo profile stands in for it (same architecture class).
+MISO_FAMILY = {
+    "resnet-18": "resnet",
+    "resnet-50": "resnet",
+    "transformer": "transformer",
+    "cyclegan": "cyclegan",
+    "recommendation": "embedding",
+}
+
+
+class DatasetError(ValueError):
+    """The file is not a dataset this module can read (one line saying why)."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    job_type: str
+    co_job_types: tuple[str, ...]
+    target: float
+    group: str
+    environment: str = ""
+    pcts: Mapping[str, float | None] = field(default_factory=dict)
+    solo: Mapping[str, float | None] = field(default_factory=dict)
+    co_solos: tuple[Mapping[str, float | None], ...] = ()
+
+    def features(self, mode: str, category: str = "all") -> dict[str, float]:
+        if mode == "observed":
+            return observed_features(self.pcts, category)
+        return placement_features(self.solo, self.co_solos, category, job_type=self.job_type, co_job_types=self.co_job_types)
+
+    @property
+    def job_set(self) -> str:
+        """The unordered job set (this job and its co-runners)."""
+        return " + ".join(sorted((self.job_type, *self.co_job_types)))
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    samples: list[Sample]
+    target_name: str
+    modes: tuple[str, ...]
+
+    @property
+    def groups(self) -> list[str]:
+        return [s.group for s in self.samples]
+
+    @property
+    def targets(self) -> list[float]:
+        return [s.target for s in self.samples]
+
+
+@lru_cache(maxsize=64)
+def miso_profile(job_type: str) -> dict[str, float]:
+    """A100 solo profile (MISO) for a job type whose family MISO measured, interpolated in log batch size.
+
+    >>> p = miso_profile("Transformer (batch size 32)")
+    >>> p["E"], p["M"]
+    (238.92, 5615.0)
+    >>> miso_profile("A3C")
+    {}
+    """
+    family, batch = parse_job_type(job_type)
+    model = MISO_FAMILY.get(family, family)
+    out: dict[str, float] = {}
+    for key, metric in MISO_METRICS.items():
+        path = MISO_DIR / f"{metric}_{model}.json"
+        if not path.exists():
+            return {}
+        table = sorted((float(b), float(v)) for b, v in json.loads(path.read_text()).items())
+        b = float(batch) if batch else table[0][0]
+        out[key] = _interp_log(table, b)
+    return out
+
+
+def _interp_log(table: Sequence[tuple[float, float]], b: float) -> float:
+    if b <= table[0][0]:
+        return table[0][1]
+    if b >= table[-1][0]:
+        return table[-1][1]
+    for (b0, v0), (b1, v1) in itertools.pairwise(table):
+        if b0 <= b <= b1:
+            w = (math.log(b) - math.log(b0)) / (math.log(b1) - math.log(b0))
+            return round(v0 + w * (v1 - v0), 6)
+    return table[-1][1]
+
+
+def _job_name(key: str) -> tuple[str, int]:
+    try:
+        name, scale = ast.literal_eval(key)
+    except (ValueError, SyntaxError) as exc:
+        raise DatasetError(f"unexpected Gavel job key {key!r}") from exc
+    return str(name), int(scale)
+
+
+def load_gavel(path: Path, gpu: str = "v100", *, scale: int = 1, miso: bool = True) -> Dataset:
+    """Gavel pairs on one GPU type: target = lost throughput in percent, ``100 * (1 - THIS / SOLO)``.
+
+    Each unordered pair that ran (not ``[0, 0]``) gives two samples, one per job, in one group.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DatasetError(f"cannot read Gavel JSON {path}: {exc}") from exc
+    if not isinstance(data, dict) or gpu not in data:
+        have = ", ".join(sorted(data)) if isinstance(data, dict) else "not an object"
+        raise DatasetError(f"{path}: no GPU {gpu!r} in this Gavel file (have: {have})")
+    table = data[gpu]
+    solo: dict[str, dict[str, float]] = {}
+    for key, entry in table.items():
+        name, s = _job_name(key)
+        if s != scale or not isinstance(entry, dict) or not entry.get("null"):
+            continue
+        profile = dict(miso_profile(name)) if miso else {}
+        profile["throughput"] = float(entry["null"])
+        solo[name] = profile
+    samples: list[Sample] = []
+    seen: set[frozenset[str]] = set()
+    for key, entry in table.items():
+        a, s = _job_name(key)
+        if s != scale or a not in solo:
+            continue
+        for other_key, value in entry.items():
+            if other_key == "null":
+                continue
+            b, s2 = _job_name(other_key)
+            pair = frozenset((a, b))
+            if s2 != scale or b not in solo or pair in seen:
+                continue
+            seen.add(pair)
+            if not isinstance(value, list) or len(value) != 2 or not all(value):
+                continue  # [0, 0]: the pair could not run together
+            group = " + ".join(sorted((a, b)))
+            for job, other, thr in ((a, b, value[0]), (b, a, value[1])):
+                target = 100.0 * (1.0 - float(thr) / solo[job]["throughput"])
+                samples.append(Sample(job, (other,), target, group, gpu, {}, solo[job], (solo[other],)))
+    if not samples:
+        raise DatasetError(f"{path}: no co-located pairs at scale {scale} for {gpu!r}")
+    return Dataset(f"gavel:{gpu}", samples, "lost_throughput_pct", ("placement",))
+
+
+def _float(v: str | None) -> float | None:
+    if v is None or v.strip() == "":
+        return None
+    try:
+        x = float(v)
+    except ValueError as exc:
+        raise DatasetError(f"not a number: {v!r}") from exc
+    return x if math.isfinite(x) else None
+
+
+def load_csv(path: Path, gpu: str | None = None) -> Dataset:
+    """The observations CSV of DESIGN.md, or the paper's rows (``gpu, combination, E_pct.., interference_pct``)."""
+    try:
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DatasetError(f"cannot read CSV {path}: {exc}") from exc
+    if not rows:
+        raise DatasetError(f"{path}: no rows")
+    cols = set(rows[0])
+    if "interference_pct" not in cols:
+        raise DatasetError(f"{path}: missing column interference_pct (have: {', '.join(sorted(cols))})")
+    paper = "combination" in cols and "job_type" not in cols
+    if not paper and not {"job_type", "co_job_types"} <= cols:
+        raise DatasetError(f"{path}: need columns job_type and co_job_types (or the paper's gpu, combination)")
+    env_col = "gpu" if paper else "environment"
+    if gpu is not None:
+        if env_col not in cols:
+            raise DatasetError(f"{path}: --gpu given but the file has no {env_col} column")
+        rows = [r for r in rows if r.get(env_col) == gpu]
+        if not rows:
+            raise DatasetError(f"{path}: no rows for {env_col} {gpu!r}")
+    modes: list[str] = []
+    if any(f"{p}_pct" in cols for p in PARAMETERS):
+        modes.append("observed")
+    if any(c.startswith("solo_") for c in cols):
+        modes.append("placement")
+    if not modes:
+        raise DatasetError(f"{path}: no feature columns (E_pct..W_pct or solo_<P>/other_solo_<P>)")
+    samples = []
+    for i, r in enumerate(rows):
+        try:
+            target = _float(r.get("interference_pct"))
+            if target is None:
+                continue
+            if paper:
+                jobs = r["combination"].split("_")
+                job, co = jobs[0], tuple(jobs[1:])
+            else:
+                job, co = r["job_type"], tuple(t for t in (r.get("co_job_types") or "").split(";") if t)
+            pcts = {p: _float(r.get(f"{p}_pct")) for p in PARAMETERS}
+            keys = (*PARAMETERS, "M", "throughput")
+            solo = {k: _float(r.get(f"solo_{k}")) for k in keys}
+            other = {k: _float(r.get(f"other_solo_{k}")) for k in keys}
+        except DatasetError as exc:
+            raise DatasetError(f"{path}: row {i + 2}: {exc}") from exc
+        group = r.get("group") or " + ".join(sorted((job, *co)))
+        env = r.get(env_col) or ""
+        samples.append(Sample(job, co, target, f"{env}|{group}", env, pcts, solo, (other,) if co else ()))
+    if len(samples) < 4:
+        raise DatasetError(f"{path}: only {len(samples)} labelled rows; need at least 4")
+    return Dataset(Path(path).name, samples, "interference_pct", tuple(modes))
+
+
+def load(path: Path | str, gpu: str | None = None) -> Dataset:
+    """Load any supported dataset by its content (JSON: Gavel; CSV: observations or paper rows)."""
+    p = Path(path)
+    if not p.is_file():
+        raise DatasetError(f"no such file: {p}")
+    if p.suffix.lower() == ".json":
+        return load_gavel(p, gpu or "v100")
+    return load_csv(p, gpu)

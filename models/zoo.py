@@ -1,0 +1,505 @@
+"""The model zoo behind two small contracts.
+
+* :class:`OnlineModel`: ``learn_one(x, y)`` / ``predict_one(x)`` on feature dicts
+  (river learners, updated on every observation);
+* :class:`BatchModel`: ``fit(X, y)`` / ``predict(X)`` on frames, plus a cheap
+  ``predict_one(x)`` on a dict for serving (scikit-learn and the torch MLP).
+
+Each family is wrapped once (:class:`RiverModel`, :class:`SklearnModel`,
+:class:`TorchMLP`); :data:`ONLINE` and :data:`BATCH` name every member.  Models
+never depend on feature order (columns are sorted by name) and handle missing
+features: an absent indicator (``key=value``) is 0, any other absent feature
+takes its training median.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import pandas as pd
+
+from models import persist
+
+
+@runtime_checkable
+class OnlineModel(Protocol):
+    name: str
+
+    def learn_one(self, x: Mapping[str, float], y: float) -> None: ...
+
+    def predict_one(self, x: Mapping[str, float]) -> float: ...
+
+    def save(self, path: Path, key: bytes) -> None: ...
+
+
+@runtime_checkable
+class BatchModel(Protocol):
+    name: str
+
+    def fit(self, X: pd.DataFrame, y: Sequence[float]) -> BatchModel: ...
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray: ...
+
+    def predict_one(self, x: Mapping[str, float]) -> float: ...
+
+    def save(self, path: Path) -> None: ...
+
+
+# --------------------------------------------------------------------------- online (river)
+
+
+class RiverModel:
+    """A river regressor (usually a pipeline) behind :class:`OnlineModel`.
+
+    ``predict_one`` never returns None: before the first ``learn_one`` (AMF
+    returns None then) it answers the running mean of the targets seen (0 at first).
+    """
+
+    def __init__(self, name: str, estimator: Any) -> None:
+        self.name = name
+        self.estimator = estimator
+        self.n = 0
+        self.mean = 0.0
+
+    def learn_one(self, x: Mapping[str, float], y: float) -> None:
+        self.estimator.learn_one(dict(x), float(y))
+        self.n += 1
+        self.mean += (float(y) - self.mean) / self.n
+
+    def predict_one(self, x: Mapping[str, float]) -> float:
+        if self.n == 0:
+            return self.mean
+        y = self.estimator.predict_one(dict(x))
+        if y is None or not math.isfinite(y):
+            return self.mean
+        return float(y)
+
+    def save(self, path: Path, key: bytes) -> None:
+        persist.dump_signed(path, {"name": self.name, "estimator": self.estimator, "n": self.n, "mean": self.mean}, key)
+
+    @classmethod
+    def load(cls, path: Path, key: bytes) -> RiverModel:
+        state = persist.load_signed(path, key)
+        model = cls(state["name"], state["estimator"])
+        model.n, model.mean = state["n"], state["mean"]
+        return model
+
+
+def _river_linear(seed: int) -> Any:
+    from river import linear_model, optim, preprocessing
+
+    return preprocessing.StandardScaler() | linear_model.LinearRegression(optimizer=optim.SGD(0.01), l2=0.001)
+
+
+def _river_knn(seed: int) -> Any:
+    from river import neighbors, preprocessing
+
+    return preprocessing.StandardScaler() | neighbors.KNNRegressor(
+        n_neighbors=5, engine=neighbors.LazySearch(window_size=100), aggregation_method="mean"
+    )
+
+
+def _river_hatr(seed: int) -> Any:
+    from river import preprocessing, tree
+
+    return preprocessing.StandardScaler() | tree.HoeffdingAdaptiveTreeRegressor(
+        grace_period=50, max_depth=8, leaf_prediction="mean", seed=seed
+    )
+
+
+def _river_amf(seed: int) -> Any:
+    from river import forest
+
+    return forest.AMFRegressor(n_estimators=3, step=1.0, use_aggregation=True, seed=seed)
+
+
+ONLINE: dict[str, Callable[[int], Any]] = {
+    "river.LinearRegression": _river_linear,
+    "river.KNNRegressor": _river_knn,
+    "river.HoeffdingAdaptiveTreeRegressor": _river_hatr,
+    "river.AMFRegressor": _river_amf,
+}
+HEAVY_ONLINE = ("river.KNNRegressor", "river.HoeffdingAdaptiveTreeRegressor", "river.AMFRegressor")
+"""Online learners updated on a stride (see ``EnvironmentModels``) to hold the per-observation budget."""
+
+
+def make_online(name: str, seed: int = 0) -> RiverModel:
+    return RiverModel(name, ONLINE[name](seed))
+
+
+# --------------------------------------------------------------------------- batch: shared frame handling
+
+
+class _Columns:
+    """Sorted columns and fill values learned at fit; frames and dicts become float arrays."""
+
+    def __init__(self, X: pd.DataFrame) -> None:
+        self.columns = sorted(str(c) for c in X.columns)
+        fill = []
+        for c in self.columns:
+            if "=" in c:
+                fill.append(0.0)
+            else:
+                med = pd.to_numeric(X[c], errors="coerce").median()
+                fill.append(0.0 if pd.isna(med) else float(med))
+        self.fill = np.array(fill, dtype=float)
+        self.index = {c: i for i, c in enumerate(self.columns)}
+
+    def frame(self, X: pd.DataFrame) -> np.ndarray:
+        a = X.reindex(columns=self.columns).to_numpy(dtype=float, na_value=np.nan)
+        mask = np.isnan(a)
+        if mask.any():
+            a = np.where(mask, self.fill, a)
+        return a
+
+    def row(self, x: Mapping[str, float]) -> np.ndarray:
+        a = self.fill.copy()
+        for k, v in x.items():
+            i = self.index.get(k)
+            if i is not None and v is not None and math.isfinite(v):
+                a[i] = v
+        return a.reshape(1, -1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"columns": self.columns, "fill": self.fill.tolist()}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> _Columns:
+        self = cls.__new__(cls)
+        self.columns = list(d["columns"])
+        self.fill = np.array(d["fill"], dtype=float)
+        self.index = {c: i for i, c in enumerate(self.columns)}
+        return self
+
+
+# --------------------------------------------------------------------------- batch: scikit-learn
+
+
+class SklearnModel:
+    """A scikit-learn regressor behind :class:`BatchModel` (scaled inputs where the model needs them)."""
+
+    def __init__(self, name: str, factory: Callable[[int], Any], seed: int = 0) -> None:
+        self.name = name
+        self.factory = factory
+        self.seed = seed
+        self.estimator: Any = None
+        self.cols: _Columns | None = None
+        self._fast: Callable[[np.ndarray], float] | None = None
+
+    def fit(self, X: pd.DataFrame, y: Sequence[float]) -> SklearnModel:
+        self.cols = _Columns(X)
+        self.estimator = self.factory(self.seed)
+        self._fast = None
+        self.estimator.fit(self.cols.frame(X), np.asarray(y, dtype=float))
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        assert self.cols is not None, "fit first"
+        return np.asarray(self.estimator.predict(self.cols.frame(X)), dtype=float)
+
+    def predict_one(self, x: Mapping[str, float]) -> float:
+        assert self.cols is not None, "fit first"
+        if self._fast is None:
+            self._fast = compile_one(self.estimator)
+        return self._fast(self.cols.row(x)[0])
+
+    def save(self, path: Path) -> None:
+        assert self.cols is not None, "fit first"
+        path.mkdir(parents=True, exist_ok=True)
+        persist.dump_sklearn(path / "estimator.skops", self.estimator)
+        (path / "columns.json").write_text(json.dumps({"name": self.name, "seed": self.seed, **self.cols.to_json()}))
+
+    @classmethod
+    def load(cls, path: Path) -> SklearnModel:
+        meta = json.loads((path / "columns.json").read_text())
+        model = cls(meta["name"], BATCH_FACTORIES[meta["name"]], int(meta["seed"]))
+        model.cols = _Columns.from_json(meta)
+        model.estimator = persist.load_sklearn(path / "estimator.skops")
+        return model
+
+
+def _scaled(est: Any) -> Any:
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return make_pipeline(StandardScaler(), est)
+
+
+def _linear(seed: int) -> Any:
+    from sklearn.linear_model import LinearRegression
+
+    return _scaled(LinearRegression())
+
+
+def _svr_linear(seed: int) -> Any:
+    from sklearn.svm import SVR
+
+    return _scaled(SVR(kernel="linear", C=1.0, epsilon=1.0, max_iter=50_000))
+
+
+def _svr_poly(seed: int) -> Any:
+    from sklearn.svm import SVR
+
+    return _scaled(SVR(kernel="poly", degree=2, C=10.0, epsilon=1.0, coef0=1.0, max_iter=50_000))
+
+
+def _tree(seed: int) -> Any:
+    from sklearn.tree import DecisionTreeRegressor
+
+    return DecisionTreeRegressor(min_samples_leaf=3, random_state=seed)
+
+
+def _knn(seed: int) -> Any:
+    from sklearn.neighbors import KNeighborsRegressor
+
+    return _scaled(KNeighborsRegressor(n_neighbors=5, weights="distance", algorithm="kd_tree"))
+
+
+def _gbr(seed: int) -> Any:
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    return GradientBoostingRegressor(n_estimators=50, max_depth=4, learning_rate=0.15, subsample=0.7, random_state=seed)
+
+
+def _rf(seed: int) -> Any:
+    from sklearn.ensemble import RandomForestRegressor
+
+    return RandomForestRegressor(n_estimators=20, max_features=0.5, max_samples=0.7, random_state=seed, n_jobs=1)
+
+
+def _extra(seed: int) -> Any:
+    from sklearn.ensemble import ExtraTreesRegressor
+
+    return ExtraTreesRegressor(n_estimators=25, max_features=0.7, random_state=seed, n_jobs=1)
+
+
+BATCH_FACTORIES: dict[str, Callable[[int], Any]] = {
+    "LinearRegression": _linear,
+    "SVR-linear": _svr_linear,
+    "SVR-poly": _svr_poly,
+    "DecisionTree": _tree,
+    "KNN": _knn,
+    "GradientBoosting": _gbr,
+    "RandomForest": _rf,
+    "ExtraTrees": _extra,
+}
+
+
+# --------------------------------------------------------------------------- fast single-row prediction
+
+
+def compile_one(estimator: Any) -> Callable[[np.ndarray], float]:
+    """A single-row predictor equal to ``estimator.predict`` without scikit-learn's per-call overhead.
+
+    scikit-learn spends 0.1-3 ms validating one row; serving needs well under 1 ms.
+    Linear models fold in their scaler, trees are packed into arrays and walked
+    all at once; anything unknown falls back to ``estimator.predict``.
+    """
+    from sklearn.ensemble import ExtraTreesRegressor, GradientBoostingRegressor, RandomForestRegressor
+    from sklearn.linear_model import LinearRegression
+    from sklearn.neighbors import KNeighborsRegressor
+    from sklearn.pipeline import Pipeline
+    from sklearn.svm import SVR
+    from sklearn.tree import DecisionTreeRegressor
+
+    scale: Callable[[np.ndarray], np.ndarray] = lambda a: a  # noqa: E731
+    est = estimator
+    if isinstance(est, Pipeline) and len(est.steps) == 2:
+        scaler = est.steps[0][1]
+        mean = np.asarray(scaler.mean_, dtype=float)
+        sd = np.asarray(scaler.scale_, dtype=float)
+        scale = lambda a: (a - mean) / sd  # noqa: E731
+        est = est.steps[1][1]
+    if isinstance(est, LinearRegression) or (isinstance(est, SVR) and est.kernel == "linear"):
+        coef = np.ravel(est.coef_).astype(float)
+        icpt = float(np.ravel(est.intercept_)[0]) if np.ndim(est.intercept_) else float(est.intercept_)
+        return lambda a: float(scale(a) @ coef + icpt)
+    if isinstance(est, SVR) and est.kernel == "poly":
+        sv, dual = np.asarray(est.support_vectors_), np.ravel(est.dual_coef_)
+        gamma, coef0, deg, icpt = float(est._gamma), float(est.coef0), int(est.degree), float(est.intercept_[0])
+        return lambda a: float(((gamma * (sv @ scale(a)) + coef0) ** deg) @ dual + icpt)
+    if isinstance(est, KNeighborsRegressor) and est.weights == "distance" and est.metric == "minkowski" and est.p == 2:
+        fit_x, fit_y, k = np.asarray(est._fit_X), np.ravel(est._y).astype(float), int(est.n_neighbors)
+
+        def knn(a: np.ndarray) -> float:
+            d = np.sqrt(((fit_x - scale(a)) ** 2).sum(axis=1))
+            idx = np.argpartition(d, k - 1)[:k] if len(d) > k else np.arange(len(d))
+            dist = d[idx]
+            if (dist == 0).any():
+                return float(fit_y[idx][dist == 0].mean())
+            w = 1.0 / dist
+            return float((w @ fit_y[idx]) / w.sum())
+
+        return knn
+    if isinstance(est, DecisionTreeRegressor | RandomForestRegressor | ExtraTreesRegressor | GradientBoostingRegressor):
+        if isinstance(est, GradientBoostingRegressor):
+            init = getattr(est.init_, "constant_", None)
+            if init is None:
+                return lambda a: float(estimator.predict(a.reshape(1, -1))[0])
+            trees, base, weight = [t.tree_ for t in est.estimators_[:, 0]], float(np.ravel(init)[0]), float(est.learning_rate)
+            mean = False
+        elif isinstance(est, DecisionTreeRegressor):
+            trees, base, weight, mean = [est.tree_], 0.0, 1.0, False
+        else:
+            trees, base, weight, mean = [t.tree_ for t in est.estimators_], 0.0, 1.0, True
+        return _packed_trees(trees, base, weight, mean, scale)
+    return lambda a: float(estimator.predict(a.reshape(1, -1))[0])
+
+
+def _packed_trees(
+    trees: Sequence[Any], base: float, weight: float, mean: bool, scale: Callable[[np.ndarray], np.ndarray]
+) -> Callable[[np.ndarray], float]:
+    lefts, rights, feats, thrs, vals, roots = [], [], [], [], [], []
+    offset, depth = 0, 0
+    for t in trees:
+        n = t.node_count
+        idx = np.arange(n) + offset
+        left, right = t.children_left.astype(np.int64), t.children_right.astype(np.int64)
+        leaf = left == -1
+        lefts.append(np.where(leaf, idx, left + offset))
+        rights.append(np.where(leaf, idx, right + offset))
+        feats.append(np.where(leaf, 0, t.feature))
+        thrs.append(t.threshold)
+        vals.append(t.value[:, 0, 0])
+        roots.append(offset)
+        offset += n
+        depth = max(depth, int(t.max_depth))
+    L, R, F, T, V = (np.concatenate(v) for v in (lefts, rights, feats, thrs, vals))
+    start = np.array(roots)
+    n_trees = len(roots)
+
+    def walk(a: np.ndarray) -> float:
+        x = scale(a).astype(np.float32).astype(float)
+        nodes = start
+        for _ in range(depth):
+            nodes = np.where(x[F[nodes]] <= T[nodes], L[nodes], R[nodes])
+        total = float(V[nodes].sum())
+        return base + weight * (total / n_trees if mean else total)
+
+    return walk
+
+
+# --------------------------------------------------------------------------- batch: torch MLP
+
+
+class TorchMLP:
+    """A small MLP (CPU, one thread, deterministic for a seed) behind :class:`BatchModel`."""
+
+    name = "MLP"
+
+    def __init__(self, seed: int = 0, hidden: int = 32, epochs: int = 120, lr: float = 0.03) -> None:
+        self.seed, self.hidden, self.epochs, self.lr = seed, hidden, epochs, lr
+        self.cols: _Columns | None = None
+        self.net: Any = None
+        self.stats = np.zeros(0)
+
+    def _build(self, n_in: int) -> Any:
+        import torch
+
+        torch.manual_seed(self.seed)
+        return torch.nn.Sequential(
+            torch.nn.Linear(n_in, self.hidden), torch.nn.ReLU(), torch.nn.Linear(self.hidden, self.hidden), torch.nn.ReLU(),
+            torch.nn.Linear(self.hidden, 1),
+        )  # fmt: skip
+
+    def fit(self, X: pd.DataFrame, y: Sequence[float]) -> TorchMLP:
+        import torch
+
+        self.cols = _Columns(X)
+        a = self.cols.frame(X)
+        t = np.asarray(y, dtype=float)
+        mu, sd = a.mean(axis=0), a.std(axis=0)
+        sd[sd == 0] = 1.0
+        self.stats = np.concatenate([mu, sd, [t.mean(), t.std() or 1.0]])
+        torch.set_num_threads(1)  # refits run beside the event loop on a small machine; one thread each
+        if True:
+            with torch.random.fork_rng(devices=[]):
+                self.net = self._build(a.shape[1])
+                xs = torch.tensor((a - mu) / sd, dtype=torch.float32)
+                ys = torch.tensor((t - self.stats[-2]) / self.stats[-1], dtype=torch.float32).reshape(-1, 1)
+                opt = torch.optim.Adam(self.net.parameters(), lr=self.lr, weight_decay=1e-4)
+                gen = torch.Generator().manual_seed(self.seed)
+                batch = 256  # ``epochs`` counts optimizer steps on minibatches of up to 256 rows
+                for _ in range(self.epochs):
+                    idx = torch.randperm(len(xs), generator=gen)[:batch]
+                    opt.zero_grad()
+                    loss = torch.nn.functional.smooth_l1_loss(self.net(xs[idx]), ys[idx])
+                    loss.backward()
+                    opt.step()
+        self._numpy_weights()
+        return self
+
+    def _numpy_weights(self) -> None:
+        self.weights = [
+            (m.weight.detach().numpy().T.copy(), m.bias.detach().numpy().copy()) for m in self.net if hasattr(m, "weight")
+        ]
+
+    def _forward(self, a: np.ndarray) -> np.ndarray:
+        n = self.stats.shape[0] // 2 - 1
+        h = (a - self.stats[:n]) / self.stats[n : 2 * n]
+        for i, (w, b) in enumerate(self.weights):
+            h = h @ w + b
+            if i < len(self.weights) - 1:
+                h = np.maximum(h, 0.0)
+        out: np.ndarray = h[:, 0] * self.stats[-1] + self.stats[-2]
+        return out
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        assert self.cols is not None, "fit first"
+        return self._forward(self.cols.frame(X))
+
+    def predict_one(self, x: Mapping[str, float]) -> float:
+        assert self.cols is not None, "fit first"
+        return float(self._forward(self.cols.row(x))[0])
+
+    def save(self, path: Path) -> None:
+        import torch
+
+        assert self.cols is not None, "fit first"
+        path.mkdir(parents=True, exist_ok=True)
+        torch.save(self.net.state_dict(), path / "mlp.pt")
+        meta = {"name": self.name, "seed": self.seed, "hidden": self.hidden, "epochs": self.epochs, "lr": self.lr}
+        meta.update(self.cols.to_json(), stats=self.stats.tolist())
+        (path / "columns.json").write_text(json.dumps(meta))
+
+    @classmethod
+    def load(cls, path: Path) -> TorchMLP:
+        import torch
+
+        meta = json.loads((path / "columns.json").read_text())
+        model = cls(int(meta["seed"]), int(meta["hidden"]), int(meta["epochs"]), float(meta["lr"]))
+        model.cols = _Columns.from_json(meta)
+        model.stats = np.array(meta["stats"], dtype=float)
+        model.net = model._build(len(model.cols.columns))
+        model.net.load_state_dict(torch.load(path / "mlp.pt", weights_only=True))
+        model._numpy_weights()
+        return model
+
+
+BATCH: tuple[str, ...] = (*BATCH_FACTORIES, "MLP")
+
+
+def make_batch(name: str, seed: int = 0) -> SklearnModel | TorchMLP:
+    if name == "MLP":
+        return TorchMLP(seed)
+    return SklearnModel(name, BATCH_FACTORIES[name], seed)
+
+
+def load_batch(path: Path) -> SklearnModel | TorchMLP:
+    name = json.loads((path / "columns.json").read_text())["name"]
+    return TorchMLP.load(path) if name == "MLP" else SklearnModel.load(path)
+
+
+def fresh_copy(model: Any) -> Any:
+    """An unfitted copy with the same settings (for cross-validation)."""
+    if isinstance(model, TorchMLP):
+        return TorchMLP(model.seed, model.hidden, model.epochs, model.lr)
+    if isinstance(model, SklearnModel):
+        return SklearnModel(model.name, model.factory, model.seed)
+    return copy.deepcopy(model)
