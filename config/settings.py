@@ -53,6 +53,11 @@ class Settings:
     sample_interval_s: float = _setting(1.0, "NVML sampling interval")
     spool_dir: str = _setting("", "on-disk spool for records the broker has not acknowledged (default: ~/.cache/aip/spool)")
     spool_max_records: int = _setting(1_000_000, "spool bound; beyond it the oldest records are dropped and counted")
+    job_id: str = _setting("", "job reporter: job id (set by `aip run-job` for the command it wraps)")
+    job_type: str = _setting("", "job reporter: job type (set by `aip run-job`)")
+    job_gpu_uuid: str = _setting("", "job reporter: GPU UUID the job runs on (set by `aip run-job`)")
+    job_batch_size: int = _setting(0, "job reporter: batch size (0: unknown)")
+    job_wrapped: bool = _setting(False, "job reporter: `aip run-job` emits started/finished, the library only progress")
     # stream
     window_s: float = _setting(10.0, "tumbling window length in event time")
     lateness_s: float = _setting(5.0, "events this late still go into their window; later ones are dead-lettered")

@@ -1,17 +1,100 @@
-"""`aip run-job`: not built yet (see the open issues)."""
+"""``aip run-job --type T [--gpu UUID] -- CMD ...``: run a command and report its lifecycle."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
+import sys
+import uuid
 from typing import Any
 
+from aip.common import add_kafka_args, broker_errors, settings_from
 from aip.errors import CliError
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("run-job", help="(not built yet)")
+    p = sub.add_parser("run-job", help="run a training command and report started/finished (and its progress) to jobs.lifecycle")
+    p.add_argument("--type", required=True, dest="job_type", help="job type, e.g. 'ResNet-50 (batch size 64)'")
+    p.add_argument("--gpu", help="GPU UUID the job runs on (default: GPU 0 as NVML reports it)")
+    p.add_argument("--job-id", help="job id (default: a new uuid)")
+    p.add_argument("--batch-size", type=int, help="batch size, if known")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    add_kafka_args(p)
     p.set_defaults(func=run)
 
 
+def _gpu_zero() -> str:
+    from producers.nvml import NvmlSampler, NvmlUnavailable
+
+    try:
+        sampler = NvmlSampler().open()
+    except (ModuleNotFoundError, NvmlUnavailable):
+        raise CliError("no GPU UUID: pass --gpu UUID (NVML is not available to find one)") from None
+    try:
+        if not sampler.devices:
+            raise CliError("no GPU UUID: NVML found no GPU; pass --gpu UUID")
+        return sampler.devices[0].uuid
+    finally:
+        sampler.close()
+
+
 def run(args: argparse.Namespace) -> int:
-    raise CliError("`aip run-job` is not built yet")
+    from producers.lifecycle import JobReporter
+    from producers.publisher import Publisher, PublisherError
+    from transport import check_reachable
+
+    cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
+    if not cmd:
+        raise CliError("no command given: aip run-job --type T -- CMD ARGS...")
+    gpu = args.gpu or _gpu_zero()
+    job_id = args.job_id or f"job-{uuid.uuid4().hex[:12]}"
+    settings = settings_from(args)
+    with broker_errors():
+        check_reachable(settings)
+        try:
+            pub = Publisher(settings, f"run-job-{job_id}")
+        except PublisherError as exc:
+            raise CliError(str(exc)) from None
+    env = dict(os.environ)
+    env |= {
+        "AIP_BROKER": settings.broker,
+        "AIP_TOPIC_PREFIX": settings.topic_prefix,
+        "AIP_JOB_ID": job_id,
+        "AIP_JOB_TYPE": args.job_type,
+        "AIP_JOB_GPU_UUID": gpu,
+        "AIP_JOB_BATCH_SIZE": str(args.batch_size or 0),
+        "AIP_JOB_WRAPPED": "1",
+    }
+    try:
+        proc = subprocess.Popen(cmd, env=env)
+    except OSError as exc:
+        pub.close(timeout_s=1)
+        raise CliError(f"cannot run {cmd[0]!r}: {exc.strerror or exc}", code=127) from None
+    reporter = JobReporter(
+        args.job_type,
+        job_id=job_id,
+        gpu_uuid=gpu,
+        batch_size=args.batch_size,
+        settings=settings,
+        publish=pub.publish,
+        pid=proc.pid,
+        wrapped=False,
+    )
+    reporter.__enter__()
+    previous = signal.signal(signal.SIGTERM, lambda s, f: proc.send_signal(signal.SIGTERM))
+    try:
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except KeyboardInterrupt:
+                proc.send_signal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    reporter.finish(code)
+    left = pub.close(timeout_s=10.0)
+    if left:
+        print(f"aip run-job: {left} lifecycle records not delivered yet (kept in the spool)", file=sys.stderr)
+    return code

@@ -1,0 +1,88 @@
+"""`aip produce sim` and `aip run-job` against the embedded broker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from transport import RecordConsumer
+
+pytestmark = pytest.mark.integration
+
+
+def aip(settings, *argv: str, timeout: int = 60) -> subprocess.CompletedProcess:
+    env = {"AIP_SPOOL_DIR": settings.spool_dir, "PATH": "/usr/bin:/bin"}
+    kafka = ["--broker", settings.broker, "--topic-prefix", settings.topic_prefix]
+    cut = argv.index("--") if "--" in argv else len(argv)  # before the wrapped command
+    return subprocess.run(
+        [sys.executable, "-m", "aip.cli", *argv[:cut], *kafka, *argv[cut:]],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def test_produce_sim_publishes_metrics_and_the_whole_lifecycle(settings, tmp_path) -> None:
+    truth = tmp_path / "truth.jsonl"
+    proc = aip(
+        settings, "produce", "sim", "--gpus", "3", "--fast", "--duration", "400", "--seed", "2", "--ground-truth", str(truth)
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["left_in_spool"] == 0 and summary["sent"] == summary["gpu.metrics"] + summary["jobs.lifecycle"]
+    with RecordConsumer(settings, ["gpu.metrics", "jobs.lifecycle"], from_beginning=True) as c:
+        items = c.read(until=lambda xs: len(xs) >= summary["sent"], timeout_s=30)
+    assert not [i.error for i in items if i.error]
+    assert len(items) == summary["sent"]
+    gpus = {i.record.gpu_uuid for i in items if i.topic.endswith("gpu.metrics")}
+    kinds = Counter(i.record.kind for i in items if i.topic.endswith("jobs.lifecycle"))
+    assert len(gpus) == 3 and kinds["started"] and kinds["progress"] and kinds["finished"]
+    rows = [json.loads(x) for x in truth.read_text().splitlines()]
+    assert rows and {r["gpu_uuid"] for r in rows} <= gpus
+
+
+CHILD = """
+from producers.lifecycle import JobReporter
+now = [1_700_000_000.0]
+with JobReporter(clock=lambda: now[0]) as job:
+    for _ in range(10):
+        now[0] += 0.5
+        job.step()
+raise SystemExit(3)
+"""
+
+
+def test_run_job_reports_exit_status_and_passes_progress_through(settings) -> None:
+    proc = aip(
+        settings,
+        "run-job",
+        "--type",
+        "ResNet-50 (batch size 64)",
+        "--gpu",
+        "GPU-test",
+        "--batch-size",
+        "64",
+        "--job-id",
+        "j1",
+        "--",
+        sys.executable,
+        "-c",
+        CHILD,
+    )
+    assert proc.returncode == 3, proc.stderr
+    with RecordConsumer(settings, ["jobs.lifecycle"], from_beginning=True) as c:
+        items = c.read(
+            until=lambda xs: sum(x.record.kind == "finished" for x in xs if x.record) >= 1 and len(xs) >= 4, timeout_s=20
+        )
+    events = sorted((i.record for i in items), key=lambda r: r.ts)
+    kinds = Counter(e.kind for e in events)
+    assert kinds == {"started": 1, "progress": 2, "finished": 1}
+    finished = next(e for e in events if e.kind == "finished")
+    assert finished.exit_code == 3 and finished.job_id == "j1" and finished.gpu_uuid == "GPU-test"
+    progress = [e for e in events if e.kind == "progress"]
+    assert all(e.batch_size == 64 and e.job_type == "ResNet-50 (batch size 64)" and e.step_time_s == 0.5 for e in progress)
