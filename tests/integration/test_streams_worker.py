@@ -1,0 +1,227 @@
+"""One ``aip worker`` on the embedded broker, shared by the tests of this module.
+
+Each test uses its own GPU model (environment) and GPUs, so solo profiles and
+models never mix between tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import wait_for
+from records import job_event, sample
+
+from events import encode
+
+pytestmark = pytest.mark.integration
+START_TS = 1_700_000_000.0
+
+
+class Worker:
+    def __init__(self, settings: Any, proc: subprocess.Popen[bytes], web_port: int, log: str) -> None:
+        self.settings = settings
+        self.proc = proc
+        self.web_port = web_port
+        self.log = log
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}{path}", timeout=5) as r:
+            return json.loads(r.read())
+
+
+@pytest.fixture(scope="module")
+def worker(broker: Any, tmp_path_factory: Any) -> Iterator[Worker]:
+    from aip.broker import free_port
+    from config import Settings
+    from transport import ensure_project_topics
+
+    tmp = tmp_path_factory.mktemp("worker")
+    settings = Settings(
+        broker=broker.address, topic_prefix=f"w{uuid.uuid4().hex[:10]}.", partitions=4, state_dir=str(tmp / "state")
+    )
+    ensure_project_topics(settings)
+    port = free_port()
+    env = dict(
+        os.environ,
+        AIP_BROKER=broker.address,
+        AIP_TOPIC_PREFIX=settings.topic_prefix,
+        AIP_PARTITIONS="4",
+        AIP_STATE_DIR=settings.state_dir,
+    )
+    log = str(tmp / "worker.log")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aip.cli", "worker", "--no-create-topics", "--web-port", str(port)],
+        env=env,
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+    )
+    w = Worker(settings, proc, port, log)
+
+    def ready() -> bool:
+        try:
+            w.get("/leaderboard")
+            return True
+        except OSError:
+            assert proc.poll() is None, open(log).read()[-2000:]
+            return False
+
+    wait_for(ready, timeout_s=60, what="the worker's web server")
+    yield w
+    proc.terminate()
+    assert proc.wait(30) in (0, -15), open(log).read()[-2000:]
+
+
+def produce(settings: Any, events: Any) -> int:
+    from transport import RecordProducer
+
+    n = 0
+    with RecordProducer(settings) as p:
+        for topic, record in events:
+            p.send(topic, record)
+            n += 1
+        p.flush(30)
+    return n
+
+
+def consume(settings: Any, topic: str, until: Any, timeout_s: float = 60.0) -> list[Any]:
+    from transport import RecordConsumer
+
+    with RecordConsumer(settings, [topic], from_beginning=True) as c:
+        items: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            items.extend(c.poll(timeout_s=0.5))
+            if until(items):
+                return items
+        return items
+
+
+def test_measured_interference_matches_simulator_ground_truth(worker: Worker) -> None:
+    from producers.sim import Simulator
+
+    sim = Simulator(gpus=4, gpu_model="v100", seed=3, start_ts=START_TS, duration_s=1200)
+    truth = sim.ground_truth
+    produce(worker.settings, sim.events())
+
+    def enough(items: list[Any]) -> bool:
+        return (
+            sum(
+                1
+                for i in items
+                if i.record is not None and i.record.environment == "v100" and i.record.interference_pct is not None
+            )
+            >= 40
+        )
+
+    items = consume(worker.settings, "interference.observations", enough)
+    obs = [i.record for i in items if i.record is not None and i.record.environment == "v100"]
+    measured = [o for o in obs if o.interference_pct is not None]
+    assert len(measured) >= 40, Counter(i.error for i in items)
+    errors = []
+    for o in measured:
+        rows = [
+            r
+            for r in truth
+            if r["gpu_uuid"] == o.gpu_uuid
+            and r["job_id"] == o.job_id
+            and r["start_ts"] <= o.window_start
+            and o.window_end <= r["end_ts"]
+        ]
+        assert len(rows) == 1, (o, rows)
+        assert sorted(o.co_job_ids) == sorted(rows[0]["co_job_ids"])
+        errors.append(abs(o.interference_pct - rows[0]["interference_pct"]))
+    assert max(errors) <= 2.0, sorted(errors)[-5:]
+
+    # stage 2 predicted and published a leaderboard; the web views serve them
+    preds = consume(worker.settings, "interference.predictions", lambda items: len(items) > 0)
+    assert preds and all(p.error is None for p in preds)
+    gpu = preds[-1].record.gpu_uuid
+    assert wait_for(lambda: worker.get(f"/predictions/{gpu}")["jobs"], what="predictions view")
+    assert "v100" in worker.get("/leaderboard")
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/metrics").read().decode()
+    assert "aip_stream_consumed_records_total" in metrics
+
+
+def test_full_speed_replay_gives_the_paced_observations(worker: Worker) -> None:
+    """The worker consumes a burst; the reference is stage 1 fed one event at a time in time order (real time)."""
+    from producers.sim import Simulator
+    from streams.stage1 import Stage1
+
+    def events() -> Any:
+        return Simulator(gpus=1, gpu_model="k80", seed=11, start_ts=START_TS, duration_s=900).events()
+
+    s = worker.settings
+    reference = Stage1(s.window_s, s.lateness_s, s.lifecycle_hold_s)
+    expected = []
+    for topic, record in events():
+        expected.extend(reference.on_metric(record) if topic == "gpu.metrics" else reference.on_job(record))
+    assert len(expected) >= 5
+    produce(s, events())
+    items = consume(
+        s,
+        "interference.observations",
+        lambda items: sum(1 for i in items if i.record and i.record.environment == "k80") >= len(expected),
+    )
+    got = [i.record for i in items if i.record is not None and i.record.environment == "k80"]
+    assert sorted(got, key=lambda o: o.observation_id) == sorted(expected, key=lambda o: o.observation_id)
+
+
+def test_bad_records_are_dead_lettered_exactly_and_the_worker_keeps_going(worker: Worker) -> None:
+    from transport import RecordProducer
+
+    s = worker.settings
+    gpu = f"GPU-bad-{uuid.uuid4().hex[:6]}"
+    good = sample(ts=START_TS + 5000, gpu_uuid=gpu, gpu_model="p100")
+    bad_metrics = [
+        b"{not json",
+        encode(good).replace(b'"sm_util_pct":70.0', b'"sm_util_pct":150.0'),  # out of range
+        encode(good).replace(b'"power_w":150.0', b'"power_w":-5.0'),
+        encode(good).replace(b'"schema_version":1', b'"schema_version":99'),
+        None,  # tombstone
+    ]
+    ev = job_event("progress", ts=START_TS + 5000, gpu_uuid=gpu, job_id="bad-job")
+    bad_lifecycle = [
+        encode(ev).replace(b'"progress"', b'"exploded"'),
+        encode(ev).replace(b'"step_time_s":0.1', b'"step_time_s":null'),  # progress without step time
+        b"[]",
+    ]
+    with RecordProducer(s) as p:
+        p.send("gpu.metrics", good)
+        for value in bad_metrics:
+            p.send_raw("gpu.metrics", value, key=gpu.encode())
+        for value in bad_lifecycle:
+            p.send_raw("jobs.lifecycle", value, key=gpu.encode())
+        # late: far behind the watermark of this GPU once it moved on
+        p.send("gpu.metrics", sample(ts=START_TS + 6000, gpu_uuid=gpu, gpu_model="p100", seq=1))
+        p.send("jobs.lifecycle", job_event("started", ts=START_TS + 6000, gpu_uuid=gpu, job_id="late-job"))
+        p.flush(10)
+        p.send("gpu.metrics", sample(ts=START_TS + 5001, gpu_uuid=gpu, gpu_model="p100", seq=2))
+        p.flush(10)
+    expected = len(bad_metrics) + len(bad_lifecycle) + 1
+    items = consume(s, "aip.deadletter", lambda items: sum(1 for i in items if i.record and i.record.key == gpu) >= expected)
+    assert sum(1 for i in items if i.record is not None and i.record.key == gpu) >= expected
+    # read again for a while: nothing more may arrive (counted exactly)
+    mine = [
+        i.record
+        for i in consume(s, "aip.deadletter", lambda _: False, timeout_s=2)
+        if i.record is not None and i.record.key == gpu
+    ]
+    assert len(mine) == expected, [d.error for d in mine]
+    by_topic = Counter(d.source_topic for d in mine)
+    assert by_topic == {"gpu.metrics": len(bad_metrics) + 1, "jobs.lifecycle": len(bad_lifecycle)}
+    reasons = " | ".join(d.error for d in mine)
+    for word in ("not valid JSON", "sm_util_pct", "power_w", "schema_version", "null value", "kind", "step_time_s", "late"):
+        assert word in reasons, word
+    assert all(d.partition >= 0 and d.offset >= 0 and d.stage == "stage1" for d in mine)
+    assert worker.proc.poll() is None
+    assert isinstance(worker.get("/leaderboard"), dict)
