@@ -183,3 +183,11 @@ def describe() -> list[tuple[str, str, str, str]]:
         default = MASK if f.metadata["secret"] else f.default
         rows.append((f"AIP_{f.name.upper()}", str(kind), repr(default), f.metadata["help"]))
     return rows
+
+
+def markdown_table() -> str:
+    """The README's configuration table (regenerate with ``python -m config``)."""
+    rows = ["| variable | type | default | meaning |", "|---|---|---|---|"]
+    for env, kind, default, help_text in describe():
+        rows.append(f"| `{env}` | {kind} | `{default}` | {help_text} |")
+    return "\n".join(rows)
