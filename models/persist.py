@@ -31,6 +31,7 @@ SKLEARN_TRUSTED = [
     "sklearn.neighbors._regression.KNeighborsRegressor",
     "sklearn.neighbors._kd_tree.KDTree",
     "sklearn.neighbors._ball_tree.BallTree",
+    "sklearn.metrics._dist_metrics.EuclideanDistance64",
     "sklearn.ensemble._gb.GradientBoostingRegressor",
     "sklearn.ensemble._forest.RandomForestRegressor",
     "sklearn.ensemble._forest.ExtraTreesRegressor",

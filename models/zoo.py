@@ -68,14 +68,14 @@ class RiverModel:
         self.mean = 0.0
 
     def learn_one(self, x: Mapping[str, float], y: float) -> None:
-        self.estimator.learn_one(dict(x), float(y))
+        self.estimator.learn_one(dict(sorted(x.items())), float(y))
         self.n += 1
         self.mean += (float(y) - self.mean) / self.n
 
     def predict_one(self, x: Mapping[str, float]) -> float:
         if self.n == 0:
             return self.mean
-        y = self.estimator.predict_one(dict(x))
+        y = self.estimator.predict_one(dict(sorted(x.items())))
         if y is None or not math.isfinite(y):
             return self.mean
         return float(y)
@@ -196,6 +196,9 @@ class SklearnModel:
         self.cols = _Columns(X)
         self.estimator = self.factory(self.seed)
         self._fast = None
+        last = self.estimator.steps[-1][1] if hasattr(self.estimator, "steps") else self.estimator
+        if hasattr(last, "n_neighbors") and len(X) < last.n_neighbors:
+            last.set_params(n_neighbors=max(1, len(X)))  # tiny data sets (the paper's rows)
         self.estimator.fit(self.cols.frame(X), np.asarray(y, dtype=float))
         return self
 
@@ -270,7 +273,7 @@ def _gbr(seed: int) -> Any:
 def _rf(seed: int) -> Any:
     from sklearn.ensemble import RandomForestRegressor
 
-    return RandomForestRegressor(n_estimators=20, max_features=0.5, max_samples=0.7, random_state=seed, n_jobs=1)
+    return RandomForestRegressor(n_estimators=20, max_features=0.5, random_state=seed, n_jobs=1)
 
 
 def _extra(seed: int) -> Any:

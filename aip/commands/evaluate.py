@@ -1,17 +1,78 @@
-"""`aip evaluate`: not built yet (see the open issues)."""
+"""``aip evaluate DATASET``: the paper's offline method on a dataset (see models.evaluate)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from aip.errors import CliError
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("evaluate", help="(not built yet)")
+    p = sub.add_parser(
+        "evaluate",
+        help="offline evaluation: error per model x category, AIP selection, time taken",
+        description="Gavel throughput JSON, an observations CSV (DESIGN.md) or the paper's rows.",
+    )
+    p.add_argument("dataset", help="path to the dataset file")
+    p.add_argument("--gpu", help="GPU type / environment to evaluate (Gavel: k80, p100, v100; default v100)")
+    p.add_argument("--mode", choices=("observed", "placement"), help="feature mode (default: what the dataset has)")
+    p.add_argument("--folds", type=int, default=5, help="grouped cross-validation folds (default 5)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--models", help="comma-separated subset of the batch zoo (default: all)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+    p.add_argument("--report", metavar="DIR", help="write plots and a markdown summary to DIR")
     p.set_defaults(func=run)
 
 
+def _progress(t0: float) -> Any:
+    def say(message: str) -> None:
+        print(f"[evaluate {time.monotonic() - t0:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    return say
+
+
 def run(args: argparse.Namespace) -> int:
-    raise CliError("`aip evaluate` is not built yet")
+    from models.datasets import DatasetError, load
+    from models.evaluate import evaluate, table, write_report
+
+    t0 = time.monotonic()
+    try:
+        dataset = load(args.dataset, args.gpu)
+    except DatasetError as exc:
+        raise CliError(str(exc), 2) from exc
+    mode = args.mode or dataset.modes[0]
+    if mode not in dataset.modes:
+        raise CliError(f"{args.dataset}: no {mode}-mode features (has: {', '.join(dataset.modes)})", 2)
+    if args.folds < 2:
+        raise CliError("--folds must be at least 2", 2)
+    from models.zoo import BATCH
+
+    models = tuple(m.strip() for m in args.models.split(",")) if args.models else BATCH
+    unknown = [m for m in models if m not in BATCH]
+    if unknown:
+        raise CliError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(BATCH)}", 2)
+    say = _progress(t0)
+    try:
+        ev = evaluate(dataset, mode, k=args.folds, seed=args.seed, models=models, progress=say)
+    except ValueError as exc:
+        raise CliError(f"{args.dataset}: {exc}", 2) from exc
+    summary = ev.summary()
+    print(f"{ev.dataset}  mode={mode}  target={ev.target}  rows={ev.rows}  groups={ev.groups}")
+    print("grouped CV MAE in points (relative error), * = AIP's choice")
+    print(table(ev))
+    print(
+        f"selected: {ev.selected.model} (category {ev.selected.category})  held-out MAE {ev.mae:.2f}"
+        f"  relative error {summary['relative_error']}  baseline (one-hot RF) {summary['baseline_mae']}"
+    )
+    print(f"selection {ev.selection_seconds:.2f} s, total {ev.seconds:.2f} s")
+    if args.report:
+        files = write_report(ev, dataset.samples, Path(args.report))
+        print(f"report: {', '.join(str(f) for f in files)}")
+    if args.json:
+        print(json.dumps(summary))
+    return 0

@@ -1,0 +1,60 @@
+"""``aip bench models``: refit + selection speed and online update speed (DESIGN.md benchmark contract).
+
+* ``refit_seconds_10k``: an :class:`models.api.EnvironmentModels` that has learned 10,000
+  observations (Gavel pairs, synthetic percent changes) runs one full refit -- grouped
+  CV of every batch model x 4 categories x both modes on its ``refit_rows`` most recent
+  observations, then fits of the selected ones -- and selection; wall time of
+  ``refit_task()()`` plus ``apply_refit``.  One small refit first warms imports.
+* ``online_update_ms_median``: median wall time of ``learn(obs)`` (every online learner
+  due on that observation, prequential scoring, drift detector, selection) per observation.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+    from models.api import EnvironmentModels
+    from models.synthetic import gavel_observations
+
+    n = 10_000
+    progress(f"generating {n} observations from Gavel v100 pairs")
+    obs = gavel_observations(n, seed=7)
+    warm = EnvironmentModels("v100", seed=0)
+    for o in obs[:200]:
+        warm.learn(o)
+    warm.refit_now()
+    em = EnvironmentModels("v100", seed=0)
+    times = []
+    for i, o in enumerate(obs):
+        t0 = time.perf_counter()
+        em.learn(o)
+        times.append(time.perf_counter() - t0)
+        if (i + 1) % 2500 == 0:
+            progress(f"learned {i + 1}/{n}, median so far {statistics.median(times) * 1e3:.3f} ms")
+    refits = []
+    for _ in range(1 if quick else 3):
+        t0 = time.perf_counter()
+        task = em.refit_task()
+        result = task()
+        em.apply_refit(result)
+        refits.append(time.perf_counter() - t0)
+        progress(f"refit on {result.rows} rows took {refits[-1]:.2f} s")
+    pt = []
+    for o in obs[:500]:
+        t0 = time.perf_counter()
+        em.predict(o, "placement")
+        pt.append(time.perf_counter() - t0)
+    return {
+        "refit_seconds_10k": round(statistics.median(refits), 2),
+        "refit_rows": em.config.refit_rows,
+        "online_update_ms_median": round(statistics.median(times) * 1e3, 3),
+        "online_update_ms_p95": round(sorted(times)[int(0.95 * len(times))] * 1e3, 3),
+        "predict_ms_median": round(statistics.median(pt) * 1e3, 3),
+        "selection_ms": round((em.selection_seconds or 0.0) * 1e3, 3),
+        "selected": em.selected(),
+    }

@@ -1,0 +1,138 @@
+"""The AIP selector (models.api.EnvironmentModels): learning, selection, refits, drift, persistence."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import pytest
+
+from events import CATEGORIES, Leaderboard
+from models import persist
+from models.api import Config, EnvironmentModels, PredictionResult
+from models.selection import grouped_folds
+
+SMALL = Config(batch_models=("LinearRegression", "DecisionTree"), refit_rows=200, refit_every=150, folds=3, jobset_min=15)
+
+
+@pytest.fixture
+def stream(shared_data):  # type: ignore[no-untyped-def]
+    return _stream(shared_data / "gavel" / "physical_cluster_throughputs.json")
+
+
+@functools.cache
+def _stream(path):  # type: ignore[no-untyped-def]
+    from models.synthetic import gavel_observations
+
+    return gavel_observations(400, seed=3, path=path)
+
+
+def test_unlabelled_is_noop_and_nothing_predicted_before_learning(stream) -> None:  # type: ignore[no-untyped-def]
+    em = EnvironmentModels("v100", config=SMALL)
+    assert em.predict(stream[0], "observed") is None
+    em.learn(dataclasses.replace(stream[0], interference_pct=None))
+    assert em.observations == 0 and not em.history
+    assert em.predict_placement("A3C", {"throughput": 1.0}, ["LM"], [{"throughput": 2.0}]) is None
+
+
+def test_learn_select_refit_and_leaderboard(stream) -> None:  # type: ignore[no-untyped-def]
+    em = EnvironmentModels("v100", config=SMALL)
+    for o in stream[:300]:
+        em.learn(o)
+    assert em.refit_due()
+    task = em.refit_task()
+    assert not em.refit_due()  # one refit in flight at a time
+    before = em.observations
+    result = task()
+    assert em.observations == before  # the task touched no live state
+    em.apply_refit(result)
+    assert em.last_refit is not None and not em.refit_due()
+    lb = em.leaderboard()
+    assert isinstance(lb, Leaderboard) and lb.selection_seconds is not None
+    kinds = {e.kind for e in lb.entries}
+    assert kinds == {"online", "batch"}
+    assert set(lb.selected) == {f"{m}:{c}" for m in ("observed", "placement") for c in CATEGORIES}
+    for mode in ("observed", "placement"):
+        r = em.predict(stream[350], mode)
+        assert isinstance(r, PredictionResult) and math.isfinite(r.interference_pct)
+        # the served model is the one with the smallest error of its mode (or of its job set)
+        best = min(e.mae for e in lb.entries if e.mode == mode and e.mae is not None and e.samples >= em.config.min_samples)
+        assert r.expected_error_pct is not None and r.expected_error_pct >= 0
+        assert r.expected_error_pct >= best - 1e-9 or r.model
+    # placement on the synthetic stream is learnable: selection beats predicting the mean
+    ys = [o.interference_pct for o in stream[300:]]
+    mean = sum(ys) / len(ys)
+    errs = [abs(em.predict(o, "placement").interference_pct - o.interference_pct) for o in stream[300:]]  # type: ignore[union-attr]
+    assert sum(errs) / len(errs) < sum(abs(y - mean) for y in ys) / len(ys)
+
+
+def test_jobset_selection_falls_back_until_enough(stream) -> None:  # type: ignore[no-untyped-def]
+    em = EnvironmentModels("v100", config=dataclasses.replace(SMALL, jobset_min=5, min_samples=2))
+    target = stream[0]
+    same = [o for o in stream if sorted([o.job_type, *o.co_job_types]) == sorted([target.job_type, *target.co_job_types])]
+    for o in stream[:100]:
+        if o not in same:
+            em.learn(o)
+    js = " + ".join(sorted([target.job_type, *target.co_job_types]))
+    assert em._choice("observed", js) == em._choice("observed")
+    for _ in range(3):
+        for o in same[:2] or [target]:
+            em.learn(o)
+    for o in (same or [target]) * 5:
+        em.learn(o)
+    assert em._jobset_counts[js] >= 5
+    assert em._choice("observed", js) is not None
+
+
+def test_drift_requests_a_refit(shared_data) -> None:  # type: ignore[no-untyped-def]
+    from models.synthetic import gavel_observations
+
+    obs = gavel_observations(900, seed=5, drift_at=450, path=shared_data / "gavel" / "physical_cluster_throughputs.json")
+    em = EnvironmentModels("v100", config=dataclasses.replace(SMALL, refit_every=10_000))
+    for o in obs[:300]:
+        em.learn(o)
+    em.refit_now()
+    assert not em.refit_due()
+    for o in obs[300:450]:
+        em.learn(o)
+    quiet = em.drift_events
+    for o in obs[450:]:
+        em.learn(o)
+    assert em.drift_events > quiet
+    assert em.refit_due()
+
+
+def test_save_load_predicts_the_same_and_refuses_foreign_files(stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    em = EnvironmentModels("v100", config=SMALL)
+    for o in stream[:250]:
+        em.learn(o)
+    em.refit_now()
+    em.save(tmp_path / "state" / "v100")
+    loaded = EnvironmentModels.load(tmp_path / "state" / "v100")
+    for o in stream[250:290]:
+        for mode in ("observed", "placement"):
+            assert loaded.predict(o, mode) == em.predict(o, mode)
+    assert loaded.leaderboard().selected == em.leaderboard().selected
+    # it resumes learning
+    loaded.learn(stream[300])
+    assert loaded.observations == em.observations + 1
+    # a river file signed by another state directory (another key) is refused
+    with pytest.raises(persist.SignatureError):
+        EnvironmentModels.load(tmp_path / "state" / "v100", key_dir=tmp_path / "elsewhere")
+    # a tampered file is refused
+    f = tmp_path / "state" / "v100" / "online" / "0.pkl"
+    f.write_bytes(f.read_bytes() + b"x")
+    with pytest.raises(persist.SignatureError):
+        EnvironmentModels.load(tmp_path / "state" / "v100")
+
+
+def test_grouped_folds_never_split_a_group() -> None:
+    groups = [f"g{i % 17}" for i in range(200)]
+    folds = grouped_folds(groups, 5, seed=1)
+    assert len(folds) == 5
+    covered = set()
+    for train, test in folds:
+        assert not {groups[i] for i in train} & {groups[i] for i in test}
+        covered |= set(test.tolist())
+    assert covered == set(range(200))
