@@ -165,13 +165,17 @@ def plot_leaderboard(leaderboards: Sequence[Leaderboard], path: Path) -> int:
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
     t0 = min(ts for s in series.values() for ts, _ in s)
     for ax, panel in zip(axes[0], panels, strict=True):
+        values = [v for (pn, _), pts in series.items() if pn == panel for _, v in pts]
+        log_scale = min(values) > 0 and max(values) / min(values) > 20.0
         for cat in CATEGORIES:
             pts = series.get((panel, cat))
             if pts:
                 ax.plot([(ts - t0) / 60.0 for ts, _ in pts], [v for _, v in pts], marker=".", label=f"category {cat}")
         ax.set_title(f"Best model's error, {panel} (models with ≥ 10 scored samples)", fontsize=10)
         ax.set_xlabel("time since the first leaderboard (min)")
-        ax.set_ylabel("MAE (points of interference %)")
+        if log_scale:  # early errors of barely trained models dwarf the rest
+            ax.set_yscale("log")
+        ax.set_ylabel("MAE (points of interference %)" + (", log scale" if log_scale else ""))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()

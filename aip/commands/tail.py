@@ -10,7 +10,7 @@ from typing import Any
 
 from aip.common import add_kafka_args, broker_errors, settings_from, sigterm_as_interrupt
 from aip.errors import CliError
-from aip.render import render
+from aip.render import fmt_ts, render
 from events import RECORD_OF, Topics, to_dict
 
 
@@ -18,11 +18,16 @@ def register(sub: Any) -> None:
     p = sub.add_parser("tail", help="decode and print a topic")
     p.add_argument("topic", help=f"one of: {', '.join(RECORD_OF)}")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new records until Ctrl-C")
-    p.add_argument("--from-beginning", action="store_true", help="with --follow, start at the oldest record (default: new records only)")
+    p.add_argument(
+        "--from-beginning", action="store_true", help="with --follow, start at the oldest record (default: new records only)"
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per line (the format `aip produce replay` reads)")
+    p.add_argument("--table", action="store_true", help="aligned columns with a header (readable; not with --json)")
     p.add_argument("--gpu", help="only records of this GPU UUID (prefix match)")
     p.add_argument("--job", help="only records of this job id")
-    p.add_argument("--kind", help="only records of this kind or state (started, progress, finished, raised, cleared, observed, placement)")
+    p.add_argument(
+        "--kind", help="only records of this kind or state (started, progress, finished, raised, cleared, observed, placement)"
+    )
     p.add_argument("--limit", type=int, help="stop after this many records")
     p.add_argument("--timeout", type=float, default=2.0, help="without --follow, stop when nothing new arrives for this long (s)")
     add_kafka_args(p)
@@ -61,9 +66,83 @@ def line_for(item: Any, topics: Topics, as_json: bool) -> str:
     return render(item.record)
 
 
+def _f(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# (header, width, cell) per record type; the last column is not padded.
+_COLUMNS: dict[str, list[tuple[str, int, Any]]] = {
+    "MetricSample": [
+        ("time", 12, lambda r: fmt_ts(r.ts)), ("gpu", 16, lambda r: r.gpu_uuid), ("model", 8, lambda r: r.gpu_model),
+        ("power_w", 8, lambda r: _f(r.power_w)), ("temp_c", 7, lambda r: _f(r.temp_c, 0)),
+        ("sm_%", 6, lambda r: _f(r.sm_util_pct, 0)), ("mem_%", 6, lambda r: _f(r.mem_util_pct, 0)),
+        ("mem_mb", 8, lambda r: _f(r.mem_used_mb, 0)), ("rx_kbps", 9, lambda r: _f(r.pcie_rx_kbps, 0)),
+        ("tx_kbps", 9, lambda r: _f(r.pcie_tx_kbps, 0)),
+    ],
+    "JobEvent": [
+        ("time", 12, lambda r: fmt_ts(r.ts)), ("kind", 9, lambda r: r.kind), ("job", 18, lambda r: r.job_id),
+        ("gpu", 16, lambda r: r.gpu_uuid), ("steps", 8, lambda r: "-" if r.steps is None else str(r.steps)),
+        ("step_time_s", 11, lambda r: _f(r.step_time_s, 4)), ("type", 30, lambda r: r.job_type),
+    ],
+    "Observation": [
+        ("window_end", 12, lambda r: fmt_ts(r.window_end)), ("gpu", 16, lambda r: r.gpu_uuid), ("job", 18, lambda r: r.job_id),
+        ("interf_%", 9, lambda r: _f(r.interference_pct)),
+        *[(f"{p}_%", 7, lambda r, p=p: _f(r.pct(p))) for p in "ETSVRW"],
+        ("job set", 40, lambda r: " + ".join([r.job_type, *r.co_job_types])),
+    ],
+    "Prediction": [
+        ("time", 12, lambda r: fmt_ts(r.ts)), ("gpu", 16, lambda r: r.gpu_uuid), ("job", 18, lambda r: r.job_id),
+        ("mode", 9, lambda r: r.mode), ("pred_%", 7, lambda r: _f(r.interference_pct)), ("meas_%", 7, lambda r: _f(r.measured_pct)),
+        ("err_%", 6, lambda r: _f(r.expected_error_pct)), ("model", 14, lambda r: f"{r.model}/{r.category}"),
+        ("what-if", 6, lambda r: str(len(r.what_if))), ("type", 30, lambda r: r.job_type),
+    ],
+    "Alert": [
+        ("time", 12, lambda r: fmt_ts(r.ts)), ("state", 7, lambda r: r.state), ("gpu", 16, lambda r: r.gpu_uuid),
+        ("job", 18, lambda r: r.job_id), ("interf_%", 9, lambda r: _f(r.interference_pct)),
+        ("thresh_%", 9, lambda r: _f(r.threshold)), ("source", 9, lambda r: r.source), ("type", 30, lambda r: r.job_type or "-"),
+    ],
+    "Leaderboard": [
+        ("time", 12, lambda r: fmt_ts(r.ts)), ("environment", 14, lambda r: r.environment), ("obs", 7, lambda r: str(r.observations)),
+        ("models", 7, lambda r: str(len(r.entries))),
+        ("selected", 60, lambda r: ", ".join(f"{k}={v}" for k, v in sorted(r.selected.items()))),
+    ],
+    "DeadLetter": [
+        ("time", 12, lambda r: fmt_ts(r.ts)), ("source", 26, lambda r: r.source_topic), ("at", 12, lambda r: f"p{r.partition}@{r.offset}"),
+        ("error", 70, lambda r: r.error),
+    ],
+}  # fmt: skip
+
+
+def table_header(record: Any) -> str:
+    cols = _COLUMNS.get(type(record).__name__, [])
+    return " ".join(f"{h:<{w}}" for h, w, _ in cols).rstrip()
+
+
+def table_row(record: Any) -> str:
+    """One aligned row of ``aip tail --table`` (cells cut to their column width).
+
+    >>> from events import Alert
+    >>> a = Alert(ts=1e9, state="raised", gpu_uuid="GPU-0", job_id="j1", interference_pct=61.25, threshold=50.0, source="measured")
+    >>> table_header(a).split()
+    ['time', 'state', 'gpu', 'job', 'interf_%', 'thresh_%', 'source', 'type']
+    >>> table_row(a).split()
+    ['01:46:40.000', 'raised', 'GPU-0', 'j1', '61.2', '50.0', 'measured', '-']
+    """
+    cols = _COLUMNS.get(type(record).__name__)
+    if cols is None:
+        return render(record)
+    return " ".join(f"{_cut(str(cell(record)), w):<{w}}" for _, w, cell in cols).rstrip()
+
+
 def run(args: argparse.Namespace) -> int:
     from transport import RecordConsumer, ensure_topics
 
+    if getattr(args, "table", False) and args.json:
+        raise CliError("choose one of --table and --json")
     settings = settings_from(args)
     topics = Topics(settings.topic_prefix)
     if topics.base(args.topic) not in RECORD_OF:
@@ -81,7 +160,12 @@ def run(args: argparse.Namespace) -> int:
                 for item in items:
                     if item.error is None and not matches(item.record, args):
                         continue
-                    print(line_for(item, topics, args.json), flush=args.follow)
+                    if getattr(args, "table", False) and item.error is None:
+                        if printed % 40 == 0:  # the header again every 40 rows
+                            print(table_header(item.record), flush=args.follow)
+                        print(table_row(item.record), flush=args.follow)
+                    else:
+                        print(line_for(item, topics, args.json), flush=args.follow)
                     printed += 1
                     if args.limit and printed >= args.limit:
                         return 0

@@ -1,0 +1,1 @@
+"""Placement experiments on a simulated fleet: random, least-loaded and prediction-guided placement."""

@@ -1,0 +1,272 @@
+"""The placement experiment: what are the predictions worth to a scheduler?
+
+On a simulated fleet of V100s (throughputs measured by Gavel, solo profiles from
+MISO, as in :mod:`producers.sim`) the same job arrival sequence is placed three
+times: at random, on the least-loaded GPU, and where the scheduler client
+(:class:`clients.SchedulerClient`) predicts the least interference.
+
+No peeking: the client is fed :class:`events.Prediction` records whose what-if
+entries come from :class:`models.api.EnvironmentModels` trained only on the
+measured observations of a *different* simulated fleet (the training period,
+:class:`producers.sim.Simulator` with its own seed).  The true slowdowns of the
+evaluated runs come from Gavel's measured pairs.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from clients.scheduler import SchedulerClient
+from events import JobEvent, Observation, Prediction, WhatIf
+from placement.fleet import Gpu, Job, LeastLoaded, Policy, RandomPolicy, arrivals, run_fleet, summary
+from producers import calibration as cal
+from producers.sim import MIN_SPEED_FRACTION, Simulator
+
+EPOCH_S = 1_700_000_000.0
+"""Simulated time 0 as an epoch timestamp (records need real-looking timestamps)."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    gpu_model: str = "v100"
+    gpus: int = 8
+    jobs: int = 160
+    load_jobs_per_gpu: float = 1.0
+    """Mean number of jobs in the system per GPU if every job ran at solo speed."""
+    work_s: tuple[float, float] = (300.0, 3000.0)
+    train_seed: int = 10_000
+    train_gpus: int = 16
+    train_duration_s: float = 3600.0
+    label_noise_pct: float = 0.5
+    """Measurement noise of the training labels (step times, as stage 1 measures them)."""
+
+
+class Truth:
+    """Ground truth of one GPU model: speed fractions from Gavel, feasibility as :class:`producers.sim.Simulator` has it."""
+
+    def __init__(self, gpu_model: str) -> None:
+        self.gpu_model = gpu_model
+        self.table = cal.gavel_table(gpu_model)
+        self.types = sorted(self.table)
+        self.profiles = {t: cal.solo_profile(gpu_model, t) for t in self.types}
+        self.mem_total_mb = cal.GPUS[gpu_model].mem_total_mb
+        self._fits: dict[tuple[str, ...], bool] = {}
+
+    def speed(self, types: list[str], i: int) -> float:
+        frac = cal.speed_fraction(self.table, types[i], [t for k, t in enumerate(types) if k != i])
+        return 1.0 if frac is None else frac
+
+    def fits(self, types: list[str]) -> bool:
+        """Memory fits and every job keeps at least :data:`MIN_SPEED_FRACTION` (the simulator's rule), at most 3 jobs."""
+        key = tuple(sorted(types))
+        cached = self._fits.get(key)
+        if cached is None:
+            cached = len(types) <= 3 and sum(self.profiles[t].mem_used_mb for t in types) <= 0.95 * self.mem_total_mb
+            for i, t in enumerate(types):
+                frac = cal.speed_fraction(self.table, t, [o for k, o in enumerate(types) if k != i])
+                if cached and (frac is None or frac < MIN_SPEED_FRACTION):
+                    cached = False
+            self._fits[key] = cached
+        return cached
+
+    def solo(self, job_type: str) -> dict[str, float | None]:
+        """The solo profile a stream worker would have learned (keys E T S V R W M throughput)."""
+        p = self.profiles[job_type]
+        m = cal.combine(self.gpu_model, [p], [1.0])
+        return {
+            "E": m["power_w"], "T": cal.steady_temp_c(self.gpu_model, m["power_w"]), "S": m["sm_util_pct"],
+            "V": m["mem_util_pct"], "R": m["pcie_rx_kbps"], "W": m["pcie_tx_kbps"], "M": m["mem_used_mb"],
+            "throughput": p.throughput,
+        }  # fmt: skip
+
+
+def training_observations(setup: Setup, truth: Truth) -> list[Observation]:
+    """Measured observations of the training fleet (its own seed): what stage 1 would have published."""
+    sim = Simulator(setup.train_gpus, setup.gpu_model, seed=setup.train_seed, start_ts=EPOCH_S, duration_s=setup.train_duration_s)
+    rng = random.Random(setup.train_seed)
+    out = []
+    for row in sim.ground_truth:
+        speed = row["colocated_throughput"] * (1.0 + rng.gauss(0.0, setup.label_noise_pct / 100.0))
+        out.append(
+            Observation(
+                window_start=row["start_ts"], window_end=row["end_ts"], gpu_uuid=row["gpu_uuid"], environment=setup.gpu_model,
+                job_id=row["job_id"], job_type=row["job_type"], co_job_types=row["co_job_types"], co_job_ids=row["co_job_ids"],
+                solo=truth.solo(row["job_type"]), co_solo=[truth.solo(t) for t in row["co_job_types"]],
+                interference_pct=cal.interference_pct(row["solo_throughput"], speed),
+            )
+        )  # fmt: skip
+    return out
+
+
+def train_models(setup: Setup, truth: Truth, progress: Callable[[str], None] = lambda m: None) -> Any:
+    """EnvironmentModels of the environment, trained on the training fleet's observations, refitted once."""
+    from models.api import EnvironmentModels
+
+    models = EnvironmentModels(setup.gpu_model, seed=setup.train_seed)
+    observations = training_observations(setup, truth)
+    progress(f"training on {len(observations)} observations of the training fleet (seed {setup.train_seed})")
+    for obs in observations:
+        models.learn(obs)
+    if models.refit_due():
+        models.refit_now()
+    progress(f"trained; selected {models.selected().get('placement:all', '-')} for placement:all")
+    return models
+
+
+class WhatIfService:
+    """Plays stage 2's part for the experiment: what-if entries per running job set, from the trained models."""
+
+    def __init__(self, models: Any, truth: Truth) -> None:
+        self.models = models
+        self.truth = truth
+        self._cache: dict[tuple[str, ...], list[WhatIf]] = {}
+        self.predictions_made = 0
+
+    def _predict(self, job_type: str, co_types: Sequence[str]) -> float | None:
+        self.predictions_made += 1
+        r = self.models.predict_placement(
+            job_type, self.truth.solo(job_type), list(co_types), [self.truth.solo(t) for t in co_types]
+        )
+        return None if r is None else float(r.interference_pct)
+
+    def what_if(self, running: Sequence[str]) -> list[WhatIf]:
+        key = tuple(sorted(running))
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        entries = []
+        for t in self.truth.types:
+            if not self.truth.fits([*key, t]):
+                continue  # the scheduler would not offer this GPU anyway
+            newcomer = self._predict(t, key)
+            if newcomer is None:
+                continue
+            existing = 0.0
+            for i, rt in enumerate(key):
+                v = self._predict(rt, [*key[:i], *key[i + 1 :], t])
+                existing += v or 0.0
+            entries.append(WhatIf(job_type=t, newcomer_pct=newcomer, existing_pct=existing))
+        self._cache[key] = entries
+        return entries
+
+
+class Guided:
+    """Prediction-guided placement: every decision goes through :class:`SchedulerClient`."""
+
+    name = "guided"
+
+    def __init__(self, service: WhatIfService, environment: str) -> None:
+        self.service = service
+        self.environment = environment
+        self.client = SchedulerClient(max_age_s=float("inf"), clock=lambda: EPOCH_S)
+        self._announced = False
+
+    def choose(self, job: Job, candidates: Sequence[Gpu]) -> Gpu:
+        if not self._announced:  # the scheduler knows its fleet starts idle
+            self._announced = True
+            self.client.mark_idle(*(g.name for g in candidates if not g.jobs))
+        by_name = {g.name: g for g in candidates}
+        best = self.client.best_gpu(job.job_type, list(by_name))
+        return by_name[best] if best is not None else candidates[0]
+
+    def _publish(self, gpu: Gpu, job: Job, kind: str, now_s: float) -> None:
+        ts = EPOCH_S + now_s
+        self.client.on_job_event(
+            JobEvent(ts=ts, kind=kind, job_id=job.job_id, job_type=job.job_type, gpu_uuid=gpu.name, host="sim")
+        )
+        if gpu.jobs:
+            first = gpu.jobs[0].job
+            self.client.update(
+                Prediction(
+                    ts=ts, gpu_uuid=gpu.name, environment=self.environment, job_id=first.job_id, job_type=first.job_type,
+                    job_set=gpu.types, mode="placement", interference_pct=0.0, model="aip", category="all",
+                    what_if=self.service.what_if(gpu.types),
+                )
+            )  # fmt: skip
+
+    def started(self, gpu: Gpu, job: Job, now_s: float) -> None:
+        self._publish(gpu, job, "started", now_s)
+
+    def finished(self, gpu: Gpu, job: Job, now_s: float) -> None:
+        self._publish(gpu, job, "finished", now_s)
+
+
+def run_seed(seed: int, setup: Setup, truth: Truth, service: WhatIfService) -> dict[str, dict[str, float]]:
+    """One arrival sequence, placed by each policy; per policy the :func:`placement.fleet.summary`."""
+    mean_work = (setup.work_s[1] - setup.work_s[0]) / (_log(setup.work_s[1]) - _log(setup.work_s[0]))
+    rate = setup.load_jobs_per_gpu * setup.gpus / mean_work
+    jobs = arrivals(seed, setup.jobs, truth.types, rate, setup.work_s)
+    names = [f"GPU-s{seed}-{i:02d}" for i in range(setup.gpus)]
+    policies: list[Policy] = [RandomPolicy(seed), LeastLoaded(), Guided(service, setup.gpu_model)]
+    out = {}
+    for policy in policies:
+        results = run_fleet(jobs, setup.gpus, policy, truth.speed, truth.fits, gpu_names=names)
+        out[policy.name] = summary(results)
+    return out
+
+
+def _log(x: float) -> float:
+    import math
+
+    return math.log(x)
+
+
+def aggregate(per_seed: Sequence[Mapping[str, Mapping[str, float]]]) -> dict[str, dict[str, float]]:
+    """Mean over seeds of each policy's figures.
+
+    >>> aggregate([{"a": {"mean_slowdown_pct": 10.0}}, {"a": {"mean_slowdown_pct": 20.0}}])
+    {'a': {'mean_slowdown_pct': 15.0}}
+    """
+    out: dict[str, dict[str, float]] = {}
+    for policy in per_seed[0]:
+        keys = per_seed[0][policy]
+        out[policy] = {k: sum(s[policy][k] for s in per_seed) / len(per_seed) for k in keys}
+    return out
+
+
+def reduction_pct(guided: float, other: float) -> float:
+    """How much lower ``guided`` is than ``other``, in percent of ``other``.
+
+    >>> reduction_pct(30.0, 40.0)
+    25.0
+    """
+    return (1.0 - guided / other) * 100.0 if other else 0.0
+
+
+def run_experiment(seeds: Sequence[int], setup: Setup, progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    truth = Truth(setup.gpu_model)
+    models = train_models(setup, truth, progress)
+    service = WhatIfService(models, truth)
+    per_seed = []
+    for seed in seeds:
+        result = run_seed(seed, setup, truth, service)
+        per_seed.append(result)
+        progress(
+            f"seed {seed}: mean slowdown " + ", ".join(f"{p} {r['mean_slowdown_pct']:.1f} %" for p, r in result.items())
+            + f" ({service.predictions_made} predictions so far)"
+        )  # fmt: skip
+    overall = aggregate(per_seed)
+    wins = sum(
+        1
+        for r in per_seed
+        if r["guided"]["mean_slowdown_pct"] < min(r["random"]["mean_slowdown_pct"], r["least_loaded"]["mean_slowdown_pct"])
+    )
+    return {
+        "placement": {
+            **{p: {k: round(v, 2) for k, v in r.items()} for p, r in overall.items()},
+            "guided_reduction_vs_random_pct": round(
+                reduction_pct(overall["guided"]["mean_slowdown_pct"], overall["random"]["mean_slowdown_pct"]), 1
+            ),
+            "guided_reduction_vs_least_loaded_pct": round(
+                reduction_pct(overall["guided"]["mean_slowdown_pct"], overall["least_loaded"]["mean_slowdown_pct"]), 1
+            ),
+            "guided_best_in_seeds": wins,
+            "gpus": setup.gpus,
+            "jobs_per_seed": setup.jobs,
+            "training_observations_seed": setup.train_seed,
+        },
+        "seeds": len(seeds),
+    }

@@ -1,0 +1,131 @@
+"""The scheduler client, the load balancer and both examples on the embedded broker, fed by a real worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, wait_for
+
+from clients import LoadBalancer, SchedulerClient
+from events import Alert, Prediction, WhatIf
+
+pytestmark = pytest.mark.integration
+START_TS = 1_700_000_000.0
+
+
+def test_client_follows_the_predictions_topic(settings: Any) -> None:
+    from transport import RecordProducer, ensure_project_topics
+
+    ensure_project_topics(settings)
+    client = SchedulerClient(settings, clock=lambda: START_TS).start()
+    try:
+        with RecordProducer(settings) as p:
+            for gpu, cost in (("GPU-a", 80.0), ("GPU-b", 20.0)):
+                p.send("interference.predictions", Prediction(
+                    ts=START_TS, gpu_uuid=gpu, environment="v100", job_id=f"{gpu}-j", job_type="LM", job_set=["LM"],
+                    mode="placement", interference_pct=1.0, model="m", category="all",
+                    what_if=[WhatIf(job_type="X", newcomer_pct=cost / 2, existing_pct=cost / 2)],
+                ))  # fmt: skip
+            p.flush(10)
+        wait_for(lambda: len(client.snapshot()) == 2, timeout_s=20, what="both GPUs' predictions")
+        assert client.best_gpu("X", ["GPU-a", "GPU-b"]) == "GPU-b"
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def fed_worker(broker: Any, tmp_path_factory: Any) -> Iterator[Any]:
+    """A worker that has processed a simulated fleet with interference above the alert threshold."""
+    from aip.broker import free_port
+    from config import Settings
+    from producers.sim import Simulator
+    from transport import RecordProducer, ensure_project_topics
+
+    tmp = tmp_path_factory.mktemp("clients")
+    settings = Settings(
+        broker=broker.address, topic_prefix=f"c{uuid.uuid4().hex[:10]}.", partitions=4, state_dir=str(tmp / "state")
+    )
+    ensure_project_topics(settings)
+    env = dict(os.environ, AIP_BROKER=broker.address, AIP_TOPIC_PREFIX=settings.topic_prefix, AIP_STATE_DIR=settings.state_dir)
+    log = tmp / "worker.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aip.cli", "worker", "--no-create-topics", "--web-port", str(free_port())],
+        env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        sim = Simulator(gpus=4, gpu_model="v100", seed=5, start_ts=START_TS, duration_s=900)
+        with RecordProducer(settings) as p:
+            for topic, record in sim.events():
+                p.send(topic, record)
+            p.flush(30)
+        yield settings, env, proc, log
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_load_balancer_acts_once_per_raised_alert_from_a_worker(fed_worker: Any) -> None:
+    settings, _, proc, log = fed_worker
+    moves: list[Any] = []
+    seen: list[Alert] = []
+    lb = LoadBalancer(moves.append, cooldown_s=0.0)
+    handle = lb.handle
+
+    def recording(alert: Alert) -> Any:
+        seen.append(alert)
+        return handle(alert)
+
+    lb.handle = recording  # type: ignore[method-assign]
+    stop = threading.Event()
+    thread = threading.Thread(target=lb.run, args=(settings,), kwargs={"stop": stop, "from_beginning": True}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: moves or proc.poll() is not None, timeout_s=90, what="a move request from a real alert")
+        assert proc.poll() is None, Path(log).read_text()[-2000:]
+    finally:
+        stop.set()
+        thread.join(10)
+    raised = [a for a in seen if a.state == "raised"]
+    assert raised and all(a.interference_pct >= a.threshold for a in raised)
+    keys = [(m.gpu_uuid, m.job_id) for m in moves]
+    assert len(keys) == len(set(keys)) or any(a.state == "cleared" for a in seen)
+    assert set(keys) <= {(a.gpu_uuid, a.job_id) for a in raised}
+
+
+def test_client_and_scheduler_example_use_the_workers_what_if(fed_worker: Any) -> None:
+    settings, env, _, _ = fed_worker
+    client = SchedulerClient(settings, from_beginning=True, max_age_s=float("inf"), track_lifecycle=False)
+    try:
+        wait_for(lambda: client.poll_once(0.5) >= 0 and any(v.what_if for v in client.snapshot().values()),
+                 timeout_s=90, what="predictions with what-if entries")  # fmt: skip
+        gpu, view = next((g, v) for g, v in client.snapshot().items() if v.what_if)
+        job_type = next(iter(view.what_if))
+        assert client.cost_pct(gpu, job_type) is not None
+        assert client.best_gpu(job_type, ["GPU-unknown", gpu]) == gpu
+    finally:
+        client.close()
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "scheduler.py"), job_type, gpu], env=env,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"best GPU: {gpu}" in out.stdout and "predicted cost" in out.stdout
+
+
+def test_load_balancer_example_prints_move_requests(fed_worker: Any) -> None:
+    _, env, _, _ = fed_worker
+    proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "load_balancer.py"), "--from-beginning"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert "move" in json.loads(line)
+    finally:
+        proc.terminate()
+        proc.wait(10)
