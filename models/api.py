@@ -118,7 +118,7 @@ class Config:
     refit_every: int = 500
     """Observations between periodic refits."""
     refit_min_rows: int = 30
-    refit_rows: int = 800
+    refit_rows: int = 600
     """A refit cross-validates and fits on the most recent ``refit_rows`` labelled observations."""
     history: int = 10_000
     folds: int = 3

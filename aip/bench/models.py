@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -36,13 +37,15 @@ def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
         times.append(time.perf_counter() - t0)
         if (i + 1) % 2500 == 0:
             progress(f"learned {i + 1}/{n}, median so far {statistics.median(times) * 1e3:.3f} ms")
-    refits = []
+    refits, cpu = [], []
     for _ in range(1 if quick else 3):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         task = em.refit_task()
         result = task()
         em.apply_refit(result)
         refits.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         progress(f"refit on {result.rows} rows took {refits[-1]:.2f} s")
     pt = []
     for o in obs[:500]:
@@ -51,7 +54,9 @@ def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
         pt.append(time.perf_counter() - t0)
     return {
         "refit_seconds_10k": round(statistics.median(refits), 2),
+        "refit_cpu_seconds_10k": round(statistics.median(cpu), 2),
         "refit_rows": em.config.refit_rows,
+        "load_average_1m": round(os.getloadavg()[0], 2),
         "online_update_ms_median": round(statistics.median(times) * 1e3, 3),
         "online_update_ms_p95": round(sorted(times)[int(0.95 * len(times))] * 1e3, 3),
         "predict_ms_median": round(statistics.median(pt) * 1e3, 3),
