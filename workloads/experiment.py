@@ -88,7 +88,7 @@ def plan_runs(jobs: Sequence[JobSpec], triples: int = 0) -> list[tuple[JobSpec, 
 
 
 def go_instants(
-    now_s: float, window_s: float, duration_s: float, lead_in_s: float = 0.3, early_s: float = 0.05
+    now_s: float, window_s: float, duration_s: float, lead_in_s: float = 0.5, early_s: float = 0.25
 ) -> tuple[float, float]:
     """When the jobs of a run start and stop: whole windows, starting just before a boundary.
 
@@ -97,7 +97,7 @@ def go_instants(
     whole windows later (``duration_s`` rounded, at least one).
 
     >>> go_instants(101.0, 5.0, 12.0)
-    (104.95, 115.0)
+    (104.75, 115.0)
     """
     boundary = math.ceil((now_s + lead_in_s + early_s) / window_s) * window_s
     windows = max(1, round(duration_s / window_s))
@@ -118,6 +118,7 @@ class ExperimentConfig:
     gpu_index: int = 0
     report_every_s: float = 0.5
     ready_timeout_s: float = 180.0
+    max_wall_s: float | None = None  # skip the remaining runs when the next would end after this (pairs come last)
     job_args: list[str] = field(default_factory=list)  # extra arguments of every `python -m workloads.run`
 
     def check(self) -> None:
@@ -264,8 +265,8 @@ class InProcessSampler:
 class CommandSampler:
     """``aip produce nvml --no-discovery`` as a child process (the real NVML path)."""
 
-    def __init__(self, settings: Settings, interval_s: float, log_path: Path) -> None:
-        cmd = [sys.executable, "-m", "aip.cli", "produce", "nvml", "--interval", f"{interval_s}", "--no-discovery"]
+    def __init__(self, settings: Settings, interval_s: float, log_path: Path, argv: Sequence[str] | None = None) -> None:
+        cmd = list(argv or [sys.executable, "-m", "aip.cli", "produce", "nvml", "--interval", f"{interval_s}", "--no-discovery"])
         self._log = open(log_path, "w")
         self.proc = subprocess.Popen(
             cmd,
@@ -448,8 +449,16 @@ def run_experiment(
         else CommandSampler(settings, cfg.sample_interval_s, out / "producer.log")
     )
     results: list[RunResult] = []
+    skipped = 0
+    run_walls_s: list[float] = []
     try:
         for i, combo in enumerate(runs, 1):
+            elapsed_s = clock() - started
+            if cfg.max_wall_s is not None and run_walls_s and elapsed_s + max(run_walls_s) + cfg.window_s > cfg.max_wall_s:
+                skipped = len(runs) - i + 1
+                progress(f"stopping after {elapsed_s:.0f} s: {skipped} runs would end after --max-wall {cfg.max_wall_s:g} s")
+                break
+            run_started = clock()
             if isinstance(sampler, CommandSampler):
                 sampler.check()
             if recorder.error is not None:
@@ -458,6 +467,7 @@ def run_experiment(
             progress(f"run {i}/{len(runs)}: {names}")
             r = run_combination(i, combo, gpu, cfg, env, clock)
             results.append(r)
+            run_walls_s.append(clock() - run_started)
             rates = ", ".join(f"{t} {v} steps/s" for t, v in zip(r.job_types, r.steps_per_s, strict=False))
             progress(f"run {i}/{len(runs)}: {'FAILED: ' + r.error if r.error else 'done: ' + rates}")
         ends = [r.end_at for r in results if r.end_at is not None]
@@ -479,6 +489,7 @@ def run_experiment(
         "gpu_uuid": gpu.uuid,
         "runs": len(results),
         "failed_runs": sum(r.error is not None for r in results),
+        "skipped_runs": skipped,
         "window_s": cfg.window_s,
         "sample_interval_s": cfg.sample_interval_s,
         "duration_per_run_s": cfg.duration_per_run_s,

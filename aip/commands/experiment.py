@@ -36,6 +36,11 @@ def register(sub: Any) -> None:
     p.add_argument("--interval", type=float, default=0.5, help="NVML sampling interval in seconds, at most 1 (default 0.5)")
     p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the GPU to use (default 0)")
     p.add_argument(
+        "--max-wall",
+        type=float,
+        help="skip the remaining runs (pairs and triples come last) when the next would end after this many seconds",
+    )
+    p.add_argument(
         "--job-arg",
         action="append",
         default=[],
@@ -74,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
             sample_interval_s=args.interval,
             gpu_index=args.gpu_index,
             job_args=list(args.job_arg),
+            max_wall_s=args.max_wall,
         )
         cfg.check()
         nvml = None
@@ -96,6 +102,11 @@ def run(args: argparse.Namespace) -> int:
     except (ExperimentError, BrokerError) as exc:
         raise CliError(str(exc)) from None
     print(
-        json.dumps({k: summary[k] for k in ("environment", "runs", "failed_runs", "rows", "labelled_rows", "groups", "wall_s")})
+        json.dumps(
+            {
+                k: summary[k]
+                for k in ("environment", "runs", "failed_runs", "skipped_runs", "rows", "labelled_rows", "groups", "wall_s")
+            }
+        )
     )
     return 1 if summary["failed_runs"] else 0

@@ -44,3 +44,27 @@ def test_config_refuses_slow_sampling_and_windows_without_two_samples(tmp_path: 
     with pytest.raises(ExperimentError, match="two samples"):
         ExperimentConfig(**base, window_s=1.0, sample_interval_s=0.75).check()
     ExperimentConfig(**base).check()
+
+
+def test_command_sampler_stops_its_producer_and_keeps_its_summary(tmp_path: Path) -> None:
+    import sys
+
+    from config import Settings
+    from workloads.experiment import CommandSampler
+
+    # Stands in for `aip produce nvml`: says it is up, then prints its JSON summary on SIGTERM, as the command does.
+    script = (
+        "import json, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (print(json.dumps({'source': 'nvml', 'rounds': 3})), sys.exit(0)))\n"
+        "print('up', file=sys.stderr, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    log = tmp_path / "producer.log"
+    sampler = CommandSampler(Settings(), 0.5, log, argv=[sys.executable, "-c", script])
+    from conftest import wait_for  # type: ignore[import-not-found]
+
+    wait_for(lambda: log.exists() and "up" in log.read_text(), timeout_s=20, what="the stand-in producer to start")
+    sampler.check()
+    assert sampler.close() == {"sampler": "aip produce nvml", "exit_code": 0, "source": "nvml", "rounds": 3}
+    with pytest.raises(ExperimentError, match="exited with code 0"):
+        sampler.check()
