@@ -28,7 +28,9 @@ def _setting(default: Any, help: str, *, secret: bool = False, choices: tuple[st
 @dataclass(frozen=True)
 class Settings:
     # Kafka connection
-    broker: str = _setting(f"{EMBEDDED_HOST}:{EMBEDDED_PORT}", "bootstrap servers: host:port, a comma-separated list, or kafka://host:port")
+    broker: str = _setting(
+        f"{EMBEDDED_HOST}:{EMBEDDED_PORT}", "bootstrap servers: host:port, a comma-separated list, or kafka://host:port"
+    )
     security_protocol: str = _setting(
         "PLAINTEXT", "Kafka security protocol", choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
     )
@@ -64,8 +66,9 @@ class Settings:
     lifecycle_hold_s: float = _setting(
         120.0, "metric windows wait at most this long (event time) for a silent jobs.lifecycle stream before closing"
     )
-    stage1_batch: int = _setting(1000, "stage 1 handles input in batches of up to this many events")
-    stage1_batch_wait_s: float = _setting(0.05, "stage 1 waits at most this long to fill a batch")
+    stage1_batch: int = _setting(1000, "stage 1 handles input in batches of up to this many events (1: event by event)")
+    stage1_batch_wait_s: float = _setting(0.05, "stage 1 waits at most this long to fill a batch (stage1_batch > 1)")
+    checkpoint_interval_s: float = _setting(5.0, "stage 1 writes changed per-GPU state to its changelog table this often")
     alert_threshold_pct: float = _setting(50.0, "raise an alert when interference reaches this")
     alert_clear_pct: float = _setting(35.0, "clear it when interference falls below this")
     state_dir: str = _setting("", "worker state: models and profiles (default: ~/.cache/aip/state)")

@@ -60,35 +60,41 @@ def state_dir(settings: Settings) -> Path:
     return path
 
 
+def app_config(settings: Settings, *, web: bool = True, web_port: int | None = None) -> dict[str, Any]:
+    """faust settings for the broker at hand (see DESIGN.md: Tansu holds JoinGroup for the whole rebalance timeout)."""
+    return dict(
+        broker=[f"kafka://{s}" for s in settings.bootstrap_servers],
+        broker_credentials=broker_credentials(settings),
+        store="memory://",
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        producer_acks=1,
+        broker_rebalance_timeout=settings.rebalance_timeout_s,
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=1.0,
+        broker_max_poll_interval=30.0,
+        broker_request_timeout=max(settings.request_timeout_s, 31.0),
+        web_enabled=web,
+        web_port=web_port if web_port is not None else settings.web_port,
+        web_bind="127.0.0.1",
+        web_in_thread=False,
+        datadir=str(state_dir(settings) / "faust"),
+        consumer_auto_offset_reset="earliest",
+        key_serializer="raw",
+        value_serializer="raw",
+    )
+
+
 class Streams:
     """One worker's app, processors and metrics (attributes for tests and views)."""
 
-    def __init__(self, settings: Settings, *, web: bool = True, web_port: int | None = None, clock: Any = time.time) -> None:
+    def __init__(
+        self, settings: Settings, *, web: bool = True, web_port: int | None = None, clock: Any = time.time, stage2: bool = True
+    ) -> None:
         self.settings = settings
         self.topics = Topics(settings.topic_prefix)
         self.clock = clock
-        self.app = faust.App(
-            app_id(settings),
-            broker=[f"kafka://{s}" for s in settings.bootstrap_servers],
-            broker_credentials=broker_credentials(settings),
-            store="memory://",
-            topic_partitions=settings.partitions,
-            topic_replication_factor=settings.replication_factor,
-            producer_acks=1,
-            broker_rebalance_timeout=settings.rebalance_timeout_s,
-            broker_session_timeout=10.0,
-            broker_heartbeat_interval=1.0,
-            broker_max_poll_interval=30.0,
-            broker_request_timeout=max(settings.request_timeout_s, 31.0),
-            web_enabled=web,
-            web_port=web_port if web_port is not None else settings.web_port,
-            web_bind="127.0.0.1",
-            web_in_thread=False,
-            datadir=str(state_dir(settings) / "faust"),
-            consumer_auto_offset_reset="earliest",
-            key_serializer="raw",
-            value_serializer="raw",
-        )
+        self.app = faust.App(app_id(settings), **app_config(settings, web=web, web_port=web_port))
         app = self.app
         t = self.topics
         self.inputs = app.topic(t.metrics, t.lifecycle, key_serializer="raw", value_serializer="raw")
@@ -108,8 +114,9 @@ class Streams:
         self.stage2 = Stage2(settings.alert_threshold_pct, settings.alert_clear_pct, state_dir=state_dir(settings), clock=clock)
         self.metrics = StreamMetrics(self.stage1.counters, self.stage2.counters)
         self._refitting: set[str] = set()
+        self._last_checkpoint = 0.0
         self._refit_futures: set[asyncio.Future[None]] = set()
-        self._register()
+        self._register(stage2)
 
     # ------------------------------------------------------------------ state
     def _load_gpu(self, gpu: str) -> Any:
@@ -120,6 +127,12 @@ class Streams:
         for gpu in self.stage1.dirty:
             self.table[gpu.encode()] = self.stage1.gpus[gpu].to_dict()
         self.stage1.dirty.clear()
+
+    def maybe_checkpoint(self) -> None:
+        now = time.monotonic()
+        if self.stage1.dirty and now - self._last_checkpoint >= self.settings.checkpoint_interval_s:
+            self._last_checkpoint = now
+            self.checkpoint()
 
     def on_partitions_revoked(self, *_: Any, **__: Any) -> None:
         # Another worker may own these GPUs now; reload from the table on next sight.
@@ -154,19 +167,25 @@ class Streams:
             log.exception("stage 1 failed on %s p%s@%s", event.message.topic, event.message.partition, event.message.offset)
             return [], f"stage 1 error: {type(exc).__name__}: {exc}"
 
-    def _register(self) -> None:
+    def _register(self, with_stage2: bool = True) -> None:
         app = self.app
         s = self.settings
 
         @app.agent(self.inputs, name="stage1")
         async def stage1(stream: Any) -> None:
-            async for batch in stream.take_events(s.stage1_batch, within=s.stage1_batch_wait_s):
-                await self.stage1_batch(batch)
+            if s.stage1_batch > 1:
+                async for batch in stream.take_events(s.stage1_batch, within=s.stage1_batch_wait_s):
+                    await self.stage1_batch(batch)
+            else:
+                async for event in stream.events():
+                    await self.stage1_event(event)
 
-        @app.agent(self.observations, name="stage2")
         async def stage2(stream: Any) -> None:
             async for batch in stream.take_events(200, within=0.02):
                 await self.stage2_batch(batch)
+
+        if with_stage2:
+            stage2 = app.agent(self.observations, name="stage2")(stage2)
 
         @app.timer(60.0)
         async def save_models() -> None:
@@ -191,6 +210,18 @@ class Streams:
 
         self.agents = (stage1, stage2)
 
+    async def stage1_event(self, event: Any) -> None:
+        """Stage 1 for one event (the default: cheaper per event than faust's take buffer here)."""
+        obs, error = self.handle_input(event)
+        self.metrics.consumed.labels("stage1").inc()
+        if error is not None:
+            await self.send_dead_letter(event, error, "stage1")
+        elif obs:
+            for o in obs:
+                await self.observations.send(key=o.environment.encode(), value=encode(o))
+            self.metrics.published.labels("observations").inc(len(obs))
+            self.maybe_checkpoint()
+
     async def stage1_batch(self, batch: Iterable[Any]) -> None:
         observations: list[Observation] = []
         n = 0
@@ -205,7 +236,7 @@ class Streams:
         for o in observations:
             await self.observations.send(key=o.environment.encode(), value=encode(o))
         self.metrics.published.labels("observations").inc(len(observations))
-        self.checkpoint()
+        self.maybe_checkpoint()
 
     async def stage2_batch(self, batch: Iterable[Any]) -> None:
         boards = {}
@@ -265,7 +296,8 @@ def run_worker(settings: Settings, *, loglevel: str = "warn", web_port: int | No
     from faust.worker import Worker
 
     streams = create_app(settings, web_port=web_port)
-    worker = Worker(streams.app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    levels = {"crit": "critical", "warn": "warning"}
+    worker = Worker(streams.app, loglevel=levels.get(loglevel, loglevel), quiet=True, redirect_stdouts=False)
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:

@@ -22,6 +22,15 @@ class LateEvent(Exception):
     """An event arrived after its window closed (beyond the allowed lateness)."""
 
 
+def _seen(job: Job, event: JobEvent) -> bool:
+    """The event is a resend of one already applied (same kind at the same event time)."""
+    if event.kind == "started":
+        return job.start == event.ts
+    if event.kind == "finished":
+        return job.end == event.ts
+    return any(p[0] == event.ts for p in job.progress)
+
+
 class Stage1:
     """Per-GPU event-time windows, solo profiles and observations.
 
@@ -62,6 +71,9 @@ class Stage1:
     def on_metric(self, sample: MetricSample) -> list[Observation]:
         """Add a sample to its window; return the observations of windows that close."""
         st = self.state(sample.gpu_uuid)
+        if st.duplicate_sample(sample.producer_id, sample.seq, sample.ts):
+            self.counters["duplicate_metrics"] += 1
+            return []
         k = window_index(sample.ts, self.window_s)
         if st.closed is not None and k < st.closed:
             self.counters["late_metrics"] += 1
@@ -85,6 +97,9 @@ class Stage1:
         st = self.state(event.gpu_uuid)
         late = st.closed is not None and event.ts < st.closed * self.window_s
         job = st.jobs.get(event.job_id)
+        if job is not None and _seen(job, event):
+            self.counters["duplicate_lifecycle"] += 1
+            return []
         if job is None:
             job = st.jobs[event.job_id] = Job(event.job_type)
         if event.kind == "started":

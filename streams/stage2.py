@@ -184,7 +184,7 @@ class Stage2:
         known = self.job_types.get(obs.environment, {})
         running_types = [obs.job_type, *obs.co_job_types]
         running_solos: list[Mapping[str, float | None]] = [obs.solo, *obs.co_solo]
-        key = (obs.gpu_uuid, obs.window_start, tuple(sorted(running_types)), tuple(sorted(known)), models.observations)
+        key = (obs.gpu_uuid, obs.window_start, tuple(sorted(running_types)), tuple(sorted(known)))
         if self._what_if_cache is not None and self._what_if_cache[0] == key:
             return self._what_if_cache[1]
         entries = []

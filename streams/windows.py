@@ -128,6 +128,23 @@ class GpuState:
     metrics_wm: float | None = None
     lifecycle_wm: float | None = None
     jobs: dict[str, Job] = field(default_factory=dict)
+    seqs: dict[str, list[float]] = field(default_factory=dict)  # producer_id -> [last seq, latest ts]
+
+    def duplicate_sample(self, producer_id: str | None, seq: int, ts: float) -> bool:
+        """True for a sample already seen (a resend after a crash or reconnect); else remember it.
+
+        A sample is a duplicate when both its ``seq`` and its ``ts`` are not beyond
+        the last one of its producer; a restarted producer (seq from 0, later ts) is not.
+
+        >>> st = GpuState()
+        >>> st.duplicate_sample("p", 5, 10.0), st.duplicate_sample("p", 5, 10.0), st.duplicate_sample("p", 0, 11.0)
+        (False, True, False)
+        """
+        last = self.seqs.get(producer_id or "")
+        if last is not None and seq <= last[0] and ts <= last[1]:
+            return True
+        self.seqs[producer_id or ""] = [float(seq), ts if last is None else max(ts, last[1])]
+        return False
 
     def closable(self, window_s: float, lateness_s: float, hold_s: float) -> int | None:
         """Index of the first window that may not close yet (None: nothing known)."""
@@ -172,6 +189,7 @@ class GpuState:
             "mwm": self.metrics_wm,
             "lwm": self.lifecycle_wm,
             "jobs": {j: job.to_dict() for j, job in self.jobs.items()},
+            "seqs": self.seqs,
         }
 
     @classmethod
@@ -183,6 +201,7 @@ class GpuState:
             metrics_wm=d.get("mwm"),
             lifecycle_wm=d.get("lwm"),
             jobs={j: Job.from_dict(v) for j, v in d.get("jobs", {}).items()},
+            seqs={p: list(v) for p, v in d.get("seqs", {}).items()},
         )
 
 

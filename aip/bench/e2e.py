@@ -1,0 +1,131 @@
+"""``aip bench e2e``: sample timestamp to prediction published, through one ``aip worker``.
+
+First a burst of simulated events measures the worker's maximum rate (stage-1
+consumed records per second from its /metrics); then a second simulated fleet
+is published paced at half that rate, and every prediction of its GPUs is
+timed from the wall-clock moment the last sample of its window was published
+to the moment the prediction is consumed.  That span includes waiting for the
+window to close (window end + lateness in event time, divided by the speedup).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from typing import Any
+
+
+def _consumed(port: int, what: str = 'consumed_records_total{stage="stage1"}') -> float:
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return -1.0
+    m = re.search("aip_stream_" + re.escape(what) + r" ([0-9.e+]+)", body)
+    return float(m.group(1)) if m else 0.0
+
+
+def _stage2_idle(port: int) -> bool:
+    published = _consumed(port, 'published_records_total{topic="observations"}')
+    return _consumed(port, 'consumed_records_total{stage="stage2"}') >= published
+
+
+def _pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
+def run(quick: bool, progress: Any) -> dict[str, Any]:
+    from aip.broker import EmbeddedBroker, free_port
+    from config import Settings
+    from producers.sim import Simulator
+    from transport import RecordConsumer, RecordProducer, ensure_project_topics
+
+    paced_wall_s = 40.0 if quick else 120.0
+    with EmbeddedBroker(port=free_port()) as broker, tempfile.TemporaryDirectory() as tmp:
+        settings = Settings.from_env(
+            broker=broker.address, topic_prefix=f"e{uuid.uuid4().hex[:8]}.", partitions=4, state_dir=f"{tmp}/state"
+        )
+        ensure_project_topics(settings)
+        port = free_port()
+        env = dict(
+            os.environ,
+            AIP_BROKER=broker.address,
+            AIP_TOPIC_PREFIX=settings.topic_prefix,
+            AIP_PARTITIONS="4",
+            AIP_STATE_DIR=settings.state_dir,
+        )
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "aip.cli", "worker", "--no-create-topics", "--web-port", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(f"{tmp}/worker.log", "wb"),
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while _consumed(port) < 0 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            burst = list(Simulator(32, seed=1, start_ts=1_700_000_000.0, duration_s=300 if quick else 600).events())
+            progress(f"burst of {len(burst)} events")
+            with RecordProducer(settings, linger_ms=20) as p:
+                for topic, record in burst:
+                    p.send(topic, record)
+                p.flush(60)
+            t0 = time.monotonic()
+            while _consumed(port) < len(burst) and time.monotonic() - t0 < 300:
+                time.sleep(0.1)
+            max_rate = len(burst) / (time.monotonic() - t0)
+            while not _stage2_idle(port) and time.monotonic() - t0 < 600:  # let stage 2 drain the burst
+                time.sleep(0.2)
+            rate = max_rate / 2
+            gpus = 16
+            probe = Simulator(gpus, seed=2, start_ts=1_700_000_000.0, duration_s=100)
+            per_sim_s = sum(1 for _ in probe.events()) / 100.0
+            speedup = max(1.0, rate / per_sim_s)
+            progress(f"max {max_rate:.0f} events/s; pacing {gpus} GPUs at {rate:.0f} events/s (speedup {speedup:.1f})")
+            start_ts = time.time()
+            sim = Simulator(gpus, seed=2, start_ts=start_ts, duration_s=paced_wall_s * speedup)
+            uuids = {g.uuid for g in sim.gpus}
+            consumer = RecordConsumer(settings, ["interference.predictions"])
+            latencies: list[float] = []
+            wall0 = time.time()
+            with RecordProducer(settings, linger_ms=1) as p:
+                for topic, record in sim.events():
+                    due = wall0 + (record.ts - start_ts) / speedup
+                    while time.time() < due:
+                        for item in consumer.poll(timeout_s=max(0.0, min(0.05, due - time.time()))):
+                            _latency(item, uuids, wall0, start_ts, speedup, latencies)
+                    p.send(topic, record)
+            end = time.monotonic() + 10
+            while time.monotonic() < end:
+                for item in consumer.poll(timeout_s=0.5):
+                    _latency(item, uuids, wall0, start_ts, speedup, latencies)
+            consumer.close()
+        finally:
+            worker.terminate()
+            worker.wait(30)
+    if not latencies:
+        raise RuntimeError("no predictions for the paced GPUs")
+    return {
+        "e2e_p50_s": round(_pct(latencies, 0.5), 3),
+        "e2e_p99_s": round(_pct(latencies, 0.99), 3),
+        "e2e_predictions": len(latencies),
+        "e2e_rate_events_per_s": round(rate),
+        "e2e_max_events_per_s": round(max_rate),
+        "e2e_speedup": round(speedup, 2),
+        "e2e_config": json.dumps({"window_s": settings.window_s, "lateness_s": settings.lateness_s}),
+    }
+
+
+def _latency(item: Any, uuids: set[str], wall0: float, start_ts: float, speedup: float, out: list[float]) -> None:
+    r = item.record
+    if r is None or r.gpu_uuid not in uuids or r.window_end is None:
+        return
+    published = wall0 + (r.window_end - start_ts) / speedup  # the window's last sample was published by then
+    out.append(time.time() - published)

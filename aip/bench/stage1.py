@@ -1,0 +1,130 @@
+"""``aip bench stage1``: stage 1 on one core vs a plain faust pass-through agent; state memory per 1,000 GPUs.
+
+Both consumers read the same simulated events (``producers.sim``) from the
+embedded broker in child processes pinned to one core; each reports the time
+from its first to its last event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+
+def _child(mode: str, broker: str, prefix: str, n: int, state_dir: str) -> None:
+    """Runs in the pinned child: consume ``n`` events, print {"seconds": ...} and exit."""
+    import asyncio
+
+    import faust
+
+    from config import Settings
+    from events import Topics
+    from streams.app import app_config, app_id, create_app
+
+    settings = Settings.from_env(broker=broker, topic_prefix=prefix, partitions=4, state_dir=state_dir)
+    seen = {"n": 0, "t0": 0.0}
+
+    def count(k: int) -> None:
+        if seen["n"] == 0:
+            seen["t0"] = time.perf_counter()
+        seen["n"] += k
+        if seen["n"] >= n:
+            print(json.dumps({"seconds": time.perf_counter() - seen["t0"], "events": seen["n"]}), flush=True)
+            os._exit(0)
+
+    if mode == "passthrough":
+        app = faust.App(app_id(settings) + "-passthrough", **app_config(settings, web=False))
+        t = Topics(prefix)
+
+        @app.agent(app.topic(t.metrics, t.lifecycle, key_serializer="raw", value_serializer="raw"), name="passthrough")
+        async def passthrough(stream: Any) -> None:
+            async for _value in stream:
+                count(1)
+    else:
+        streams = create_app(settings, web=False, stage2=False)
+        app = streams.app
+        real_event, real_batch = streams.stage1_event, streams.stage1_batch
+
+        async def one(event: Any) -> None:
+            await real_event(event)
+            count(1)
+
+        async def batch(events: Any) -> None:
+            await real_batch(events)
+            count(len(events))
+
+        streams.stage1_event = one  # type: ignore[method-assign]
+        streams.stage1_batch = batch  # type: ignore[method-assign]
+    from faust.worker import Worker
+
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    Worker(app, loglevel="error", quiet=True, redirect_stdouts=False).execute_from_commandline()
+
+
+def _run_child(mode: str, broker: str, prefix: str, n: int, state_dir: str) -> float:
+    cmd = [
+        sys.executable,
+        "-c",
+        f"from aip.bench.stage1 import _child; _child({mode!r}, {broker!r}, {prefix!r}, {n}, {state_dir!r})",
+    ]
+    proc = subprocess.run(["taskset", "-c", "0", *cmd], capture_output=True, text=True, timeout=600)
+    for line in reversed(proc.stdout.splitlines()):
+        if '{"seconds"' in line:
+            return float(json.loads(line[line.index("{") :])["seconds"])
+    raise RuntimeError(f"bench child {mode} failed: {proc.stdout[-500:]} {proc.stderr[-500:]}")
+
+
+def state_mb_per_1000_gpus(gpus: int = 1000, duration_s: float = 90.0) -> float:
+    """Peak traced memory of a pure Stage 1 fed ``gpus`` simulated GPUs, scaled to 1,000 GPUs."""
+    import tracemalloc
+
+    from producers.sim import Simulator
+    from streams.stage1 import Stage1
+
+    events = list(Simulator(gpus, seed=7, start_ts=1_700_000_000.0, duration_s=duration_s).events())
+    tracemalloc.start()
+    stage = Stage1()
+    for topic, record in events:
+        stage.on_metric(record) if topic == "gpu.metrics" else stage.on_job(record)
+    _current, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return round(peak / 1e6 * 1000 / gpus, 2)
+
+
+def run(quick: bool, progress: Any) -> dict[str, Any]:
+    import tempfile
+
+    from aip.broker import EmbeddedBroker, free_port
+    from config import Settings
+    from producers.sim import Simulator
+    from transport import RecordProducer, ensure_project_topics
+
+    gpus, sim_s = (64, 500) if quick else (128, 900)
+    with EmbeddedBroker(port=free_port()) as broker, tempfile.TemporaryDirectory() as tmp:
+        progress(f"producing {gpus} simulated GPUs x {sim_s} s")
+        settings = Settings(broker=broker.address, topic_prefix=f"b{uuid.uuid4().hex[:8]}.", partitions=4)
+        ensure_project_topics(settings)
+        n = 0
+        with RecordProducer(settings, linger_ms=20, batch_size=256_000) as p:
+            for topic, record in Simulator(gpus, seed=1, start_ts=1_700_000_000.0, duration_s=sim_s).events():
+                p.send(topic, record)
+                n += 1
+            p.flush(60)
+        progress(f"{n} events on the broker; pass-through agent on one core")
+        t_pass = _run_child("passthrough", broker.address, settings.topic_prefix, n, f"{tmp}/p")
+        progress(f"pass-through {n / t_pass:.0f} events/s; stage 1 on one core")
+        t_stage = _run_child("stage1", broker.address, settings.topic_prefix, n, f"{tmp}/s")
+        progress(f"stage 1 {n / t_stage:.0f} events/s; state memory")
+    mem = state_mb_per_1000_gpus(200 if quick else 1000, 60.0 if quick else 90.0)
+    return {
+        "stage1_events_per_s": round(n / t_stage),
+        "passthrough_events_per_s": round(n / t_pass),
+        "stage1_ratio": round(t_pass / t_stage, 3),
+        "stage1_events": n,
+        "state_mb_per_1000_gpus": mem,
+    }
