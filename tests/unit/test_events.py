@@ -171,3 +171,25 @@ def test_topics_prefix() -> None:
     assert t.all() == tuple("x." + n for n in RECORD_OF)
     assert t.record_of("x.gpu.metrics") is MetricSample
     assert t.name("gpu.metrics") == t.name("x.gpu.metrics") == "x.gpu.metrics"
+
+
+@pytest.mark.parametrize("cls", TOP_LEVEL, ids=lambda c: c.__name__)
+@FAST
+@given(data=st.data())
+def test_compiled_validator_agrees_with_the_general_checker(cls: type, data: st.DataObject) -> None:
+    """The fast path (plain dicts) and the general path (any Mapping) accept and reject the same values."""
+    from types import MappingProxyType
+
+    from events.schema import from_dict
+
+    obj = to_dict(data.draw(records_of(cls)))
+    obj.pop("schema_version")
+    for name in data.draw(st.lists(st.sampled_from(sorted(obj)), max_size=3)):
+        obj[name] = data.draw(json_values | st.floats())
+    outcomes = []
+    for value in (obj, MappingProxyType(obj)):
+        try:
+            outcomes.append(("ok", from_dict(cls, value)))
+        except RecordError as exc:
+            outcomes.append(("error", str(exc)))
+    assert outcomes[0] == outcomes[1]
