@@ -21,7 +21,7 @@ from config import Settings
 from events import JobEvent, MetricSample, Observation, RecordError, Topics, decode, encode
 from events.topics import LIFECYCLE, METRICS
 from streams.deadletters import dead_letter
-from streams.metrics import StreamMetrics
+from streams.metrics import StreamMetrics, dead_letter_reason
 from streams.stage1 import LateEvent, Stage1
 from streams.stage2 import Stage2
 
@@ -112,7 +112,9 @@ class Streams:
         )
         self.stage1 = Stage1(settings.window_s, settings.lateness_s, settings.lifecycle_hold_s, loader=self._load_gpu)
         self.stage2 = Stage2(settings.alert_threshold_pct, settings.alert_clear_pct, state_dir=state_dir(settings), clock=clock)
-        self.metrics = StreamMetrics(self.stage1.counters, self.stage2.counters)
+        self.metrics = StreamMetrics(
+            self.stage1.counters, self.stage2.counters, leaderboards=lambda: self.stage2.leaderboards, highwater=self._highwater
+        )
         self._refitting: set[str] = set()
         self._last_checkpoint = 0.0
         self._refit_futures: set[asyncio.Future[None]] = set()
@@ -139,14 +141,27 @@ class Streams:
         self.checkpoint()
         self.stage1.gpus.clear()
 
+    def _highwater(self, topic: str, partition: int) -> int | None:
+        from faust.types import TP
+
+        try:
+            return int(self.app.consumer.highwater(TP(self.topics.name(topic), partition)))
+        except Exception:  # not assigned here, or the consumer is not running
+            return None
+
+    def _consumed(self, event: Any) -> None:
+        m = event.message
+        self.metrics.consumed_message(self.topics.base(m.topic), m.partition, m.offset)
+
     # ----------------------------------------------------------------- output
     async def send(self, name: str, key: str | None, record: Any) -> None:
         await self.out[name].send(key=None if key is None else key.encode(), value=encode(record))
-        self.metrics.published.labels(name).inc()
+        self.metrics.published[name] += 1
 
     async def send_dead_letter(self, event: Any, error: str, stage: str) -> None:
         m = event.message
         record = dead_letter(self.topics.base(m.topic), m.partition, m.offset, m.value, error, m.key, stage, now=self.clock())
+        self.metrics.dead_letters[dead_letter_reason(error)] += 1
         await self.send("deadletter", record.key, record)
 
     # ----------------------------------------------------------------- agents
@@ -213,39 +228,37 @@ class Streams:
     async def stage1_event(self, event: Any) -> None:
         """Stage 1 for one event (the default: cheaper per event than faust's take buffer here)."""
         obs, error = self.handle_input(event)
-        self.metrics.consumed.labels("stage1").inc()
+        self._consumed(event)
         if error is not None:
             await self.send_dead_letter(event, error, "stage1")
         elif obs:
             for o in obs:
                 await self.observations.send(key=o.environment.encode(), value=encode(o))
-            self.metrics.published.labels("observations").inc(len(obs))
+            self.metrics.published["observations"] += len(obs)
             self.maybe_checkpoint()
 
     async def stage1_batch(self, batch: Iterable[Any]) -> None:
         observations: list[Observation] = []
-        n = 0
         for event in batch:
-            n += 1
             obs, error = self.handle_input(event)
+            self._consumed(event)
             if error is not None:
                 await self.send_dead_letter(event, error, "stage1")
             elif obs:
                 observations.extend(obs)
-        self.metrics.consumed.labels("stage1").inc(n)
         for o in observations:
             await self.observations.send(key=o.environment.encode(), value=encode(o))
-        self.metrics.published.labels("observations").inc(len(observations))
+        self.metrics.published["observations"] += len(observations)
         self.maybe_checkpoint()
 
     async def stage2_batch(self, batch: Iterable[Any]) -> None:
         boards = {}
-        n = 0
         for event in batch:
-            n += 1
+            self._consumed(event)
             try:
                 obs = decode(Observation, event.value)
                 out = self.stage2.on_observation(obs)
+                self.metrics.observations[obs.environment] += 1
             except RecordError as exc:
                 await self.send_dead_letter(event, f"invalid interference.observations record: {exc}", "stage2")
                 continue
@@ -259,7 +272,6 @@ class Streams:
                 await self.send("alerts", a.gpu_uuid, a)
             if out.leaderboard is not None:
                 boards[out.leaderboard.environment] = out.leaderboard
-        self.metrics.consumed.labels("stage2").inc(n)
         for env, board in boards.items():
             await self.send("leaderboard", env, board)
         self.start_refits()

@@ -1,38 +1,135 @@
-"""Prometheus metrics of a worker: its own registry, so several apps can live in one process."""
+"""Prometheus metrics of a worker, in its own registry (several apps can live in one process).
+
+Names carry their units (``_records_total``, ``_points``).  Everything that is
+already counted elsewhere (stage counters, leaderboards, offsets) is read at
+scrape time by one collector, so the hot path only bumps a dict entry.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client import Counter as PromCounter
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from events import Leaderboard
 
-class _StageCounters:
-    """Exports the processors' plain counters (windows by kind, late events, duplicates)."""
 
-    def __init__(self, stage1: Counter[str], stage2: Counter[str]) -> None:
-        self.stage1 = stage1
-        self.stage2 = stage2
+def dead_letter_reason(error: str) -> str:
+    """A short, bounded label for a dead letter's reason (the full text is in the record).
+
+    >>> dead_letter_reason("invalid gpu.metrics record: sm_util_pct: 120 is above the maximum 100")
+    'invalid_record'
+    >>> dead_letter_reason("late event: 30.0 s behind the watermark")
+    'late'
+    """
+    lowered = error.lower()
+    if "not valid json" in lowered or "empty message" in lowered:
+        return "undecodable"
+    if lowered.startswith("invalid"):
+        return "invalid_record"
+    if "late" in lowered:
+        return "late"
+    if "error:" in lowered:
+        return "stage_error"
+    return "other"
+
+
+class _Collector:
+    def __init__(self, metrics: StreamMetrics) -> None:
+        self.m = metrics
 
     def collect(self) -> Iterator[Any]:
-        family = CounterMetricFamily("aip_stream_stage_events", "stage counters by stage and kind", labels=["stage", "kind"])
-        for stage, counters in (("stage1", self.stage1), ("stage2", self.stage2)):
+        m = self.m
+        consumed = CounterMetricFamily("aip_stream_consumed_records", "records consumed, by topic", labels=["topic"])
+        for topic, value in sorted(m.consumed.items()):
+            consumed.add_metric([topic], float(value))
+        yield consumed
+        published = CounterMetricFamily(
+            "aip_stream_published_records",
+            "records published, by topic (short name: observations, predictions, ...)",
+            labels=["topic"],
+        )
+        for topic, value in sorted(m.published.items()):
+            published.add_metric([topic], float(value))
+        yield published
+        dead = CounterMetricFamily(
+            "aip_stream_deadletters", "records sent to the dead-letter topic, by reason", labels=["reason"]
+        )
+        for reason, value in sorted(m.dead_letters.items()):
+            dead.add_metric([reason], float(value))
+        yield dead
+        stages = CounterMetricFamily("aip_stream_stage_events", "stage counters by stage and kind", labels=["stage", "kind"])
+        for stage, counters in (("stage1", m.stage1), ("stage2", m.stage2)):
             for kind, value in sorted(counters.items()):
-                family.add_metric([stage, kind], float(value))
-        yield family
+                stages.add_metric([stage, kind], float(value))
+        yield stages
+        obs = CounterMetricFamily("aip_observations", "observations learned, by environment", labels=["environment"])
+        for env, value in sorted(m.observations.items()):
+            obs.add_metric([env], float(value))
+        yield obs
+        lag = GaugeMetricFamily("aip_stream_consumer_lag_records", "records not yet consumed", labels=["topic", "partition"])
+        for (topic, partition), behind in sorted(m.lag().items()):
+            lag.add_metric([topic, str(partition)], float(behind))
+        yield lag
+        error = GaugeMetricFamily(
+            "aip_model_mae_points",
+            "rolling or cross-validated MAE, points of interference rate",
+            labels=["environment", "mode", "category", "model", "kind"],
+        )
+        selected = GaugeMetricFamily(
+            "aip_model_selected_info",
+            "1 for the model selected per environment, mode and category",
+            labels=["environment", "mode", "category", "model"],
+        )
+        for env, board in sorted(m.leaderboards().items()):
+            for e in board.entries:
+                if e.mae is not None:
+                    error.add_metric([env, e.mode, e.category, e.model, e.kind], e.mae)
+            for key, model in sorted(board.selected.items()):
+                mode, _, category = key.partition(":")
+                selected.add_metric([env, mode, category, model], 1.0)
+        yield error
+        yield selected
 
 
 class StreamMetrics:
-    def __init__(self, stage1: Counter[str], stage2: Counter[str]) -> None:
+    """Counters the worker bumps, and a registry that renders them with the processors' own state."""
+
+    def __init__(
+        self,
+        stage1: Counter[str],
+        stage2: Counter[str],
+        *,
+        leaderboards: Callable[[], Mapping[str, Leaderboard]] = dict,
+        highwater: Callable[[str, int], int | None] = lambda topic, partition: None,
+    ) -> None:
+        self.stage1 = stage1
+        self.stage2 = stage2
+        self.leaderboards = leaderboards
+        self.highwater = highwater
+        self.consumed: Counter[str] = Counter()
+        self.published: Counter[str] = Counter()
+        self.dead_letters: Counter[str] = Counter()
+        self.observations: Counter[str] = Counter()
+        self.positions: dict[tuple[str, int], int] = {}
         self.registry = CollectorRegistry(auto_describe=False)
-        self.consumed = PromCounter("aip_stream_consumed_records", "records consumed", ["stage"], registry=self.registry)
-        self.published = PromCounter("aip_stream_published_records", "records published", ["topic"], registry=self.registry)
-        self.registry.register(_StageCounters(stage1, stage2))  # type: ignore[arg-type]
+        self.registry.register(_Collector(self))  # type: ignore[arg-type]
+
+    def consumed_message(self, topic: str, partition: int, offset: int) -> None:
+        self.consumed[topic] += 1
+        self.positions[(topic, partition)] = offset
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        out = {}
+        for (topic, partition), offset in self.positions.items():
+            high = self.highwater(topic, partition)
+            if high is not None:
+                out[(topic, partition)] = max(0, high - offset - 1)
+        return out
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST.split(";")[0]

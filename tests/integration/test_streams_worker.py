@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -149,7 +150,16 @@ def test_measured_interference_matches_simulator_ground_truth(worker: Worker) ->
     assert wait_for(lambda: worker.get(f"/predictions/{gpu}")["jobs"], what="predictions view")
     assert "v100" in worker.get("/leaderboard")
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/metrics").read().decode()
-    assert "aip_stream_consumed_records_total" in metrics
+    for line in (
+        'aip_stream_consumed_records_total{topic="gpu.metrics"}',
+        'aip_stream_consumed_records_total{topic="jobs.lifecycle"}',
+        'aip_stream_published_records_total{topic="predictions"}',
+        'aip_observations_total{environment="v100"}',
+        'aip_model_mae_points{category="all",environment="v100"',
+        'aip_model_selected_info{category="all",environment="v100",mode="observed"',
+    ):
+        assert line in metrics, f"{line} missing from /metrics"
+    assert re.search(r'aip_stream_consumer_lag_records\{partition="\d+",topic="gpu.metrics"\} \d', metrics), "no consumer lag"
 
 
 def test_full_speed_replay_gives_the_paced_observations(worker: Worker) -> None:
@@ -225,3 +235,6 @@ def test_bad_records_are_dead_lettered_exactly_and_the_worker_keeps_going(worker
     assert all(d.partition >= 0 and d.offset >= 0 and d.stage == "stage1" for d in mine)
     assert worker.proc.poll() is None
     assert isinstance(worker.get("/leaderboard"), dict)
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/metrics").read().decode()
+    for reason in ("undecodable", "invalid_record", "late"):
+        assert f'aip_stream_deadletters_total{{reason="{reason}"}}' in metrics, reason
