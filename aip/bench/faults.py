@@ -1,0 +1,98 @@
+"""``aip bench faults``: the fault tests of issue 7 at full size, on a broker of their own.
+
+Each entry of ``faults`` says what was done, ``sent``, ``received``, ``lost`` and
+``recovery_s``; a test that found a broken guarantee or could not run carries
+``error`` with the reason instead of hiding it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+NOT_RUN = {"sent": None, "received": None, "lost": None, "recovery_s": None}
+
+
+def _settings(broker: Any, tmp: Path, name: str) -> Any:
+    from config import Settings
+
+    return Settings(
+        broker=broker.address,
+        topic_prefix=f"f{name}{uuid.uuid4().hex[:8]}.",
+        partitions=4,
+        connect_timeout_s=5.0,
+        spool_dir=str(tmp / name / "spool"),
+        state_dir=str(tmp / name / "state"),
+    )
+
+
+def _guard(name: str, what: str, fn: Callable[[], dict[str, Any]], progress: Callable[[str], None]) -> dict[str, Any]:
+    t0 = time.monotonic()
+    try:
+        result = fn()
+    except Exception as exc:  # a failed guarantee is a result, reported with its reason
+        result = {"what": what, **NOT_RUN, "error": f"{type(exc).__name__}: {exc}"[:600]}
+    result["seconds"] = round(time.monotonic() - t0, 1)
+    progress(f"{name}: {result}")
+    return result
+
+
+def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+    from aip.broker import EmbeddedBroker, free_port
+    from aip.faults import scenarios
+
+    faults: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="aip-faults-") as d:
+        tmp = Path(d)
+        broker = EmbeddedBroker(port=free_port()).start()
+        try:
+            per_topic = 2_000 if quick else 10_000
+            (tmp / "bad").mkdir()
+            faults["bad_input"] = _guard(
+                "bad_input",
+                f"{per_topic} fuzzed records per input topic",
+                lambda: scenarios.bad_input(_settings(broker, tmp, "bad"), tmp / "bad", per_topic=per_topic, progress=progress),
+                progress,
+            )
+            (tmp / "crash").mkdir()
+            kills = 3
+            faults["worker_crash"] = _guard(
+                "worker_crash",
+                f"SIGKILL the worker {kills}x at random moments during a simulator run, restart it",
+                lambda: scenarios.worker_crash(
+                    _settings(broker, tmp, "crash"),
+                    tmp / "crash",
+                    kills=kills,
+                    gpus=8,
+                    sim_s=900,
+                    run_s=40 if quick else 120,
+                    progress=progress,
+                    resume_timeout_s=60 if quick else 120,
+                ),
+                progress,
+            )
+        finally:
+            broker.stop()
+    faults["broker_outage"] = {
+        "what": "stop the broker 30 s with a worker and a spool-backed producer running",
+        **NOT_RUN,
+        "error": "not run: blocked on worker recovery (see worker_crash) and not built in the time available; "
+        "the producer side (20 s outage, every seq delivered) is tests/integration/test_producers_outage.py",
+    }
+    faults["load_soak"] = {
+        "what": "2x nominal (4,000 samples/s: 2,000 GPUs at 1 Hz, twice) for 10 min (1 min quick)",
+        **NOT_RUN,
+        "error": "not run: not built in the time available",
+    }
+    faults["security"] = {
+        "what": "SASL authentication to the broker; no unpickling of untrusted data; secrets never printed",
+        **NOT_RUN,
+        "error": "broker authentication not built (Tansu 0.6.0 offers only SCRAM against users it cannot bootstrap; an "
+        "authenticating front was not built in the time available); the unpickling and secret checks are unit tests "
+        "(tests/unit/test_security_*.py)",
+    }
+    return {"faults": faults}

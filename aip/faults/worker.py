@@ -1,0 +1,148 @@
+"""Real ``aip worker`` processes for fault tests: start, wait until ready, SIGKILL, restart, read metrics and RSS."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from config import Settings
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The ``AIP_*`` variables that give a child process these settings (secrets included: environment only)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIP_")}
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if value != f.default:
+            env[f"AIP_{f.name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+    return env
+
+
+def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
+    """Poll ``condition`` until truthy; raise TimeoutError naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+class WorkerProcess:
+    """One ``aip worker`` subprocess with its own web port and log file."""
+
+    def __init__(self, settings: Settings, web_port: int, log_path: str | Path, extra_env: dict[str, str] | None = None) -> None:
+        self.settings = settings
+        self.web_port = web_port
+        self.log_path = Path(log_path)
+        self.extra_env = extra_env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> WorkerProcess:
+        env = settings_env(self.settings) | self.extra_env
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "aip.cli", "worker", "--no-create-topics", "--web-port", str(self.web_port)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        self.starts += 1
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def get(self, path: str, timeout_s: float = 5.0) -> Any:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}{path}", timeout=timeout_s) as r:
+            body = r.read()
+        return body.decode() if path == "/metrics" else json.loads(body)
+
+    def ready(self) -> bool:
+        if not self.alive():
+            raise RuntimeError(f"the worker exited (code {self.proc.returncode if self.proc else None}): {self.log_tail()}")
+        try:
+            self.get("/leaderboard", timeout_s=1.0)
+            return True
+        except OSError:
+            return False
+
+    def wait_ready(self, timeout_s: float = 90.0) -> float:
+        """Wait until the web server answers; return the seconds it took."""
+        t0 = time.monotonic()
+        wait_until(self.ready, timeout_s, "the worker's web server")
+        return time.monotonic() - t0
+
+    def metrics(self) -> dict[str, float]:
+        """Prometheus samples as ``{'name{labels}': value}``; empty when the worker does not answer."""
+        try:
+            text = self.get("/metrics", timeout_s=2.0)
+        except OSError:
+            return {}
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                try:
+                    out[name] = float(value)
+                except ValueError:
+                    continue
+        return out
+
+    def counter(self, name: str, **labels: str) -> float:
+        """Sum of the samples of ``name`` whose labels include ``labels`` (0 when none)."""
+        want = [f'{k}="{v}"' for k, v in labels.items()]
+        total = 0.0
+        for key, value in self.metrics().items():
+            base, _, rest = key.partition("{")
+            if base == name and all(w in rest for w in want):
+                total += value
+        return total
+
+    def rss_mb(self) -> float:
+        text = Path(f"/proc/{self.pid}/status").read_text()
+        m = re.search(r"VmRSS:\s+(\d+) kB", text)
+        return int(m.group(1)) / 1024 if m else 0.0
+
+    def kill(self) -> None:
+        """SIGKILL: no clean shutdown, no final commit, no model save."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
