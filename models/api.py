@@ -34,13 +34,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from events import CATEGORIES, MODES, PARAMETERS, Leaderboard, LeaderboardEntry, Observation
 from models import persist
 from models.datasets import Sample
 from models.features import observed_features as _observed_features
 from models.features import placement_features as _placement_features
 from models.features import restrict
-from models.selection import cross_validate, mae
+from models.selection import cross_validate
 from models.zoo import BATCH, HEAVY_ONLINE, ONLINE, RiverModel, load_batch, make_batch, make_online
 
 PLACEMENT_KEYS = (*PARAMETERS, "M", "throughput")
@@ -118,8 +120,12 @@ class Config:
     refit_every: int = 500
     """Observations between periodic refits."""
     refit_min_rows: int = 30
-    refit_rows: int = 600
-    """A refit cross-validates and fits on the most recent ``refit_rows`` labelled observations."""
+    refit_rows: int = 10_000
+    """A refit uses the most recent ``refit_rows`` labelled observations: the final fit of each selected model
+    uses all of them (batch models fit the distinct feature rows, weighted by their copies)."""
+    refit_cv_rows: int | None = 2_000
+    """Cross-validation trains on a group-stratified subsample of this many rows in a mode whose refit rows hold
+    more distinct feature rows than that (observed mode); every row is still scored out of fold.  None: no cap."""
     history: int = 10_000
     folds: int = 3
     workers: int = 1
@@ -140,34 +146,43 @@ class RefitResult:
     jobset_errors: dict[str, dict[tuple[str, str, str], tuple[float, int]]]
     seconds: float
     rows: int
+    """Rows of the refit: the final fits use all of them."""
+    cv_rows: dict[str, int] = field(default_factory=dict)
+    """Per mode, the rows cross-validation trained on (``refit_cv_rows`` when capped, else ``rows``)."""
     finished_at: float = field(default_factory=time.time)
 
 
 def run_refit(samples: Sequence[Sample], config: Config, seed: int) -> RefitResult:
-    """Grouped CV of every batch model x category x mode, then fit the best per mode x category."""
+    """Grouped CV of every batch model x category x mode, then fit the best per mode x category on all rows."""
+    from models.selection import feature_frames
+
     t0 = time.perf_counter()
     modes = [m for m in MODES if any(s.features(m, "all") for s in samples[:50])]
-    scores = cross_validate(samples, modes, models=config.batch_models, k=config.folds, seed=seed, workers=config.workers)
+    frames = {mode: feature_frames(samples, mode) for mode in modes}
+    scores = cross_validate(
+        samples, modes, models=config.batch_models, k=config.folds, seed=seed, workers=config.workers,
+        max_rows=config.refit_cv_rows, frames=frames,
+    )  # fmt: skip
     table = {(s.mode, s.category, s.model): (s.mae, s.relative_error, s.samples) for s in scores}
     y = [s.target for s in samples]
-    jobsets: dict[str, list[int]] = {}
-    for i, s in enumerate(samples):
-        jobsets.setdefault(s.job_set, []).append(i)
-    jobset_errors: dict[str, dict[tuple[str, str, str], tuple[float, int]]] = {}
-    for js, idx in jobsets.items():
-        if len(idx) >= config.jobset_min:
-            jobset_errors[js] = {(s.mode, s.category, s.model): (mae(s.oof[idx], [y[i] for i in idx]), len(idx)) for s in scores}
+    yarr = np.asarray(y, dtype=float)
+    names, code = np.unique([s.job_set for s in samples], return_inverse=True)
+    counts = np.bincount(code, minlength=len(names))
+    big = np.flatnonzero(counts >= config.jobset_min)
+    jobset_errors: dict[str, dict[tuple[str, str, str], tuple[float, int]]] = {str(names[j]): {} for j in big}
+    for s in scores:  # each job set's mean absolute out-of-fold error, per model x category x mode
+        per = np.bincount(code, weights=np.abs(s.oof - yarr), minlength=len(names)) / np.maximum(counts, 1)
+        for j in big:
+            jobset_errors[str(names[j])][(s.mode, s.category, s.model)] = (float(per[j]), int(counts[j]))
     selected: dict[tuple[str, str], tuple[str, Any]] = {}
     best: dict[tuple[str, str], tuple[float, str]] = {}
     for s in scores:
         if math.isfinite(s.mae) and ((s.mode, s.category) not in best or s.mae < best[(s.mode, s.category)][0]):
             best[(s.mode, s.category)] = (s.mae, s.model)
     for (mode, cat), (_, name) in best.items():
-        X = [restrict(s.features(mode, "all"), cat) for s in samples]
-        import pandas as pd
-
-        selected[(mode, cat)] = (name, make_batch(name, seed).fit(pd.DataFrame(X), y))
-    return RefitResult(table, selected, jobset_errors, time.perf_counter() - t0, len(samples))
+        selected[(mode, cat)] = (name, make_batch(name, seed).fit(frames[mode][cat], y))
+    cv_rows = {mode: max((s.trained for s in scores if s.mode == mode), default=0) for mode in modes}
+    return RefitResult(table, selected, jobset_errors, time.perf_counter() - t0, len(samples), cv_rows)
 
 
 class EnvironmentModels:

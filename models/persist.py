@@ -26,6 +26,8 @@ SKLEARN_TRUSTED = [
     "sklearn.preprocessing._data.StandardScaler",
     "sklearn.linear_model._base.LinearRegression",
     "sklearn.svm._classes.SVR",
+    "sklearn.svm._classes.LinearSVR",
+    "sklearn.preprocessing._polynomial.PolynomialFeatures",
     "sklearn.tree._classes.DecisionTreeRegressor",
     "sklearn.tree._tree.Tree",
     "sklearn.neighbors._regression.KNeighborsRegressor",

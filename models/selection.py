@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -20,7 +20,7 @@ import pandas as pd
 from events import CATEGORIES
 from models.datasets import Sample
 from models.features import restrict
-from models.zoo import BATCH, make_batch
+from models.zoo import BATCH, Prepared, make_batch
 
 
 def mae(pred: Sequence[float] | np.ndarray, actual: Sequence[float] | np.ndarray) -> float:
@@ -74,12 +74,46 @@ class Score:
     samples: int
     seconds: float
     oof: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+    trained: int = 0
+    """Rows the CV trained on (summed over the folds / (k - 1): the rows of the subsample when capped)."""
 
 
 def feature_frames(samples: Sequence[Sample], mode: str) -> dict[str, pd.DataFrame]:
-    """One frame per category (columns sorted, missing features NaN)."""
-    full = [s.features(mode, "all") for s in samples]
-    return {cat: pd.DataFrame([restrict(f, cat) for f in full]) for cat in CATEGORIES}
+    """One frame per category (missing features NaN): the ``all`` frame, then its columns per category."""
+    full = pd.DataFrame([s.features(mode, "all") for s in samples])
+    out = {}
+    for cat in CATEGORIES:
+        keep = list(restrict(dict.fromkeys(full.columns, 0.0), cat))
+        out[cat] = full[keep] if cat != "all" else full
+    return out
+
+
+def distinct_rows(frame: pd.DataFrame) -> int:
+    """How many distinct feature rows ``frame`` holds (missing values count as one value)."""
+    if frame.shape[1] == 0:
+        return min(1, len(frame))
+    a = frame.to_numpy(dtype=float, na_value=np.nan)
+    return len(np.unique(np.where(np.isnan(a), np.inf, a), axis=0))
+
+
+def stratified_subsample(groups: Sequence[str], n: int, seed: int = 0) -> np.ndarray:
+    """At most about ``n`` row indices (sorted), each group keeping its share (at least one row), drawn at random.
+
+    >>> idx = stratified_subsample(["a"] * 80 + ["b"] * 20, 10)
+    >>> len(idx), int((idx < 80).sum())
+    (10, 8)
+    """
+    g = np.asarray(groups)
+    if len(g) <= n:
+        return np.arange(len(g))
+    rng = np.random.default_rng(seed)
+    uniq, inverse = np.unique(g, return_inverse=True)
+    out = []
+    for j in range(len(uniq)):
+        rows = np.flatnonzero(inverse == j)
+        take = max(1, round(n * len(rows) / len(g)))
+        out.append(rng.choice(rows, min(take, len(rows)), replace=False))
+    return np.sort(np.concatenate(out))
 
 
 def cross_validate(
@@ -91,38 +125,63 @@ def cross_validate(
     k: int = 5,
     seed: int = 0,
     workers: int = 2,
+    max_rows: int | None = None,
+    frames: Mapping[str, Mapping[str, pd.DataFrame]] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[Score]:
-    """Out-of-fold predictions and errors of every model x category x mode, grouped by ``Sample.group``."""
+    """Out-of-fold predictions and errors of every model x category x mode, grouped by ``Sample.group``.
+
+    ``max_rows`` caps the *training* rows of the folds: a mode whose frame holds more than ``max_rows``
+    distinct feature rows is cross-validated on a group-stratified subsample of ``max_rows`` rows
+    (:func:`stratified_subsample`); the folds still cover every group, and every row of a test fold is
+    predicted, so the error is measured on all rows.  Duplicated rows are no cost (models fit the
+    distinct ones), so a mode with few distinct rows (placement) trains on all of them.  ``Score.trained``
+    says how many rows each fold trained on, summed over the folds / ``k - 1``.
+    """
     y = np.array([s.target for s in samples], dtype=float)
-    folds = grouped_folds([s.group for s in samples], k, seed)
+    groups = [s.group for s in samples]
+    folds = grouped_folds(groups, k, seed)
     if not folds:
         return []
     jobs = []
     for mode in modes:
-        frames = feature_frames(samples, mode)
+        mframes = frames[mode] if frames is not None and mode in frames else feature_frames(samples, mode)
+        keep: np.ndarray | None = None
+        if max_rows is not None and len(samples) > max_rows and distinct_rows(mframes["all"]) > max_rows:
+            keep = np.zeros(len(samples), dtype=bool)
+            keep[stratified_subsample(groups, max_rows, seed)] = True
+        mfolds = [(tr if keep is None else tr[keep[tr]], te) for tr, te in folds]
         for cat in categories:
-            X = frames[cat]
+            X = mframes[cat]
             if X.shape[1] == 0:
                 continue
-            for name in models:
-                jobs.append((mode, cat, name, X))
+            jobs.append((mode, cat, X, mfolds))
 
-    def one(job: tuple[str, str, str, pd.DataFrame]) -> Score:
-        mode, cat, name, X = job
-        t0 = time.perf_counter()
-        oof = np.zeros(len(y))
-        for train, test in folds:
-            model = make_batch(name, seed).fit(X.iloc[train], y[train])
-            oof[test] = model.predict(X.iloc[test])
-        return Score(name, cat, mode, mae(oof, y), relative_error(oof, y), len(y), time.perf_counter() - t0, oof)
+    def one(job: tuple[str, str, pd.DataFrame, list[tuple[np.ndarray, np.ndarray]]]) -> list[Score]:
+        mode, cat, X, mfolds = job
+        columns = sorted(str(c) for c in X.columns)
+        raw = X.reindex(columns=columns).to_numpy(dtype=float, na_value=np.nan)
+        oof = {name: np.zeros(len(y)) for name in models}
+        seconds = dict.fromkeys(models, 0.0)
+        for train, test in mfolds:
+            data = Prepared.of_array(columns, raw[train], y[train])  # shared by every model of this fold
+            test_a = data.cols.filled(raw[test])
+            for name in models:
+                t0 = time.perf_counter()
+                oof[name][test] = make_batch(name, seed).fit_prepared(data).predict_array(test_a)
+                seconds[name] += time.perf_counter() - t0
+        trained = sum(len(tr) for tr, _ in mfolds) // max(1, len(mfolds) - 1)
+        return [
+            Score(name, cat, mode, mae(oof[name], y), relative_error(oof[name], y), len(y), seconds[name], oof[name], trained)
+            for name in models
+        ]
 
     scores: list[Score] = []
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for i, score in enumerate(pool.map(one, jobs)):
-            scores.append(score)
-            if progress is not None and (i + 1) % max(1, len(jobs) // 10) == 0:
-                progress(f"cross-validated {i + 1}/{len(jobs)} (model x category x mode)")
+        for i, batch in enumerate(pool.map(one, jobs)):
+            scores.extend(batch)
+            if progress is not None:
+                progress(f"cross-validated {i + 1}/{len(jobs)} (mode x category; {len(models)} models each)")
     return scores
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -140,16 +141,29 @@ class _Columns:
     """Sorted columns and fill values learned at fit; frames and dicts become float arrays."""
 
     def __init__(self, X: pd.DataFrame) -> None:
-        self.columns = sorted(str(c) for c in X.columns)
-        fill = []
-        for c in self.columns:
-            if "=" in c:
-                fill.append(0.0)
-            else:
-                med = pd.to_numeric(X[c], errors="coerce").median()
-                fill.append(0.0 if pd.isna(med) else float(med))
-        self.fill = np.array(fill, dtype=float)
+        columns = sorted(str(c) for c in X.columns)
+        raw = X.reindex(columns=columns).apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        self._init(columns, raw)
+
+    def _init(self, columns: list[str], raw: np.ndarray) -> None:
+        self.columns = columns
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN column: fill 0
+            med = np.nanmedian(raw, axis=0) if len(raw) else np.full(len(columns), np.nan)
+        ind = np.array(["=" in c for c in columns], dtype=bool)
+        self.fill = np.where(ind | np.isnan(med), 0.0, med).astype(float)
         self.index = {c: i for i, c in enumerate(self.columns)}
+
+    @classmethod
+    def of_array(cls, columns: list[str], raw: np.ndarray) -> _Columns:
+        """From an array whose columns are ``columns`` (sorted), NaN where missing."""
+        self = cls.__new__(cls)
+        self._init(list(columns), raw)
+        return self
+
+    def filled(self, raw: np.ndarray) -> np.ndarray:
+        mask = np.isnan(raw)
+        return np.where(mask, self.fill, raw) if mask.any() else raw
 
     def frame(self, X: pd.DataFrame) -> np.ndarray:
         a = X.reindex(columns=self.columns).to_numpy(dtype=float, na_value=np.nan)
@@ -178,6 +192,56 @@ class _Columns:
         return self
 
 
+def compress(a: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Collapse identical feature rows into one: (distinct rows, mean target, count).
+
+    In placement mode every observation of the same job set has the same features, so 10,000
+    observations hold a few hundred distinct rows.  For squared-error fits (least squares, MSE trees)
+    the weighted distinct rows give exactly the same model.  Rows keep the order of their first
+    occurrence; with no duplicates the input comes back unchanged with ``None`` weights.
+
+    >>> a, t, w = compress(np.array([[1.0, 2.0], [3.0, 4.0], [1.0, 2.0]]), np.array([1.0, 5.0, 3.0]))
+    >>> a.tolist(), t.tolist(), w.tolist()
+    ([[1.0, 2.0], [3.0, 4.0]], [2.0, 5.0], [2.0, 1.0])
+    """
+    if len(a) < 2:
+        return a, y, None
+    rows = np.ascontiguousarray(a, dtype=float) + 0.0  # + 0.0: -0.0 and 0.0 compare equal as bytes too
+    _, first, inverse = np.unique(rows.view(np.dtype((np.void, 8 * a.shape[1])))[:, 0], return_index=True, return_inverse=True)
+    if len(first) == len(a):
+        return a, y, None
+    order = np.argsort(first)  # distinct rows in order of first occurrence
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    g = rank[np.ravel(inverse)]
+    count = np.bincount(g).astype(float)
+    return a[first[order]], np.bincount(g, weights=y) / count, count
+
+
+class Prepared:
+    """A training set as the batch models use it: sorted columns, fill values, the filled array, the target,
+    and (computed once, on demand) its distinct rows.  Cross-validation prepares each fold once for all models."""
+
+    def __init__(self, cols: _Columns, a: np.ndarray, y: np.ndarray) -> None:
+        self.cols, self.a, self.y = cols, a, y
+        self._distinct: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
+
+    @classmethod
+    def of_frame(cls, X: pd.DataFrame, y: Sequence[float]) -> Prepared:
+        cols = _Columns(X)
+        return cls(cols, cols.frame(X), np.asarray(y, dtype=float))
+
+    @classmethod
+    def of_array(cls, columns: list[str], raw: np.ndarray, y: np.ndarray) -> Prepared:
+        cols = _Columns.of_array(columns, raw)
+        return cls(cols, cols.filled(raw), np.asarray(y, dtype=float))
+
+    def distinct(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        if self._distinct is None:
+            self._distinct = compress(self.a, self.y)
+        return self._distinct
+
+
 # --------------------------------------------------------------------------- batch: scikit-learn
 
 
@@ -193,14 +257,37 @@ class SklearnModel:
         self._fast: Callable[[np.ndarray], float] | None = None
 
     def fit(self, X: pd.DataFrame, y: Sequence[float]) -> SklearnModel:
-        self.cols = _Columns(X)
+        return self.fit_prepared(Prepared.of_frame(X, y))
+
+    def fit_prepared(self, data: Prepared) -> SklearnModel:
+        self.cols = data.cols
         self.estimator = self.factory(self.seed)
         self._fast = None
+        a, t = data.a, data.y
         last = self.estimator.steps[-1][1] if hasattr(self.estimator, "steps") else self.estimator
-        if hasattr(last, "n_neighbors") and len(X) < last.n_neighbors:
-            last.set_params(n_neighbors=max(1, len(X)))  # tiny data sets (the paper's rows)
-        self.estimator.fit(self.cols.frame(X), np.asarray(y, dtype=float))
+        weight: np.ndarray | None = None
+        if self.name in COMPRESSED:
+            a, t, weight = data.distinct()
+        if hasattr(last, "n_neighbors"):
+            weight = None  # KNN: the distinct points, each with the mean target of its copies
+            if len(a) < last.n_neighbors:
+                last.set_params(n_neighbors=max(1, len(a)))  # tiny data sets (the paper's rows)
+        if weight is not None and hasattr(last, "min_samples_leaf") and last.min_samples_leaf > 1:
+            # a leaf of >= m duplicated rows == a leaf of weight >= m (min_samples_leaf would count distinct rows)
+            last.set_params(min_weight_fraction_leaf=last.min_samples_leaf / float(weight.sum()), min_samples_leaf=1)
+        if isinstance(last, _linear_svr_class()):
+            self.estimator = _fit_svr(self.estimator, a, t, weight)
+        elif weight is None:
+            self.estimator.fit(a, t)
+        elif hasattr(self.estimator, "steps"):
+            self.estimator.fit(a, t, **{f"{n}__sample_weight": weight for n, _ in self.estimator.steps})
+        else:
+            self.estimator.fit(a, t, sample_weight=weight)
         return self
+
+    def predict_array(self, a: np.ndarray) -> np.ndarray:
+        """Predict rows already in :attr:`cols` order and filled."""
+        return np.asarray(self.estimator.predict(a), dtype=float)
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
         assert self.cols is not None, "fit first"
@@ -240,16 +327,84 @@ def _linear(seed: int) -> Any:
     return _scaled(LinearRegression())
 
 
-def _svr_linear(seed: int) -> Any:
-    from sklearn.svm import SVR
+def _linear_svr_class() -> type:
+    from sklearn.svm import LinearSVR
 
-    return _scaled(SVR(kernel="linear", C=1.0, epsilon=1.0, max_iter=50_000))
+    return LinearSVR
+
+
+def _svr_linear(seed: int) -> Any:
+    # SVR with a linear kernel, solved in the primal by liblinear (same objective as libsvm's SVR(kernel="linear"))
+    from sklearn.svm import LinearSVR
+
+    return _scaled(LinearSVR(C=1.0, epsilon=1.0, loss="epsilon_insensitive", dual=True, max_iter=5_000, random_state=seed))
 
 
 def _svr_poly(seed: int) -> Any:
+    # SVR with the kernel (gamma <x, x'> + 1)^2, solved in the primal on that kernel's explicit feature map
+    # (degree-2 monomials, weighted so that their inner product is the kernel); see _fit_primal_svr
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import PolynomialFeatures, StandardScaler
+    from sklearn.svm import LinearSVR
+
+    return make_pipeline(
+        StandardScaler(), PolynomialFeatures(degree=2, include_bias=False),
+        LinearSVR(C=10.0, epsilon=1.0, loss="epsilon_insensitive", dual=True, max_iter=5_000, random_state=seed),
+    )  # fmt: skip
+
+
+POLY_COEF0 = 1.0
+
+
+def _fit_svr(pipe: Any, a: np.ndarray, y: np.ndarray, weight: np.ndarray | None) -> Any:
+    """Fit ``StandardScaler [-> PolynomialFeatures] -> LinearSVR`` as the kernel SVR it stands for; returns the estimator.
+
+    * linear kernel: ``<x, x'>`` on the scaled inputs -- LinearSVR's own (primal) problem;
+    * poly kernel ``(gamma <x, x'> + c)^2`` (gamma as scikit-learn's ``"scale"``, on the weighted rows): the
+      same objective is solved where it is smaller.  Dual (libsvm ``SVR(kernel="poly")``, one variable per
+      row) when the rows are at most 4x the kernel's features; else primal on the kernel's explicit feature
+      map -- ``sqrt(2 c gamma) x_i``, ``gamma x_i^2``, ``sqrt(2) gamma x_i x_j`` (the constant ``c`` is
+      absorbed by the unpenalised intercept) -- with LinearSVR, whose weights are then folded into ``coef_``
+      so that the pipeline predicts from plain monomials.
+
+    For liblinear the target is centred first (liblinear penalises its intercept; libsvm does not).
+    """
+    import warnings as _w
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.pipeline import make_pipeline
     from sklearn.svm import SVR
 
-    return _scaled(SVR(kernel="poly", degree=2, C=10.0, epsilon=1.0, coef0=1.0, max_iter=50_000))
+    steps = [s for _, s in pipe.steps]
+    scaler, svr = steps[0], steps[-1]
+    xs = scaler.fit_transform(a, sample_weight=weight)
+    d: np.ndarray | None = None
+    with _w.catch_warnings():
+        _w.simplefilter("ignore", ConvergenceWarning)
+        if len(steps) == 3:
+            poly = steps[1]
+            feats = poly.fit_transform(xs)
+            w = np.ones(len(xs)) if weight is None else weight
+            ww = np.broadcast_to(w[:, None], xs.shape)
+            mean = float(np.average(xs, weights=ww))
+            var = float(np.average((xs - mean) ** 2, weights=ww))
+            gamma = 1.0 / (xs.shape[1] * var) if var > 0 else 1.0
+            if len(xs) <= 4 * feats.shape[1]:
+                kernel = SVR(
+                    kernel="poly", degree=2, gamma=gamma, coef0=POLY_COEF0, C=svr.C, epsilon=svr.epsilon, max_iter=50_000
+                )
+                kernel.fit(xs, y, sample_weight=weight)
+                return make_pipeline(scaler, kernel)
+            deg = poly.powers_.sum(axis=1)
+            square = poly.powers_.max(axis=1) == 2
+            d = np.where(deg == 1, math.sqrt(2.0 * POLY_COEF0 * gamma), np.where(square, gamma, math.sqrt(2.0) * gamma))
+            xs = feats * d
+        center = float(np.average(y, weights=weight))
+        svr.fit(xs, y - center, sample_weight=weight)
+    if d is not None:
+        svr.coef_ = svr.coef_ * d
+    svr.intercept_ = svr.intercept_ + center
+    return pipe
 
 
 def _tree(seed: int) -> Any:
@@ -292,6 +447,11 @@ BATCH_FACTORIES: dict[str, Callable[[int], Any]] = {
     "RandomForest": _rf,
     "ExtraTrees": _extra,
 }
+COMPRESSED = frozenset(BATCH_FACTORIES)
+"""Batch models fitted on the distinct feature rows (weights = copies; KNN: distinct points, mean target).
+Exact for LinearRegression and the MSE trees (DecisionTree; ExtraTrees in distribution); RandomForest's
+bootstrap and GradientBoosting's subsample draw distinct rows, and the SVRs' epsilon-insensitive loss of a
+mean target is not the summed loss of the copies, so those are close to, not equal to, the duplicated fit."""
 
 
 # --------------------------------------------------------------------------- fast single-row prediction
@@ -308,18 +468,25 @@ def compile_one(estimator: Any) -> Callable[[np.ndarray], float]:
     from sklearn.linear_model import LinearRegression
     from sklearn.neighbors import KNeighborsRegressor
     from sklearn.pipeline import Pipeline
-    from sklearn.svm import SVR
+    from sklearn.preprocessing import PolynomialFeatures
+    from sklearn.svm import SVR, LinearSVR
     from sklearn.tree import DecisionTreeRegressor
 
     scale: Callable[[np.ndarray], np.ndarray] = lambda a: a  # noqa: E731
     est = estimator
-    if isinstance(est, Pipeline) and len(est.steps) == 2:
+    if isinstance(est, Pipeline) and len(est.steps) in (2, 3):
         scaler = est.steps[0][1]
         mean = np.asarray(scaler.mean_, dtype=float)
         sd = np.asarray(scaler.scale_, dtype=float)
         scale = lambda a: (a - mean) / sd  # noqa: E731
-        est = est.steps[1][1]
-    if isinstance(est, LinearRegression) or (isinstance(est, SVR) and est.kernel == "linear"):
+        if len(est.steps) == 3:
+            poly = est.steps[1][1]
+            if not isinstance(poly, PolynomialFeatures):
+                return lambda a: float(estimator.predict(a.reshape(1, -1))[0])
+            powers = np.asarray(poly.powers_, dtype=float)
+            scale = lambda a: np.prod(((a - mean) / sd)[None, :] ** powers, axis=1)  # noqa: E731
+        est = est.steps[-1][1]
+    if isinstance(est, LinearRegression | LinearSVR) or (isinstance(est, SVR) and est.kernel == "linear"):
         coef = np.ravel(est.coef_).astype(float)
         icpt = float(np.ravel(est.intercept_)[0]) if np.ndim(est.intercept_) else float(est.intercept_)
         return lambda a: float(scale(a) @ coef + icpt)
@@ -412,11 +579,14 @@ class TorchMLP:
         )  # fmt: skip
 
     def fit(self, X: pd.DataFrame, y: Sequence[float]) -> TorchMLP:
+        return self.fit_prepared(Prepared.of_frame(X, y))
+
+    def fit_prepared(self, data: Prepared) -> TorchMLP:
+        """Fits every row (not the distinct ones): the minibatches sample rows, so copies weigh as rows."""
         import torch
 
-        self.cols = _Columns(X)
-        a = self.cols.frame(X)
-        t = np.asarray(y, dtype=float)
+        self.cols = data.cols
+        a, t = data.a, data.y
         mu, sd = a.mean(axis=0), a.std(axis=0)
         sd[sd == 0] = 1.0
         self.stats = np.concatenate([mu, sd, [t.mean(), t.std() or 1.0]])
@@ -456,6 +626,9 @@ class TorchMLP:
     def predict(self, X: pd.DataFrame) -> np.ndarray:
         assert self.cols is not None, "fit first"
         return self._forward(self.cols.frame(X))
+
+    def predict_array(self, a: np.ndarray) -> np.ndarray:
+        return self._forward(a)
 
     def predict_one(self, x: Mapping[str, float]) -> float:
         assert self.cols is not None, "fit first"

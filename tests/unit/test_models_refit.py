@@ -1,0 +1,84 @@
+"""Refit over many observations: exact compression of duplicated rows, primal SVRs, capped cross-validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from models import zoo
+from models.datasets import Sample
+from models.selection import cross_validate, stratified_subsample
+
+
+def _duplicated(seed: int = 0, distinct: int = 40, copies: int = 6) -> tuple[pd.DataFrame, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    base = pd.DataFrame({"a": rng.uniform(0, 10, distinct), "b": rng.uniform(-5, 5, distinct), "fam=x": 1.0})
+    X = pd.concat([base] * copies, ignore_index=True)
+    y = 3 * X["a"].to_numpy() - 2 * X["b"].to_numpy() + rng.normal(0, 2.0, len(X))
+    return X, y
+
+
+def test_compress_keeps_first_occurrence_order_and_means() -> None:
+    a = np.array([[2.0, 0.0], [1.0, 1.0], [2.0, -0.0], [1.0, 1.0]])
+    rows, t, w = zoo.compress(a, np.array([1.0, 2.0, 3.0, 6.0]))
+    assert rows.tolist() == [[2.0, 0.0], [1.0, 1.0]] and t.tolist() == [2.0, 4.0] and w.tolist() == [2.0, 2.0]
+    same, _, none = zoo.compress(a[:2], np.array([1.0, 2.0]))
+    assert none is None and same.tolist() == a[:2].tolist()
+
+
+@pytest.mark.parametrize("name", ["LinearRegression", "DecisionTree"])
+def test_compressed_fit_equals_fit_on_duplicates(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    X, y = _duplicated()
+    fast = zoo.make_batch(name).fit(X, y)
+    monkeypatch.setattr(zoo, "COMPRESSED", frozenset())
+    slow = zoo.make_batch(name).fit(X, y)
+    if name == "DecisionTree":  # same fit of the rows; between rows, float sums may break split ties differently
+        probe = X.iloc[:40]
+    else:
+        probe = pd.DataFrame({"a": np.linspace(0, 10, 25), "b": np.linspace(-5, 5, 25)[::-1], "fam=x": 1.0})
+    np.testing.assert_allclose(fast.predict(probe), slow.predict(probe), rtol=1e-9, atol=1e-9)
+
+
+def test_knn_on_duplicates_frame_and_row_agree() -> None:
+    X, y = _duplicated(copies=8)  # before compression, 5 of 8 equidistant copies were picked arbitrarily
+    m = zoo.make_batch("KNN").fit(X, y)
+    rows = X.iloc[:40].to_dict("records")
+    np.testing.assert_allclose(m.predict(X.iloc[:40]), [m.predict_one(r) for r in rows], rtol=1e-9)
+
+
+@pytest.mark.parametrize("rows", [30, 400])  # 30 rows: dual (libsvm, kernel); 400 rows: primal on the feature map
+def test_svr_poly_primal_and_dual_solve_the_same_problem(rows: int) -> None:
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import SVR
+
+    rng = np.random.default_rng(1)
+    X = pd.DataFrame({"a": rng.uniform(0, 10, rows), "b": rng.uniform(-5, 5, rows)})
+    y = (X["a"] - 5) ** 2 + 2 * X["a"] * X["b"] + rng.normal(0, 1.0, rows)
+    m = zoo.make_batch("SVR-poly").fit(X, y)
+    xs = StandardScaler().fit_transform(X.to_numpy())
+    ref = SVR(kernel="poly", degree=2, coef0=1.0, C=10.0, epsilon=1.0, gamma=1 / (2 * xs.var()), tol=1e-6).fit(xs, y)
+    pred, want = m.predict(X), ref.predict(xs)
+    assert np.mean(np.abs(pred - want)) < 0.05 * np.mean(np.abs(want - np.mean(want)))
+    np.testing.assert_allclose([m.predict_one(r) for r in X.iloc[:20].to_dict("records")], pred[:20], rtol=1e-9, atol=1e-9)
+
+
+def test_stratified_subsample_keeps_every_group() -> None:
+    groups = [f"g{i % 50}" for i in range(5000)]
+    idx = stratified_subsample(groups, 500, seed=3)
+    assert 450 <= len(idx) <= 550 and len({groups[i] for i in idx}) == 50
+    assert list(idx) == sorted(set(idx.tolist()))
+    assert stratified_subsample(groups[:100], 500).tolist() == list(range(100))
+
+
+def test_capped_cross_validation_scores_every_row() -> None:
+    rng = np.random.default_rng(0)
+    samples = [
+        Sample(f"j{i % 30}", (f"c{i % 7}",), float(v), f"g{i % 30}", "", {"E": float(v) + rng.normal(), "T": rng.normal()})
+        for i, v in enumerate(rng.uniform(0, 50, 900))
+    ]  # fmt: skip
+    capped = cross_validate(samples, ["observed"], models=("LinearRegression",), categories=("1",), k=3, max_rows=300)
+    full = cross_validate(samples, ["observed"], models=("LinearRegression",), categories=("1",), k=3)
+    assert capped[0].trained <= 310 and full[0].trained == 900
+    assert capped[0].samples == full[0].samples == 900 and np.all(capped[0].oof != 0)
+    assert capped[0].mae == pytest.approx(full[0].mae, rel=0.2)
