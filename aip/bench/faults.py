@@ -35,7 +35,7 @@ def _guard(name: str, what: str, fn: Callable[[], dict[str, Any]], progress: Cal
     try:
         result = fn()
     except Exception as exc:  # a failed guarantee is a result, reported with its reason
-        result = {"what": what, **NOT_RUN, "error": f"{type(exc).__name__}: {exc}"[:600]}
+        result = {"what": what, **NOT_RUN, **getattr(exc, "result", {}), "error": f"{type(exc).__name__}: {exc}"[:600]}
     result["seconds"] = round(time.monotonic() - t0, 1)
     progress(f"{name}: {result}")
     return result

@@ -22,16 +22,28 @@ Progress = Callable[[str], None]
 
 
 class FaultCheckFailed(AssertionError):
-    """A fault test found a broken guarantee; the message says which."""
+    """A fault test found a broken guarantee; the message says which, ``result`` holds the figures."""
+
+    result: dict[str, Any] = {}
 
 
 def _quiet(_: str) -> None:
     return None
 
 
+_LAST: dict[str, Any] = {}
+
+
+def _attach(result: dict[str, Any]) -> None:
+    _LAST.clear()
+    _LAST.update(result)
+
+
 def check(condition: bool, message: str) -> None:
     if not condition:
-        raise FaultCheckFailed(message)
+        exc = FaultCheckFailed(message)
+        exc.result = dict(_LAST)
+        raise exc
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -200,6 +212,7 @@ def bad_input(
         }
         dead.close()
         obs.close()
+        _attach(result)
         check(alive, f"the worker died: {worker.log_tail()}")
         check(not missing, f"{len(missing)} rejected records without a dead letter, e.g. {sorted(missing)[:3]}")
         check(
@@ -361,6 +374,7 @@ def worker_crash(
             "unique_observations": len(ids),
         }
         progress(str(result))
+        _attach(result)
         check(not missing, f"{len(missing)} of {len(expected)} observations lost, e.g. {sorted(missing)[:3]}")
         check(learned <= len(ids), f"learned {learned} observations but only {len(ids)} distinct ones exist (learned twice)")
         return result
