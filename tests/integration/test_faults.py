@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_bad_input_is_dead_lettered_exactly_and_valid_records_are_all_processed(settings: Any, tmp_path: Path) -> None:
-    result = scenarios.bad_input(settings, tmp_path, per_topic=1000, seed=1)
+    result = scenarios.bad_input(settings, tmp_path, per_topic=1000, seed=1, rate_per_s=1000)
     assert result["worker_alive"]
     assert result["lost"] == 0
     assert result["dead_letters"] == result["rejected_expected"] > 1500

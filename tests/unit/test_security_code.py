@@ -94,6 +94,10 @@ def findings(path: Path) -> list[str]:
             if "get_untrusted_types" not in body or "raise" not in body:
                 out.append(f"{rel}:{node.lineno}: skops load without checking untrusted types first")
             continue
+        if dotted in (("np", "load"), ("numpy", "load")):
+            ap = keywords.get("allow_pickle")
+            if ap is None or (isinstance(ap, ast.Constant) and ap.value is False):
+                continue  # numpy's default and explicit False refuse object arrays
         if dotted in UNSAFE_CALLS:
             fn = function_of(node)
             guard = GUARDED.get((rel, getattr(fn, "name", "")))
