@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any, TypeVar
 
-from events.schema import SCHEMA_VERSION, RecordError, from_dict, to_dict, validate_instance
+from events.schema import SCHEMA_VERSION, RecordError, from_dict, to_dict, validate_dict
 
 try:  # orjson is strict (no NaN literals) and several times faster than json
     import orjson as _json
@@ -41,8 +41,12 @@ def encode(record: Any) -> bytes:
     >>> encode(GpuProcess(pid=7, used_mem_mb=512.0))
     b'{"pid":7,"used_mem_mb":512.0}'
     """
-    validate_instance(record)
-    return _dumps(to_dict(record))
+    data = to_dict(record)
+    validate_dict(type(record), data)
+    check = getattr(record, "check", None)
+    if check is not None:
+        check()
+    return _dumps(data)
 
 
 def decode(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> T:

@@ -198,6 +198,20 @@ def _compiled(cls: type) -> Any:
         elif s.kind == "enum":
             env[f"c{i}"] = frozenset(s.choices)
             lines.append(f"    elif type(v) is str and v in c{i}: kw[{name!r}] = v")
+        elif s.kind == "list_str":
+            lines.append(
+                f"    elif type(v) is list and len(v) <= {MAX_LIST_LEN} and all(type(x) is str and len(x) <= {s.max_len} for x in v):"
+                f" kw[{name!r}] = v"
+            )
+        elif s.kind == "list_record":
+            assert s.record is not None
+            env[f"r{i}"] = s.record
+            env[f"v{i}"] = _compiled(s.record)
+            lines += [
+                f"    elif type(v) is list and len(v) <= {MAX_LIST_LEN} and all(type(x) is dict for x in v):",
+                f"        try: kw[{name!r}] = [r{i}(**v{i}(x, '')) for x in v]",
+                f"        except RecordError: kw[{name!r}] = _check_value(prefix + {name!r}, v, s{i})",
+            ]
         lines.append(f"    else: kw[{name!r}] = _check_value(prefix + {name!r}, v, s{i})")
     lines.append("    return kw")
     exec("\n".join(lines), env)
@@ -229,8 +243,13 @@ def from_dict(cls: type, data: Any, prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
+def validate_dict(cls: type, data: dict[str, Any]) -> None:
+    """Check the plain-dict form of a ``cls`` record (``to_dict``'s output) as decoding would."""
+    _compiled(cls)(data, "")
+
+
 def validate_instance(record: Any) -> None:
-    """Check an already-built record (used before encoding)."""
+    """Check an already-built record, field by field (the general path)."""
     for f in dataclasses.fields(record):
         if f.name == "schema_version":
             continue
