@@ -14,6 +14,7 @@ import struct
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +89,16 @@ class EmbeddedBroker:
         key: str | None = None,
         log_path: str | None = None,
         startup_timeout_s: float = 20.0,
+        users: Mapping[str, str] | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.authentication = authentication
+        # With users, Tansu listens on a private loopback port behind an authenticating front
+        # (aip/authfront.py: SASL PLAIN and SCRAM) that listens on host:port.
+        self._users = dict(users) if users else None
+        self.backend_port: int | None = None
+        self.front: Any = None
         self.cert = cert
         self.key = key
         self.startup_timeout_s = startup_timeout_s
@@ -103,10 +110,29 @@ class EmbeddedBroker:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def __repr__(self) -> str:  # never show the users
+        auth = f", {len(self._users)} users" if self._users else ""
+        return f"EmbeddedBroker({self.address}{auth})"
+
+    @property
+    def authenticating(self) -> bool:
+        """True when clients must authenticate with SASL (PLAIN or SCRAM) at the front."""
+        return bool(self._users)
+
     def command(self) -> list[str]:
         scheme = "tcp"
         url = f"{scheme}://{self.host}:{self.port}"
-        cmd = [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
+        listen = url if self.backend_port is None else f"{scheme}://127.0.0.1:{self.backend_port}"
+        cmd = [
+            broker_binary(),
+            "broker",
+            "--listener-url",
+            listen,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
         if self.authentication:
             cmd.append("--authentication")
         if self.cert:
@@ -118,6 +144,8 @@ class EmbeddedBroker:
     def start(self) -> EmbeddedBroker:
         if port_in_use(self.host, self.port):
             raise BrokerError(f"port {self.port} on {self.host} is already in use; choose another with --port")
+        if self._users and self.backend_port is None:
+            self.backend_port = free_port("127.0.0.1")
         cmd = self.command()
         if self.log_path:
             self._log = open(self.log_path, "ab")  # closed in stop()
@@ -130,11 +158,23 @@ class EmbeddedBroker:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise BrokerError(f"the broker exited at start (code {self.process.returncode}): {self._tail()}")
-            if kafka_api_versions(self.host, self.port, timeout_s=0.5):
+            if kafka_api_versions("127.0.0.1" if self.backend_port else self.host, self.backend_port or self.port, timeout_s=0.5):
+                if self._users:
+                    self._start_front()
                 return self
             time.sleep(0.05)
         self.stop()
         raise BrokerError(f"the broker did not answer on {self.address} within {self.startup_timeout_s:g} s")
+
+    def _start_front(self) -> None:
+        from aip.authfront import AuthFront
+
+        assert self._users and self.backend_port is not None
+        try:
+            self.front = AuthFront(self.host, self.port, "127.0.0.1", self.backend_port, self._users).start()
+        except OSError as exc:
+            self.stop()
+            raise BrokerError(str(exc)) from None
 
     def _tail(self) -> str:
         if self._log is None:
@@ -148,6 +188,9 @@ class EmbeddedBroker:
         return ""
 
     def stop(self, timeout_s: float = 5.0) -> None:
+        front, self.front = self.front, None
+        if front is not None:
+            front.stop(timeout_s)
         proc, self.process = self.process, None
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -166,6 +209,7 @@ class EmbeddedBroker:
         deadline = time.monotonic() + 10
         while port_in_use(self.host, self.port) and time.monotonic() < deadline:
             time.sleep(0.1)
+        self.backend_port = None  # the front (if any) picks a fresh private port for Tansu
         self.start()
 
     def alive(self) -> bool:

@@ -8,10 +8,16 @@ be decoded, so a reader never stops on bad input.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import logging
+import secrets
 import socket
+import ssl
+import struct
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,20 +55,205 @@ def kafka_config(settings: Settings) -> dict[str, Any]:
 
 
 def check_reachable(settings: Settings, timeout_s: float | None = None) -> None:
-    """Raise :class:`BrokerUnavailable` unless some bootstrap server accepts a TCP connection."""
+    """Raise :class:`BrokerUnavailable` unless some bootstrap server accepts a TCP connection.
+
+    With SASL, also authenticate once on that server (:func:`sasl_probe`) so that wrong
+    credentials end in one clear error at once: kafka-python itself retries the bootstrap
+    until its request timeout and then reports only "Unable to bootstrap".
+    """
     deadline = time.monotonic() + (settings.connect_timeout_s if timeout_s is None else timeout_s)
     last = ""
     while True:
         for server in settings.bootstrap_servers:
             host, _, port = server.rpartition(":")
             try:
-                with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+                with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0) as sock:
+                    if settings.uses_sasl:
+                        sasl_probe(settings, sock, server)
+                    elif not settings.uses_tls:
+                        plaintext_probe(settings, sock, server)
                     return
+            except BrokerUnavailable:  # a definite answer (wrong credentials): no point in retrying
+                raise
             except OSError as exc:
                 last = f"{server}: {exc.strerror or exc}"
         if time.monotonic() >= deadline:
-            raise BrokerUnavailable(f"no broker reachable at {settings.broker} ({last}); start one with `aip broker` or set --broker/AIP_BROKER")
+            raise BrokerUnavailable(
+                f"no broker reachable at {settings.broker} ({last}); start one with `aip broker` or set --broker/AIP_BROKER"
+            )
         time.sleep(0.2)
+
+
+# -------------------------------------------------------------------------- SASL probe
+_SASL_AUTHENTICATION_FAILED = 58
+_UNSUPPORTED_SASL_MECHANISM = 33
+
+
+class _Inconclusive(Exception):
+    """The probe could not tell (an old broker, TLS trouble, a dropped connection): let the client try."""
+
+
+def _frame(sock: socket.socket, api_key: int, version: int, correlation: int, client_id: str, body: bytes) -> bytes:
+    cid = client_id.encode()
+    payload = struct.pack(">hhih", api_key, version, correlation, len(cid)) + cid + body
+    sock.sendall(struct.pack(">i", len(payload)) + payload)
+    size = struct.unpack(">i", _recv(sock, 4))[0]
+    response = _recv(sock, size)
+    if struct.unpack(">i", response[:4])[0] != correlation:
+        raise _Inconclusive("correlation id mismatch")
+    return response[4:]
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise _Inconclusive("connection closed")
+        data += chunk
+    return data
+
+
+def _str16(b: bytes, pos: int) -> tuple[str | None, int]:
+    n = struct.unpack(">h", b[pos : pos + 2])[0]
+    if n < 0:
+        return None, pos + 2
+    return b[pos + 2 : pos + 2 + n].decode(errors="replace"), pos + 2 + n
+
+
+def _scram_steps(settings: Settings) -> Generator[bytes, bytes, None]:
+    """Client messages of a SCRAM exchange (RFC 5802); ``send`` the server's answers back in."""
+    name = "sha256" if settings.sasl_mechanism == "SCRAM-SHA-256" else "sha512"
+    user = settings.sasl_username.replace("=", "=3D").replace(",", "=2C")
+    nonce = base64.b64encode(secrets.token_bytes(18)).decode()
+    first_bare = f"n={user},r={nonce}"
+    server_first = (yield f"n,,{first_bare}".encode()).decode()
+    attrs = dict(a.split("=", 1) for a in server_first.split(",") if "=" in a)
+    if not attrs.get("r", "").startswith(nonce):
+        raise _Inconclusive("SCRAM nonce mismatch")
+    salted = hashlib.pbkdf2_hmac(name, settings.sasl_password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+    client_key = hmac.new(salted, b"Client Key", name).digest()
+    without_proof = f"c=biws,r={attrs['r']}"
+    auth_message = f"{first_bare},{server_first},{without_proof}".encode()
+    signature = hmac.new(hashlib.new(name, client_key).digest(), auth_message, name).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    yield f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+def _auth_failed(settings: Settings, server: str) -> BrokerUnavailable:
+    return BrokerUnavailable(
+        f"authentication failed at {server} ({settings.sasl_mechanism} as user {settings.sasl_username!r}): "
+        "check AIP_SASL_USERNAME/AIP_SASL_PASSWORD"
+    )
+
+
+def sasl_probe(settings: Settings, sock: socket.socket, server: str, timeout_s: float = 5.0) -> None:
+    """Authenticate once on a connected socket; raise :class:`BrokerUnavailable` on wrong credentials.
+
+    Speaks just enough Kafka for it: ApiVersions v0, SaslHandshake v1, SaslAuthenticate v0/v1
+    with PLAIN or SCRAM-SHA-256/512.  Anything it cannot tell (TLS, an old broker, a closed
+    connection) is left to the Kafka client.  The password is never part of an error.
+    """
+    try:
+        sock.settimeout(timeout_s)
+        if settings.uses_tls:
+            host = server.rpartition(":")[0].strip("[]")
+            context = ssl.create_default_context(cafile=settings.ssl_cafile or None)
+            context.check_hostname = settings.ssl_check_hostname
+            if not settings.ssl_check_hostname:
+                context.verify_mode = ssl.CERT_NONE
+            if settings.ssl_certfile:
+                context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile or None)
+            sock = context.wrap_socket(sock, server_hostname=host)
+        _probe(settings, sock, server)
+    except BrokerUnavailable:
+        raise
+    except (OSError, ValueError, KeyError, IndexError, struct.error, _Inconclusive) as exc:
+        log.debug("SASL probe of %s inconclusive: %s", server, type(exc).__name__)
+
+
+def plaintext_probe(settings: Settings, sock: socket.socket, server: str, timeout_s: float = 2.0) -> None:
+    """Raise :class:`BrokerUnavailable` when a broker answers ApiVersions but closes on a plain Metadata request.
+
+    That is what a SASL listener does with a client that does not authenticate (Kafka, and
+    ``aip broker --users``); kafka-python would retry it until its request timeout.
+    """
+    try:
+        sock.settimeout(timeout_s)
+        versions = _api_versions(sock, settings.client_id)
+        lo, hi = versions.get(3, (0, -1))
+        version = max(lo, 1)
+        if version > min(hi, 8):
+            return
+        body = struct.pack(">i", 0)  # no topics
+        if version >= 4:
+            body += b"\0"  # allow_auto_topic_creation
+        if version >= 8:
+            body += b"\0\0"  # include cluster/topic authorized operations
+        try:
+            _frame(sock, 3, version, 2, settings.client_id, body)
+        except (_Inconclusive, ConnectionResetError) as exc:
+            if isinstance(exc, ConnectionResetError) or str(exc) == "connection closed":
+                raise BrokerUnavailable(
+                    f"the broker at {server} requires authentication (it closed the connection on a plain request): "
+                    "set AIP_SECURITY_PROTOCOL=SASL_PLAINTEXT or SASL_SSL and AIP_SASL_USERNAME/AIP_SASL_PASSWORD"
+                ) from None
+            raise
+    except BrokerUnavailable:
+        raise
+    except (OSError, ValueError, IndexError, struct.error, _Inconclusive) as exc:
+        log.debug("plaintext probe of %s inconclusive: %s", server, type(exc).__name__)
+
+
+def _api_versions(sock: socket.socket, client_id: str) -> dict[int, tuple[int, int]]:
+    body = _frame(sock, 18, 0, 1, client_id, b"")
+    error, count = struct.unpack(">hi", body[:6])
+    if error:
+        raise _Inconclusive(f"ApiVersions error {error}")
+    return {k: (lo, hi) for k, lo, hi in (struct.unpack(">hhh", body[6 + 6 * i : 12 + 6 * i]) for i in range(count))}
+
+
+def _probe(settings: Settings, sock: socket.socket, server: str) -> None:
+    cid = settings.client_id
+    versions = _api_versions(sock, cid)
+    if 17 not in versions or versions[17][1] < 1 or 36 not in versions:
+        raise _Inconclusive("no SaslHandshake v1 / SaslAuthenticate")
+    mechanism = settings.sasl_mechanism
+    body = _frame(sock, 17, 1, 2, cid, struct.pack(">h", len(mechanism)) + mechanism.encode())
+    error, n = struct.unpack(">hi", body[:6])
+    offered, pos = [], 6
+    for _ in range(n):
+        m, pos = _str16(body, pos)
+        offered.append(m or "")
+    if mechanism not in offered and (error == _UNSUPPORTED_SASL_MECHANISM or not error):
+        raise BrokerUnavailable(
+            f"the broker at {server} does not offer SASL mechanism {mechanism} (it offers: {', '.join(offered) or 'none'}); "
+            "check AIP_SASL_MECHANISM"
+        )
+    if error:
+        raise _Inconclusive(f"SaslHandshake error {error}")
+    version = min(1, versions[36][1])
+    if mechanism == "PLAIN":
+        steps: Any = iter([b"\0" + settings.sasl_username.encode() + b"\0" + settings.sasl_password.encode()])
+    else:
+        steps = _scram_steps(settings)
+    token = next(steps)
+    correlation = 3
+    while True:
+        body = _frame(sock, 36, version, correlation, cid, struct.pack(">i", len(token)) + token)
+        correlation += 1
+        error = struct.unpack(">h", body[:2])[0]
+        if error == _SASL_AUTHENTICATION_FAILED:
+            raise _auth_failed(settings, server)
+        if error:
+            raise _Inconclusive(f"SaslAuthenticate error {error}")
+        _message, pos = _str16(body, 2)
+        size = struct.unpack(">i", body[pos : pos + 4])[0]
+        answer = body[pos + 4 : pos + 4 + max(size, 0)]
+        try:
+            token = steps.send(answer) if mechanism != "PLAIN" else next(steps)
+        except StopIteration:
+            return
 
 
 def _wrap_errors(settings: Settings, what: str, exc: Exception) -> BrokerUnavailable:
@@ -71,7 +262,9 @@ def _wrap_errors(settings: Settings, what: str, exc: Exception) -> BrokerUnavail
     for secret in settings.secrets():
         text = text.replace(secret, "****")
     if "Authentication" in name or "SASL" in text.upper() or "Authentication" in text:
-        return BrokerUnavailable(f"{what}: authentication failed at {settings.broker}: check AIP_SASL_USERNAME/AIP_SASL_PASSWORD ({name})")
+        return BrokerUnavailable(
+            f"{what}: authentication failed at {settings.broker}: check AIP_SASL_USERNAME/AIP_SASL_PASSWORD ({name})"
+        )
     return BrokerUnavailable(f"{what}: broker {settings.broker} unavailable: {name}: {text}".rstrip(": "))
 
 
@@ -172,7 +365,9 @@ class Received:
     error: str | None = None
 
 
-def decode_message(topics: Topics, topic: str, partition: int, offset: int, timestamp_ms: int, key: bytes | None, value: bytes | None) -> Received:
+def decode_message(
+    topics: Topics, topic: str, partition: int, offset: int, timestamp_ms: int, key: bytes | None, value: bytes | None
+) -> Received:
     cls = topics.record_of(topic)
     if cls is None:
         return Received(topic, partition, offset, timestamp_ms, key, value, error=f"unknown topic {topic}")
@@ -207,14 +402,18 @@ class RecordConsumer:
 
             check_reachable(settings)
             rebalance_ms = int(settings.rebalance_timeout_s * 1000)
-            cfg = kafka_config(settings) | {
-                "group_id": group,
-                "auto_offset_reset": "earliest" if from_beginning else "latest",
-                "enable_auto_commit": group is not None,
-                "max_poll_interval_ms": max(rebalance_ms, 1000),
-                "session_timeout_ms": max(6000, min(int(settings.request_timeout_s * 1000) - 1000, 10000)),
-                "heartbeat_interval_ms": 1000,
-            } | kafka_overrides
+            cfg = (
+                kafka_config(settings)
+                | {
+                    "group_id": group,
+                    "auto_offset_reset": "earliest" if from_beginning else "latest",
+                    "enable_auto_commit": group is not None,
+                    "max_poll_interval_ms": max(rebalance_ms, 1000),
+                    "session_timeout_ms": max(6000, min(int(settings.request_timeout_s * 1000) - 1000, 10000)),
+                    "heartbeat_interval_ms": 1000,
+                }
+                | kafka_overrides
+            )
             try:
                 consumer = KafkaConsumer(**cfg)
             except Exception as exc:

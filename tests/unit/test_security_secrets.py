@@ -71,3 +71,14 @@ def test_connection_errors_are_one_line_without_the_secret(tmp_path: Path, comma
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     assert "error" in lines[0]
+
+
+@pytest.mark.parametrize("text", [f"alice {SECRET}\n", f'{{"alice": {SECRET!r}}}'])
+def test_a_bad_users_file_is_one_line_without_the_password(tmp_path: Path, text: str) -> None:
+    users = tmp_path / "users"
+    users.write_text(text)
+    result = aip("broker", "--port", "1", "--users", str(users), env=secret_env(tmp_path))
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "users file" in lines[0], result.stderr
+    assert SECRET not in result.stdout + result.stderr

@@ -1,0 +1,299 @@
+"""SASL on the embedded broker: ``aip broker --users FILE`` (Tansu behind aip/authfront.py).
+
+Real processes and sockets: the producers, ``aip tail`` and the worker (faust on aiokafka)
+connect with the right credentials, and fail fast with one line with wrong ones.  Every
+output (the clients', the worker's, the broker's and its front's) is searched for the passwords.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import wait_for
+
+from aip.broker import free_port
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "s3cr3t-Pa55-do-not-print"
+OTHER = "0ther-Pa55-do-not-print"
+WRONG = "wr0ng-Pa55-do-not-print"
+PASSWORDS = (SECRET, OTHER, WRONG)
+
+
+@dataclass
+class AuthBroker:
+    proc: subprocess.Popen[bytes]
+    address: str
+    out: Path
+    err: Path
+
+    def output(self) -> str:
+        return self.out.read_text(errors="replace") + self.err.read_text(errors="replace")
+
+
+def start_auth_broker(tmp: Path) -> AuthBroker:
+    users = tmp / "users.txt"
+    users.write_text(f"# test users\nalice:{SECRET}\nbob:{OTHER}\n")
+    port = free_port()
+    out, err = tmp / "broker.out", tmp / "broker.err"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "aip.cli", "broker", "--port", str(port), "--users", str(users)],
+            cwd=ROOT,
+            stdout=o,
+            stderr=e,
+            env={k: v for k, v in os.environ.items() if not k.startswith("AIP_")},
+        )
+    broker = AuthBroker(proc, f"127.0.0.1:{port}", out, err)
+    wait_for(lambda: "broker ready" in broker.output() or proc.poll() is not None, timeout_s=30, what="aip broker --users")
+    assert proc.poll() is None, broker.output()
+    return broker
+
+
+def stop(broker: AuthBroker) -> int:
+    broker.proc.send_signal(signal.SIGTERM)
+    return broker.proc.wait(15)
+
+
+@pytest.fixture(scope="module")
+def auth_broker(tmp_path_factory: Any) -> Iterator[AuthBroker]:
+    broker = start_auth_broker(tmp_path_factory.mktemp("auth-broker"))
+    yield broker
+    stop(broker)
+    output = broker.output()
+    assert not any(p in output for p in PASSWORDS), "a password reached the broker's output"
+
+
+def env_for(broker: AuthBroker, tmp: Path, password: str, mechanism: str = "PLAIN", user: str = "alice") -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("AIP_")} | {
+        "AIP_BROKER": broker.address,
+        "AIP_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "AIP_SASL_MECHANISM": mechanism,
+        "AIP_SASL_USERNAME": user,
+        "AIP_SASL_PASSWORD": password,
+        "AIP_TOPIC_PREFIX": f"s{uuid.uuid4().hex[:10]}.",
+        "AIP_PARTITIONS": "2",
+        "AIP_CONNECT_TIMEOUT_S": "10",
+        "AIP_SPOOL_DIR": str(tmp / "spool"),
+        "AIP_STATE_DIR": str(tmp / "state"),
+    }
+
+
+def aip(*args: str, env: dict[str, str], timeout_s: float = 60) -> tuple[subprocess.CompletedProcess[str], float]:
+    t0 = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "aip.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
+    )
+    return result, time.monotonic() - t0
+
+
+def assert_no_password(text: str) -> None:
+    for p in PASSWORDS:
+        assert p not in text
+
+
+def settings_for(broker: AuthBroker, tmp: Path, password: str, mechanism: str = "PLAIN", user: str = "alice") -> Any:
+    from config import Settings
+
+    return Settings.from_env(env_for(broker, tmp, password, mechanism, user))
+
+
+# ---------------------------------------------------------------------------- right credentials
+@pytest.mark.parametrize(
+    ("mechanism", "user", "password"),
+    [("PLAIN", "alice", SECRET), ("SCRAM-SHA-256", "bob", OTHER), ("SCRAM-SHA-512", "alice", SECRET)],
+    ids=["plain", "scram-sha-256", "scram-sha-512"],
+)
+def test_records_go_through_the_front_with_the_right_credentials(
+    auth_broker: AuthBroker, tmp_path: Path, mechanism: str, user: str, password: str
+) -> None:
+    from transport import RecordConsumer, RecordProducer, ensure_topics
+
+    settings = settings_for(auth_broker, tmp_path, password, mechanism, user)
+    ensure_topics(settings, [settings.topic_prefix + "gpu.metrics"])
+    values = [f"record {i} via {mechanism}".encode() for i in range(20)]
+    with RecordProducer(settings) as producer:
+        for v in values:
+            producer.send_raw("gpu.metrics", v, key=v[-3:])
+        producer.flush(10)
+    with RecordConsumer(settings, ["gpu.metrics"], from_beginning=True) as consumer:
+        got = consumer.read(until=lambda items: len(items) >= len(values), timeout_s=20)
+    assert sorted(r.value for r in got) == sorted(values)
+
+
+def test_produce_sim_and_tail_with_the_right_credentials(auth_broker: AuthBroker, tmp_path: Path) -> None:
+    env = env_for(auth_broker, tmp_path, SECRET)
+    produced, _ = aip("produce", "sim", "--gpus", "1", "--fast", "--sim-duration", "5", env=env)
+    assert produced.returncode == 0, produced.stderr
+    summary = json.loads(produced.stdout.strip().splitlines()[-1])
+    assert summary["sent"] > 0 and summary["left_in_spool"] == 0
+    tailed, _ = aip("tail", "gpu.metrics", "--json", "--limit", "3", "--timeout", "10", env=env)
+    assert tailed.returncode == 0, tailed.stderr
+    lines = [json.loads(line) for line in tailed.stdout.splitlines() if line.strip()]
+    assert len(lines) == 3 and all(line["gpu_uuid"] for line in lines)
+    assert_no_password(produced.stdout + produced.stderr + tailed.stdout + tailed.stderr)
+
+
+def test_worker_consumes_and_publishes_with_the_right_credentials(auth_broker: AuthBroker, tmp_path: Path) -> None:
+    """faust (aiokafka) authenticates with PLAIN through streams.app.broker_credentials: bad input comes back as dead letters."""
+    from transport import RecordConsumer, RecordProducer
+
+    env = env_for(auth_broker, tmp_path, SECRET) | {"AIP_WEB_PORT": str(free_port())}
+    settings = settings_for(auth_broker, tmp_path, SECRET).replace(topic_prefix=env["AIP_TOPIC_PREFIX"])
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as fh:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "aip.cli", "worker", "--loglevel", "info"],
+            cwd=ROOT,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(
+            lambda: "Authenticated as alice via PLAIN" in log.read_text(errors="replace") or worker.poll() is not None,
+            timeout_s=40,
+            what="the worker's SASL login",
+        )
+        assert worker.poll() is None, log.read_text()
+        bad = [f"not json {i}".encode() for i in range(3)]
+        with RecordProducer(settings) as producer:
+            for b in bad:
+                producer.send_raw("gpu.metrics", b)
+            producer.flush(10)
+        with RecordConsumer(settings, ["aip.deadletter"], from_beginning=True) as consumer:
+            letters = consumer.read(until=lambda items: len(items) >= len(bad), timeout_s=40)
+        assert sorted(r.record.source_topic for r in letters) == ["gpu.metrics"] * 3
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(5)
+    assert_no_password(log.read_text(errors="replace"))
+
+
+# ---------------------------------------------------------------------------- wrong credentials
+WRONG_COMMANDS = {
+    "produce": ["produce", "sim", "--gpus", "1", "--fast", "--sim-duration", "5"],
+    "tail": ["tail", "gpu.metrics", "--limit", "1"],
+    "worker": ["worker"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(WRONG_COMMANDS))
+@pytest.mark.parametrize(
+    ("mechanism", "user", "password"),
+    [("PLAIN", "alice", WRONG), ("SCRAM-SHA-512", "alice", OTHER), ("PLAIN", "mallory", SECRET)],
+    ids=["plain-wrong-password", "scram-another-users-password", "plain-unknown-user"],
+)
+def test_wrong_credentials_end_the_command_with_one_line(
+    auth_broker: AuthBroker, tmp_path: Path, command: str, mechanism: str, user: str, password: str
+) -> None:
+    env = env_for(auth_broker, tmp_path, password, mechanism, user) | {"AIP_WEB_PORT": str(free_port())}
+    result, seconds = aip(*WRONG_COMMANDS[command], env=env)
+    print(f"{command} {mechanism} {user}: exit {result.returncode} after {seconds:.2f} s")  # reported, not asserted
+    assert result.returncode == 1, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert f"authentication failed at {auth_broker.address}" in lines[0]
+    assert "check AIP_SASL_USERNAME/AIP_SASL_PASSWORD" in lines[0] and mechanism in lines[0]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert_no_password(result.stdout + result.stderr)
+
+
+def test_wrong_password_raises_broker_unavailable_in_the_library(auth_broker: AuthBroker, tmp_path: Path) -> None:
+    from transport import BrokerUnavailable, RecordProducer
+
+    settings = settings_for(auth_broker, tmp_path, WRONG)
+    with pytest.raises(BrokerUnavailable, match="authentication failed") as info:
+        RecordProducer(settings)
+    assert_no_password(str(info.value) + repr(info.value))
+    settings = settings_for(auth_broker, tmp_path, SECRET).replace(sasl_mechanism="SCRAM-SHA-512", sasl_username="nobody")
+    with pytest.raises(BrokerUnavailable, match="authentication failed"):
+        RecordProducer(settings)
+
+
+# ---------------------------------------------------------------------------- the front on the wire
+def _request(sock: socket.socket, api_key: int, version: int, correlation: int, body: bytes = b"") -> None:
+    payload = struct.pack(">hhih", api_key, version, correlation, 4) + b"test" + body
+    sock.sendall(struct.pack(">i", len(payload)) + payload)
+
+
+def _response(sock: socket.socket) -> bytes:
+    size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+    return sock.recv(size, socket.MSG_WAITALL)
+
+
+def _closed(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_the_front_refuses_everything_but_sasl_before_authentication(auth_broker: AuthBroker) -> None:
+    host, _, port = auth_broker.address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        _request(s, 18, 0, 1)  # ApiVersions: answered, with the front's SASL versions
+        body = _response(s)[4:]
+        n = struct.unpack(">i", body[2:6])[0]
+        versions = {k: (lo, hi) for k, lo, hi in (struct.unpack(">hhh", body[6 + 6 * i : 12 + 6 * i]) for i in range(n))}
+        assert versions[17] == (1, 1) and versions[36] == (0, 1)
+        _request(s, 3, 0, 2, struct.pack(">i", 0))  # Metadata before authentication: the connection is closed
+        assert _closed(s)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        _request(s, 17, 1, 1, struct.pack(">h", 6) + b"GSSAPI")  # a mechanism the front does not offer
+        body = _response(s)[4:]
+        assert struct.unpack(">h", body[:2])[0] == 33  # UNSUPPORTED_SASL_MECHANISM
+        assert b"PLAIN" in body and b"SCRAM-SHA-512" in body
+        assert _closed(s)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        token = b"\0alice\0" + SECRET.encode()
+        _request(s, 36, 1, 1, struct.pack(">i", len(token)) + token)  # SaslAuthenticate without a handshake
+        assert struct.unpack(">h", _response(s)[4:6])[0] == 34  # ILLEGAL_SASL_STATE
+        assert _closed(s)
+
+
+def test_a_client_without_sasl_is_told_to_authenticate(auth_broker: AuthBroker, tmp_path: Path) -> None:
+    env = env_for(auth_broker, tmp_path, SECRET) | {"AIP_SECURITY_PROTOCOL": "PLAINTEXT"}
+    result, seconds = aip("tail", "gpu.metrics", "--limit", "1", env=env)
+    print(f"PLAINTEXT tail: exit {result.returncode} after {seconds:.2f} s")
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 1 and len(lines) == 1, result.stderr
+    assert "requires authentication" in lines[0] and "AIP_SECURITY_PROTOCOL=SASL_PLAINTEXT" in lines[0]
+
+
+def test_broker_with_users_stops_cleanly_and_never_logs_a_password(tmp_path: Path) -> None:
+    from config import Settings
+    from transport import BrokerUnavailable, check_reachable
+
+    broker = start_auth_broker(tmp_path)
+    children = {int(c) for t in Path(f"/proc/{broker.proc.pid}/task").iterdir() for c in (t / "children").read_text().split()}
+    assert children, "Tansu runs as a child of aip broker"
+    right = Settings(broker=broker.address, security_protocol="SASL_PLAINTEXT", sasl_username="alice", sasl_password=SECRET)
+    check_reachable(right)
+    with pytest.raises(BrokerUnavailable):
+        check_reachable(right.replace(sasl_password=WRONG))
+    assert stop(broker) == 0
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in children), timeout_s=10, what="Tansu to exit")
+    output = broker.output()
+    assert "broker stopped" in output
+    assert "authenticated as alice" in output and "refused: authentication failed (PLAIN)" in output
+    assert_no_password(output)
