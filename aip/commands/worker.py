@@ -23,11 +23,14 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from streams.app import run_worker
-    from transport import ensure_project_topics
+    from transport import check_reachable, ensure_project_topics
 
     settings = settings_from(args, web_port=args.web_port)
     with broker_errors():
-        if not args.no_create_topics:
+        # Both paths check the address and the credentials first, so a wrong password is one line.
+        if args.no_create_topics:
+            check_reachable(settings)
+        else:
             ensure_project_topics(settings)
     run_worker(settings, loglevel=args.loglevel)
     return 0
