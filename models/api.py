@@ -42,8 +42,9 @@ from models.datasets import Sample
 from models.features import observed_features as _observed_features
 from models.features import placement_features as _placement_features
 from models.features import restrict
-from models.selection import cross_validate
-from models.zoo import BATCH, HEAVY_ONLINE, ONLINE, RiverModel, load_batch, make_batch, make_online
+from models.parallel import Fits
+from models.selection import COST_ORDER, cross_validate
+from models.zoo import HEAVY_ONLINE, ONLINE, REFIT_BATCH, RiverModel, load_batch, make_online
 
 PLACEMENT_KEYS = (*PARAMETERS, "M", "throughput")
 
@@ -128,12 +129,17 @@ class Config:
     more distinct feature rows than that (observed mode); every row is still scored out of fold.  None: no cap."""
     history: int = 10_000
     folds: int = 3
-    workers: int = 1
+    workers: int | None = None
+    """Processes a refit spreads its fits over (:mod:`models.parallel`, one pool per process); None: all cores."""
+    pool_min_rows: int = 2_000
+    """Refits of fewer observations run in-process (the pool would cost more than it saves)."""
+    pool_timeout_s: float = 300.0
+    """A batch of pool fits not done by then is abandoned (pool killed) and run in-process."""
     jobset_min: int = 20
     """Observations of one job set before it gets its own selection."""
     jobset_window: int = 50
     max_jobsets: int = 2000
-    batch_models: tuple[str, ...] = BATCH
+    batch_models: tuple[str, ...] = REFIT_BATCH
     online_models: tuple[str, ...] = tuple(ONLINE)
 
 
@@ -149,23 +155,38 @@ class RefitResult:
     """Rows of the refit: the final fits use all of them."""
     cv_rows: dict[str, int] = field(default_factory=dict)
     """Per mode, the rows cross-validation trained on (``refit_cv_rows`` when capped, else ``rows``)."""
+    pool_fallbacks: int = 0
+    """Batches of fits that ran in-process because a pool worker died or the pool timed out."""
     finished_at: float = field(default_factory=time.time)
 
 
 def run_refit(samples: Sequence[Sample], config: Config, seed: int) -> RefitResult:
-    """Grouped CV of every batch model x category x mode, then fit the best per mode x category on all rows."""
-    from models.selection import feature_frames
+    """Grouped CV of every batch model x category x mode, then fit the best per mode x category on all rows.
+
+    The fits run on ``config.workers`` processes (:mod:`models.parallel`); the call stays a plain function."""
+    from models.selection import feature_frames, final_fit
 
     t0 = time.perf_counter()
     modes = [m for m in MODES if any(s.features(m, "all") for s in samples[:50])]
     frames = {mode: feature_frames(samples, mode) for mode in modes}
-    scores = cross_validate(
-        samples, modes, models=config.batch_models, k=config.folds, seed=seed, workers=config.workers,
-        max_rows=config.refit_cv_rows, frames=frames,
-    )  # fmt: skip
-    table = {(s.mode, s.category, s.model): (s.mae, s.relative_error, s.samples) for s in scores}
-    y = [s.target for s in samples]
-    yarr = np.asarray(y, dtype=float)
+    workers = config.workers if len(samples) >= config.pool_min_rows else 1
+    with Fits(workers, config.pool_timeout_s) as fits:
+        scores = cross_validate(
+            samples, modes, models=config.batch_models, k=config.folds, seed=seed, fits=fits,
+            max_rows=config.refit_cv_rows, frames=frames,
+        )  # fmt: skip
+        table = {(s.mode, s.category, s.model): (s.mae, s.relative_error, s.samples) for s in scores}
+        best: dict[tuple[str, str], tuple[float, str]] = {}
+        for s in scores:
+            if math.isfinite(s.mae) and ((s.mode, s.category) not in best or s.mae < best[(s.mode, s.category)][0]):
+                best[(s.mode, s.category)] = (s.mae, s.model)
+        calls = [
+            (mode, cat, sorted(str(c) for c in frames[mode][cat].columns), name, seed) for (mode, cat), (_, name) in best.items()
+        ]
+        calls.sort(key=lambda c: COST_ORDER.index(c[3]) if c[3] in COST_ORDER else len(COST_ORDER))
+        fitted = fits.run(final_fit, calls)
+    selected: dict[tuple[str, str], tuple[str, Any]] = {(c[0], c[1]): (c[3], m) for c, m in zip(calls, fitted, strict=True)}
+    yarr = np.asarray([s.target for s in samples], dtype=float)
     names, code = np.unique([s.job_set for s in samples], return_inverse=True)
     counts = np.bincount(code, minlength=len(names))
     big = np.flatnonzero(counts >= config.jobset_min)
@@ -174,15 +195,8 @@ def run_refit(samples: Sequence[Sample], config: Config, seed: int) -> RefitResu
         per = np.bincount(code, weights=np.abs(s.oof - yarr), minlength=len(names)) / np.maximum(counts, 1)
         for j in big:
             jobset_errors[str(names[j])][(s.mode, s.category, s.model)] = (float(per[j]), int(counts[j]))
-    selected: dict[tuple[str, str], tuple[str, Any]] = {}
-    best: dict[tuple[str, str], tuple[float, str]] = {}
-    for s in scores:
-        if math.isfinite(s.mae) and ((s.mode, s.category) not in best or s.mae < best[(s.mode, s.category)][0]):
-            best[(s.mode, s.category)] = (s.mae, s.model)
-    for (mode, cat), (_, name) in best.items():
-        selected[(mode, cat)] = (name, make_batch(name, seed).fit(frames[mode][cat], y))
     cv_rows = {mode: max((s.trained for s in scores if s.mode == mode), default=0) for mode in modes}
-    return RefitResult(table, selected, jobset_errors, time.perf_counter() - t0, len(samples), cv_rows)
+    return RefitResult(table, selected, jobset_errors, time.perf_counter() - t0, len(samples), cv_rows, fits.fallbacks)
 
 
 class EnvironmentModels:

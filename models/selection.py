@@ -11,15 +11,17 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from events import CATEGORIES
+from models import parallel
 from models.datasets import Sample
 from models.features import restrict
+from models.parallel import Fits
 from models.zoo import BATCH, Prepared, make_batch
 
 
@@ -124,7 +126,8 @@ def cross_validate(
     categories: Sequence[str] = tuple(CATEGORIES),
     k: int = 5,
     seed: int = 0,
-    workers: int = 2,
+    workers: int | None = 1,
+    fits: Fits | None = None,
     max_rows: int | None = None,
     frames: Mapping[str, Mapping[str, pd.DataFrame]] | None = None,
     progress: Callable[[str], None] | None = None,
@@ -137,52 +140,93 @@ def cross_validate(
     predicted, so the error is measured on all rows.  Duplicated rows are no cost (models fit the
     distinct ones), so a mode with few distinct rows (placement) trains on all of them.  ``Score.trained``
     says how many rows each fold trained on, summed over the folds / ``k - 1``.
+
+    The fits (model x category x mode x fold) are independent: with ``workers`` > 1 (None: all cores) they run
+    on :mod:`models.parallel`'s process pool, or on ``fits`` when given (which then keeps the arrays published
+    as ``x_<mode>_<category>`` and ``y`` for :func:`final_fit`).  Results do not depend on ``workers``.
     """
     y = np.array([s.target for s in samples], dtype=float)
     groups = [s.group for s in samples]
     folds = grouped_folds(groups, k, seed)
     if not folds:
         return []
-    jobs = []
+    jobs: list[tuple[str, str, list[str]]] = []
+    arrays: dict[str, np.ndarray] = {"y": y}
+    for i, (_, te) in enumerate(folds):
+        arrays[f"te_{i}"] = te
     for mode in modes:
         mframes = frames[mode] if frames is not None and mode in frames else feature_frames(samples, mode)
         keep: np.ndarray | None = None
         if max_rows is not None and len(samples) > max_rows and distinct_rows(mframes["all"]) > max_rows:
             keep = np.zeros(len(samples), dtype=bool)
             keep[stratified_subsample(groups, max_rows, seed)] = True
-        mfolds = [(tr if keep is None else tr[keep[tr]], te) for tr, te in folds]
+        for i, (tr, _) in enumerate(folds):
+            arrays[f"tr_{mode}_{i}"] = tr if keep is None else tr[keep[tr]]
         for cat in categories:
             X = mframes[cat]
             if X.shape[1] == 0:
                 continue
-            jobs.append((mode, cat, X, mfolds))
-
-    def one(job: tuple[str, str, pd.DataFrame, list[tuple[np.ndarray, np.ndarray]]]) -> list[Score]:
-        mode, cat, X, mfolds = job
-        columns = sorted(str(c) for c in X.columns)
-        raw = X.reindex(columns=columns).to_numpy(dtype=float, na_value=np.nan)
-        oof = {name: np.zeros(len(y)) for name in models}
-        seconds = dict.fromkeys(models, 0.0)
-        for train, test in mfolds:
-            data = Prepared.of_array(columns, raw[train], y[train])  # shared by every model of this fold
-            test_a = data.cols.filled(raw[test])
-            for name in models:
-                t0 = time.perf_counter()
-                oof[name][test] = make_batch(name, seed).fit_prepared(data).predict_array(test_a)
-                seconds[name] += time.perf_counter() - t0
-        trained = sum(len(tr) for tr, _ in mfolds) // max(1, len(mfolds) - 1)
-        return [
-            Score(name, cat, mode, mae(oof[name], y), relative_error(oof[name], y), len(y), seconds[name], oof[name], trained)
-            for name in models
-        ]
-
+            columns = sorted(str(c) for c in X.columns)
+            arrays[f"x_{mode}_{cat}"] = X.reindex(columns=columns).to_numpy(dtype=float, na_value=np.nan)
+            jobs.append((mode, cat, columns))
+    rank = {name: i for i, name in enumerate(COST_ORDER)}
+    order = sorted(models, key=lambda n: rank.get(n, len(rank)))  # longest fits first: the pool ends balanced
+    calls = [(mode, cat, columns, i, name, seed) for name in order for mode, cat, columns in jobs for i in range(len(folds))]
+    own = fits is None
+    runner = Fits(workers) if fits is None else fits
+    try:
+        runner.publish(arrays)
+        step = max(1, len(calls) // 20)
+        results = runner.run(
+            cv_fit, calls,
+            None if progress is None else lambda d, n: None if d % step and d != n else progress(f"cross-validated {d}/{n} fits"),
+        )  # fmt: skip
+    finally:
+        if own:
+            runner.__exit__(None, None, None)
+    oof = {(mode, cat, name): np.zeros(len(y)) for mode, cat, _ in jobs for name in models}
+    seconds = dict.fromkeys(oof, 0.0)
+    for (mode, cat, _, i, name, _), (pred, sec) in zip(calls, results, strict=True):
+        oof[(mode, cat, name)][folds[i][1]] = pred
+        seconds[(mode, cat, name)] += sec
     scores: list[Score] = []
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for i, batch in enumerate(pool.map(one, jobs)):
-            scores.extend(batch)
-            if progress is not None:
-                progress(f"cross-validated {i + 1}/{len(jobs)} (mode x category; {len(models)} models each)")
+    for mode, cat, _ in jobs:
+        trained = sum(len(arrays[f"tr_{mode}_{i}"]) for i in range(len(folds))) // max(1, len(folds) - 1)
+        for name in models:
+            o = oof[(mode, cat, name)]
+            scores.append(Score(name, cat, mode, mae(o, y), relative_error(o, y), len(y), seconds[(mode, cat, name)], o, trained))
     return scores
+
+
+COST_ORDER = (
+    "MLP", "GradientBoosting", "SVR-poly", "ExtraTrees", "RandomForest", "KNN", "HistGradientBoosting",
+    "SVR-linear", "LinearRegression", "DecisionTree",
+)  # fmt: skip
+"""Batch models from the longest fit to the shortest (measured on the 10,000-observation refit)."""
+
+
+def cv_fit(store: str, mode: str, cat: str, columns: list[str], fold: int, name: str, seed: int) -> tuple[np.ndarray, float]:
+    """One cross-validation fit: ``name`` trained on fold ``fold``'s training rows, its test rows predicted.
+    Each fold's training set (columns, fill values, array, distinct rows) is prepared once per process."""
+    raw, y = parallel.array(store, f"x_{mode}_{cat}"), parallel.array(store, "y")
+
+    def prepare() -> tuple[Prepared, np.ndarray]:
+        tr, te = parallel.array(store, f"tr_{mode}_{fold}"), parallel.array(store, f"te_{fold}")
+        data = Prepared.of_array(columns, np.asarray(raw[tr]), np.asarray(y[tr]))
+        return data, data.cols.filled(np.asarray(raw[te]))
+
+    data, test_a = parallel.cached(store, ("fold", mode, cat, fold), prepare)
+    t0 = time.perf_counter()
+    pred = make_batch(name, seed).fit_prepared(data).predict_array(test_a)
+    return pred, time.perf_counter() - t0
+
+
+def final_fit(store: str, mode: str, cat: str, columns: list[str], name: str, seed: int) -> Any:
+    """``name`` fitted on every row of ``mode`` x ``cat`` (the array :func:`cross_validate` published)."""
+    data = Prepared.of_array(
+        columns, np.asarray(parallel.array(store, f"x_{mode}_{cat}")), np.asarray(parallel.array(store, "y"))
+    )
+    return make_batch(name, seed).fit_prepared(data)
 
 
 def select(scores: Sequence[Score], mode: str, category: str | None = None) -> Score | None:

@@ -1,0 +1,93 @@
+"""The refit's process pool: same results as in-process, no processes left behind, dead or stuck workers fall back."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from models import parallel
+from models.api import Config, run_refit
+from models.datasets import Sample
+from models.selection import cross_validate
+
+
+@pytest.fixture(autouse=True)
+def _pools(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(parallel, "WARM_FITS", False)  # workers start without their warm-up fits
+    yield
+    parallel.shutdown()
+    assert parallel.live_workers() == []
+
+
+def _samples(n: int = 240) -> list[Sample]:
+    rng = np.random.default_rng(0)
+    out = []
+    for i, v in enumerate(rng.uniform(0, 50, n)):
+        job, co = f"j{i % 12}", f"c{i % 5}"
+        solo = {"E": 100.0 + i % 12, "T": 10.0 * (i % 3), "throughput": 5.0 + i % 12}
+        pcts = {"E": float(v) + rng.normal(), "T": rng.normal(), "S": 0.5 * float(v) + rng.normal()}
+        out.append(Sample(job, (co,), float(v), f"g{i % 12}", "", pcts, solo, ({"E": 50.0 + i % 5, "throughput": 3.0},)))
+    return out
+
+
+def _row(store: str, i: int) -> float:
+    return float(parallel.array(store, "v")[i]) * 2
+
+
+def _die_in_worker(store: str, i: int) -> float:
+    if multiprocessing.parent_process() is not None:  # in a pool worker
+        os._exit(3)
+    return _row(store, i)
+
+
+def _stuck_in_worker(store: str, i: int) -> float:
+    if multiprocessing.parent_process() is not None:
+        time.sleep(60)
+    return _row(store, i)
+
+
+def test_pool_cross_validation_equals_in_process() -> None:
+    samples = _samples()
+    models = ("LinearRegression", "ExtraTrees", "HistGradientBoosting", "MLP")
+    kw = {"models": models, "categories": ("all",), "k": 3, "max_rows": 120}
+    one = cross_validate(samples, ["observed", "placement"], workers=1, **kw)  # type: ignore[arg-type]
+    two = cross_validate(samples, ["observed", "placement"], workers=2, **kw)  # type: ignore[arg-type]
+    assert len(parallel.live_workers()) == 2
+    assert [(s.mode, s.category, s.model) for s in one] == [(s.mode, s.category, s.model) for s in two]
+    for a, b in zip(one, two, strict=True):
+        np.testing.assert_allclose(a.oof, b.oof, rtol=1e-9, atol=1e-9)
+        assert a.trained == b.trained and a.mae == pytest.approx(b.mae, rel=1e-9)
+
+
+def test_refit_on_the_pool_selects_and_fits_as_in_process() -> None:
+    samples = _samples()
+    models = ("LinearRegression", "DecisionTree", "HistGradientBoosting")
+    one = run_refit(samples, Config(workers=1, batch_models=models), 0)
+    two = run_refit(samples, Config(workers=2, pool_min_rows=0, batch_models=models), 0)
+    assert two.pool_fallbacks == 0 and one.scores == two.scores
+    assert {k: v[0] for k, v in one.selected.items()} == {k: v[0] for k, v in two.selected.items()}
+    x = samples[0].features("observed", "all")
+    for key, (_, model) in one.selected.items():
+        assert two.selected[key][1].predict_one(x) == pytest.approx(model.predict_one(x), rel=1e-9)
+
+
+@pytest.mark.parametrize("fn", [_die_in_worker, _stuck_in_worker])
+def test_a_dead_or_stuck_worker_falls_back_to_in_process(fn: object) -> None:
+    with parallel.Fits(2, timeout=2.0) as fits:
+        fits.publish({"v": np.arange(6.0)})
+        assert fits.run(fn, [(i,) for i in range(6)]) == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]  # type: ignore[arg-type]
+        assert fits.fallbacks == 1
+    assert parallel.live_workers() == []  # the broken pool was discarded; the next refit starts a new one
+
+
+def test_small_refits_and_one_worker_stay_in_process() -> None:
+    run_refit(_samples(60), Config(batch_models=("LinearRegression",)), 0)  # < pool_min_rows
+    with parallel.Fits(1) as fits:
+        fits.publish({"v": np.arange(3.0)})
+        assert fits.run(_row, [(0,), (2,)]) == [0.0, 4.0]
+    assert parallel.live_workers() == []
