@@ -58,7 +58,19 @@ WARM_FITS = True
 """Workers fit every batch model once on a small set at start (tests turn it off to start pools quickly)."""
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGTERM this pool worker when the process that owns the pool dies, even by SIGKILL."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the pool's broken pipe still ends the worker
+        pass
+
+
 def _init_worker(warm_fits: bool = True) -> None:
+    _die_with_parent()
     # one thread per worker: two processes on two cores; OpenMP (HistGradientBoosting) spin-waits when oversubscribed.
     # The variables are read when the libraries load (none has yet: the worker has imported numpy only).
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
