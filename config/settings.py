@@ -64,11 +64,21 @@ class Settings:
     window_s: float = _setting(10.0, "tumbling window length in event time")
     lateness_s: float = _setting(5.0, "events this late still go into their window; later ones are dead-lettered")
     lifecycle_hold_s: float = _setting(
-        120.0, "metric windows wait at most this long (event time) for a silent jobs.lifecycle stream before closing"
+        120.0,
+        "metric windows wait at most this long (event time) for jobs.lifecycle when no running job reports progress",
+    )
+    progress_hold_s: float = _setting(
+        600.0,
+        "while a running job reports progress, metric windows wait for jobs.lifecycle up to this long (event time)",
     )
     stage1_batch: int = _setting(1000, "stage 1 handles input in batches of up to this many events (1: event by event)")
     stage1_batch_wait_s: float = _setting(0.05, "stage 1 waits at most this long to fill a batch (stage1_batch > 1)")
-    checkpoint_interval_s: float = _setting(5.0, "stage 1 writes changed per-GPU state to its changelog table this often")
+    checkpoint_interval_s: float = _setting(
+        5.0, "stage 1 writes its state (windows, job sets, solo profiles) to state_dir this often, then commits offsets"
+    )
+    models_save_interval_s: float = _setting(
+        60.0, "stage 2 saves its models (and the observation ids they learned) to state_dir this often"
+    )
     alert_threshold_pct: float = _setting(50.0, "raise an alert when interference reaches this")
     alert_clear_pct: float = _setting(35.0, "clear it when interference falls below this")
     state_dir: str = _setting("", "worker state: models and profiles (default: ~/.cache/aip/state)")

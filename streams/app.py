@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import ssl
 import time
@@ -26,6 +27,37 @@ from streams.stage1 import LateEvent, Stage1
 from streams.stage2 import Stage2
 
 log = logging.getLogger(__name__)
+
+
+AUTO_COMMIT_OFF_S = 10.0**9  # faust's periodic commit timer: effectively never
+AUTO_COMMIT_OFF_EVERY = 2**62  # faust's commit every N acked messages: never
+
+try:  # orjson where installed (several times faster for the checkpoint)
+    import orjson as _orjson
+
+    def _dumps(obj: Any) -> bytes:
+        return _orjson.dumps(obj)
+
+    _loads = _orjson.loads
+except ImportError:  # pragma: no cover
+    import json as _jsonlib
+
+    def _dumps(obj: Any) -> bytes:
+        return _jsonlib.dumps(obj, separators=(",", ":")).encode()
+
+    _loads = _jsonlib.loads
+
+
+class _CommitHook(faust.Sensor):
+    """Saves the state an offset commit covers right before faust computes the offsets (no await in between)."""
+
+    def __init__(self, streams: Streams) -> None:
+        super().__init__()
+        self.streams = streams
+
+    def on_commit_initiated(self, consumer: Any) -> Any:
+        self.streams.on_commit_initiated()
+        return None
 
 
 def app_id(settings: Settings) -> str:
@@ -80,6 +112,9 @@ def app_config(settings: Settings, *, web: bool = True, web_port: int | None = N
         web_in_thread=False,
         datadir=str(state_dir(settings) / "faust"),
         consumer_auto_offset_reset="earliest",
+        # offsets are committed only right after a stage-1 checkpoint (Streams.checkpoint_and_commit)
+        broker_commit_interval=AUTO_COMMIT_OFF_S,
+        broker_commit_every=AUTO_COMMIT_OFF_EVERY,
         key_serializer="raw",
         value_serializer="raw",
     )
@@ -103,43 +138,118 @@ class Streams:
             name: app.topic(getattr(t, name), key_serializer="raw", value_serializer="raw")
             for name in ("predictions", "alerts", "leaderboard", "deadletter")
         }
-        self.table = app.Table(
-            "stage1-state",
-            default=None,
-            partitions=settings.partitions,
-            use_partitioner=True,
-            schema=faust.Schema(key_type=bytes, value_type=dict, key_serializer="raw", value_serializer="json"),
+        self.stage1 = Stage1(
+            settings.window_s, settings.lateness_s, settings.lifecycle_hold_s, progress_hold_s=settings.progress_hold_s
         )
-        self.stage1 = Stage1(settings.window_s, settings.lateness_s, settings.lifecycle_hold_s, loader=self._load_gpu)
+        self.checkpoint_path = state_dir(settings) / "stage1.json"
+        self.gpu_partition: dict[str, int] = {}  # GPU -> input partition it was last read from
+        self.positions: dict[str, int] = {}  # "topic:partition" -> last input offset applied to stage 1
+        self.replay_until: dict[str, int] = {}  # after a restart: offsets up to these were applied before
+        self.load_checkpoint()
         self.stage2 = Stage2(settings.alert_threshold_pct, settings.alert_clear_pct, state_dir=state_dir(settings), clock=clock)
         self.metrics = StreamMetrics(
             self.stage1.counters, self.stage2.counters, leaderboards=lambda: self.stage2.leaderboards, highwater=self._highwater
         )
         self._refitting: set[str] = set()
-        self._last_checkpoint = 0.0
+        self._own_commit = False
+        self._assigned: set[int] = set()  # input partitions assigned to this process
+        self.checkpoints = 0
         self._refit_futures: set[asyncio.Future[None]] = set()
         self._register(stage2)
 
     # ------------------------------------------------------------------ state
-    def _load_gpu(self, gpu: str) -> Any:
-        return self.table.get(gpu.encode())
+    # Stage-1 state (per-GPU windows, job sets, dedup positions, solo profiles) is checkpointed
+    # to a local file, and input offsets are committed only right after a checkpoint (faust's
+    # periodic auto-commit is off): the committed offsets never run ahead of the saved state.
+    # After a crash the worker loads the checkpoint, faust seeks to the committed offsets, and
+    # the events read again are dropped as duplicates (seq per producer, lifecycle resends).
+    def load_checkpoint(self) -> bool:
+        """Restore stage 1 from ``state_dir/stage1.json`` (False when there is none or it is unreadable)."""
+        try:
+            data = _loads(self.checkpoint_path.read_bytes())
+        except FileNotFoundError:
+            return False
+        except Exception as exc:  # a damaged file must not stop the worker: start afresh
+            log.warning("ignoring unreadable stage-1 checkpoint %s: %s", self.checkpoint_path, exc)
+            return False
+        self.stage1.restore(data.get("stage1", {}))
+        self.gpu_partition = {g: int(p) for g, p in data.get("partitions", {}).items() if g in self.stage1.gpus}
+        self.positions = {k: int(v) for k, v in data.get("positions", {}).items()}
+        self.stage1.counters["restored_gpus"] += len(self.stage1.gpus)
+        self.stage1.counters["restored_profiles"] += len(self.stage1.profiles)
+        self.replay_until = dict(self.positions)
+        log.info(
+            "stage 1 restored %d GPUs and %d solo profiles from %s",
+            len(self.stage1.gpus),
+            len(self.stage1.profiles),
+            self.checkpoint_path,
+        )
+        return True
 
     def checkpoint(self) -> None:
-        """Write the state of GPUs whose windows closed to the changelog-backed table."""
-        for gpu in self.stage1.dirty:
-            self.table[gpu.encode()] = self.stage1.gpus[gpu].to_dict()
+        """Write stage 1's state atomically (temporary file, fsync, rename)."""
+        body = _dumps(
+            {
+                "version": 1,
+                "saved_at": time.time(),
+                "stage1": self.stage1.to_dict(),
+                "partitions": self.gpu_partition,
+                "positions": self.positions,
+            }
+        )
+        tmp = self.checkpoint_path.with_suffix(".json.tmp")
+        with open(tmp, "wb") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.checkpoint_path)
         self.stage1.dirty.clear()
+        self.checkpoints += 1
 
-    def maybe_checkpoint(self) -> None:
-        now = time.monotonic()
-        if self.stage1.dirty and now - self._last_checkpoint >= self.settings.checkpoint_interval_s:
-            self._last_checkpoint = now
-            self.checkpoint()
-
-    def on_partitions_revoked(self, *_: Any, **__: Any) -> None:
-        # Another worker may own these GPUs now; reload from the table on next sight.
+    def on_commit_initiated(self) -> None:
+        """Before faust commits offsets (our timers, a rebalance, a clean stop): save the state they cover."""
         self.checkpoint()
-        self.stage1.gpus.clear()
+        if not self._own_commit:  # a commit of every topic: observations too
+            self.stage2.save()
+
+    async def commit(self, topics: set[str]) -> bool:
+        """Commit the acked offsets of ``topics`` (the state they cover was just saved by the caller)."""
+        self._own_commit = True
+        try:
+            return bool(await self.app.consumer.commit(topics))
+        finally:
+            self._own_commit = False
+        self._assigned: set[int] = set()  # input partitions assigned to this process
+
+    async def checkpoint_and_commit(self) -> None:
+        await self.commit({self.topics.metrics, self.topics.lifecycle})  # on_commit_initiated checkpoints first
+
+    async def save_models_and_commit(self) -> None:
+        self.stage2.save()
+        await self.commit({self.topics.observations})
+
+    def on_partitions_assigned(self, _sender: Any, assigned: Any = (), **_: Any) -> None:
+        """Forget GPUs of input partitions that moved from this worker to another (which starts them afresh).
+
+        Only partitions this process held and lost count: GPUs restored from the checkpoint whose
+        partitions are not (yet) assigned are kept, because a restarted worker's first assignment
+        can be partial while the group still counts the killed member (it gets them back a rebalance later).
+        """
+        inputs = {self.topics.metrics, self.topics.lifecycle}
+        mine = {tp.partition for tp in assigned if tp.topic in inputs}
+        lost = self._assigned - mine
+        self._assigned = mine
+        if not lost:
+            return
+        gone = [g for g, p in self.gpu_partition.items() if p in lost]
+        if gone:
+            log.info("forgetting %d GPUs of partitions %s, now assigned elsewhere", len(gone), sorted(lost))
+            self.stage1.forget(gone)
+            for g in gone:
+                del self.gpu_partition[g]
+        for key in [k for k in self.positions if int(k.rpartition(":")[2]) in lost]:
+            del self.positions[key]
+            self.replay_until.pop(key, None)
 
     def _highwater(self, topic: str, partition: int) -> int | None:
         from faust.types import TP
@@ -172,17 +282,39 @@ class Streams:
 
     # ----------------------------------------------------------------- agents
     def handle_input(self, event: Any) -> tuple[list[Observation], str | None]:
-        """Stage 1 for one raw event: (observations, dead-letter reason or None)."""
-        base = self.topics.base(event.message.topic)
+        """Stage 1 for one raw event: (observations, dead-letter reason or None).
+
+        After a restart, events up to the offsets in the checkpoint were applied before: stage 1
+        drops them as duplicates (seq, lifecycle resends), and one that is late against the
+        restored windows is a replay too (counted as ``replayed_late``, not dead-lettered).
+        """
+        m = event.message
+        base = self.topics.base(m.topic)
+        position = f"{base}:{m.partition}"
+        replay = False
+        if self.replay_until:
+            until = self.replay_until.get(position)
+            if until is not None:
+                replay = m.offset <= until
+                if not replay:
+                    del self.replay_until[position]
+        self.positions[position] = m.offset
         try:
             if base == METRICS:
-                return self.stage1.on_metric(decode(MetricSample, event.value)), None
+                sample = decode(MetricSample, event.value)
+                self.gpu_partition[sample.gpu_uuid] = event.message.partition
+                return self.stage1.on_metric(sample), None
             if base == LIFECYCLE:
-                return self.stage1.on_job(decode(JobEvent, event.value)), None
+                job = decode(JobEvent, event.value)
+                self.gpu_partition[job.gpu_uuid] = event.message.partition
+                return self.stage1.on_job(job), None
             return [], f"unexpected topic {event.message.topic}"
         except RecordError as exc:
             return [], f"invalid {base} record: {exc}"
         except LateEvent as exc:
+            if replay:
+                self.stage1.counters["replayed_late"] += 1
+                return [], None
             return [], str(exc)
         except Exception as exc:  # a bug on one record must not stop the worker
             log.exception("stage 1 failed on %s p%s@%s", event.message.topic, event.message.partition, event.message.offset)
@@ -208,9 +340,13 @@ class Streams:
         if with_stage2:
             stage2 = app.agent(self.observations, name="stage2")(stage2)
 
-        @app.timer(60.0)
+        @app.timer(s.checkpoint_interval_s)
+        async def checkpoint() -> None:
+            await self.checkpoint_and_commit()
+
+        @app.timer(s.models_save_interval_s)
         async def save_models() -> None:
-            self.stage2.save()
+            await self.save_models_and_commit()
 
         @app.page("/predictions/{gpu_uuid}")
         async def predictions(web: Any, request: Any, gpu_uuid: str) -> Any:
@@ -227,7 +363,8 @@ class Streams:
             body, content_type = self.metrics.render()
             return web.bytes(body, content_type=content_type)
 
-        app.on_partitions_revoked.connect(self.on_partitions_revoked)
+        app.on_partitions_assigned.connect(self.on_partitions_assigned)
+        app.sensors.add(_CommitHook(self))
 
         self.agents = (stage1, stage2)
 
@@ -241,7 +378,6 @@ class Streams:
             for o in obs:
                 self.emit_observation(o)
             self.metrics.published["observations"] += len(obs)
-            self.maybe_checkpoint()
 
     async def stage1_batch(self, batch: Iterable[Any]) -> None:
         observations: list[Observation] = []
@@ -255,7 +391,6 @@ class Streams:
         for o in observations:
             self.emit_observation(o)
         self.metrics.published["observations"] += len(observations)
-        self.maybe_checkpoint()
 
     async def stage2_batch(self, batch: Iterable[Any]) -> None:
         boards = {}
@@ -322,4 +457,5 @@ def run_worker(settings: Settings, *, loglevel: str = "warn", web_port: int | No
         if exc.code not in (0, None):
             raise
     finally:
+        streams.checkpoint()
         streams.stage2.save()

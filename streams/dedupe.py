@@ -27,6 +27,15 @@ class SeenSet:
             self._seen.popitem(last=False)
         return True
 
+    def items(self) -> list[Hashable]:
+        """The remembered identities, oldest first (for saving)."""
+        return list(self._seen)
+
+    def extend(self, identities: list[Hashable]) -> None:
+        """Remember saved identities (oldest first), as if added in that order."""
+        for identity in identities:
+            self.add(identity)
+
     def __contains__(self, identity: Hashable) -> bool:
         return identity in self._seen
 

@@ -34,8 +34,9 @@ def _seen(job: Job, event: JobEvent) -> bool:
 class Stage1:
     """Per-GPU event-time windows, solo profiles and observations.
 
-    ``loader(gpu_uuid)`` returns a saved state dict (for example from the faust
-    table) the first time a GPU is seen; ``counters`` counts windows by kind,
+    ``loader(gpu_uuid)`` returns a saved state dict the first time a GPU is seen;
+    :meth:`to_dict` / :meth:`restore` save and restore everything (GPU states and
+    solo profiles) for a local checkpoint; ``counters`` counts windows by kind,
     late events and observations.
     """
 
@@ -48,16 +49,40 @@ class Stage1:
         profiles: SoloProfiles | None = None,
         loader: Callable[[str], Mapping[str, Any] | None] | None = None,
         min_samples: int = 1,
+        progress_hold_s: float = 600.0,
     ) -> None:
         self.window_s = window_s
         self.lateness_s = lateness_s
         self.hold_s = max(hold_s, lateness_s)
+        self.progress_hold_s = max(progress_hold_s, self.hold_s)
         self.profiles = profiles if profiles is not None else SoloProfiles()
         self.loader = loader
         self.min_samples = min_samples
         self.gpus: dict[str, GpuState] = {}
         self.counters: Counter[str] = Counter()
         self.dirty: set[str] = set()  # GPUs whose windows closed since the last checkpoint
+
+    # ------------------------------------------------------------------ state
+    def to_dict(self) -> dict[str, Any]:
+        """Everything needed to continue after a restart: per-GPU states and solo profiles (JSON-safe)."""
+        return {
+            "window_s": self.window_s,
+            "gpus": {g: st.to_dict() for g, st in self.gpus.items()},
+            "profiles": self.profiles.to_dict(),
+        }
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Load a :meth:`to_dict` checkpoint (GPU states only when the window length is unchanged)."""
+        self.profiles = SoloProfiles.from_dict(data.get("profiles", {}))
+        if data.get("window_s") == self.window_s:
+            self.gpus = {g: GpuState.from_dict(d) for g, d in data.get("gpus", {}).items()}
+        self.dirty.clear()
+
+    def forget(self, gpus: Iterable[str]) -> None:
+        """Drop the state of GPUs this worker no longer owns (their windows start afresh elsewhere)."""
+        for gpu in list(gpus):
+            self.gpus.pop(gpu, None)
+            self.dirty.discard(gpu)
 
     # ------------------------------------------------------------------ input
     def state(self, gpu_uuid: str) -> GpuState:
@@ -97,7 +122,9 @@ class Stage1:
         st = self.state(event.gpu_uuid)
         late = st.closed is not None and event.ts < st.closed * self.window_s
         job = st.jobs.get(event.job_id)
-        if job is not None and _seen(job, event):
+        if (job is not None and _seen(job, event)) or (
+            job is None and event.job_id in st.retired and event.ts <= st.retired[event.job_id]
+        ):
             self.counters["duplicate_lifecycle"] += 1
             return []
         if job is None:
@@ -108,6 +135,7 @@ class Stage1:
             job.end = event.ts
             if job.start is None:
                 job.start = event.ts
+            st.finished(job)
         elif not late:
             if job.start is None:
                 job.start = event.ts
@@ -139,7 +167,7 @@ class Stage1:
 
     # ---------------------------------------------------------------- windows
     def _advance(self, gpu: str, st: GpuState) -> list[Observation]:
-        limit = st.closable(self.window_s, self.lateness_s, self.hold_s)
+        limit = st.closable(self.window_s, self.lateness_s, self.hold_s, self.progress_hold_s)
         if limit is None or (st.closed is not None and limit <= st.closed):
             return []
         out: list[Observation] = []

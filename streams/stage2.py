@@ -9,7 +9,9 @@ snapshot callables for the caller to run in an executor.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -66,6 +68,7 @@ class Stage2:
         self.leaderboards: dict[str, Leaderboard] = {}
         self.counters: Counter[str] = Counter()
         self._what_if_cache: tuple[tuple[Any, ...], list[WhatIf]] | None = None
+        self._load_seen()
 
     # ----------------------------------------------------------------- models
     def models_for(self, environment: str) -> EnvironmentModels:
@@ -93,8 +96,34 @@ class Stage2:
             log.warning("could not load models of %s from %s: %s", environment, directory, exc)
             return None
 
+    def _seen_path(self) -> Path | None:
+        return None if self.state_dir is None else self.state_dir / "stage2-seen.json"
+
+    def _load_seen(self) -> None:
+        """The observation ids learned before a restart (saved with the models), so a replay is not learned twice."""
+        path = self._seen_path()
+        if path is None or not path.exists():
+            return
+        try:
+            self.seen.extend(json.loads(path.read_text()))
+        except Exception as exc:
+            log.warning("could not load the seen observation ids from %s: %s", path, exc)
+
+    def _save_seen(self) -> None:
+        path = self._seen_path()
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.seen.items(), separators=(",", ":")))
+        os.replace(tmp, path)
+
     def save(self) -> int:
-        """Save every environment's models where persistence is available; return how many were saved."""
+        """Save every environment's models where persistence is available, then the ids they learned; return how many were saved."""
+        self._save_seen()  # first: a crash in between loses learning rather than doubling it
+        return self._save_models()
+
+    def _save_models(self) -> int:
         saved = 0
         for env, m in self.models.items():
             directory = self._dir(env)

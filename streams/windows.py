@@ -3,8 +3,12 @@
 Everything here is pure and serialisable (``to_dict``/``from_dict``), so the
 same state can live in a faust table, a test, or a benchmark.  Windows close on
 event time only: a window ``[start, end)`` closes once both input streams of
-the GPU have passed ``end + lateness`` (metrics alone may run ``hold_s``
-ahead of a silent lifecycle stream).  Replaying at any speed, with any
+the GPU have passed ``end + lateness``.  How far metrics alone may run ahead of
+the lifecycle stream depends on what the lifecycle stream is known to carry
+(:func:`close_limit`): while a running job reports progress, the lifecycle
+stream is live, so windows wait for it (capped at ``progress_hold_s`` to bound
+memory); otherwise (black-box jobs, an idle GPU) metrics may run ``hold_s``
+ahead.  Replaying at any speed, with any
 interleaving of the two topics within those bounds, closes the same windows
 with the same contents.
 """
@@ -21,6 +25,7 @@ from streams.features import FIELDS, KEYS
 
 NKEYS = len(KEYS)
 ACC_LEN = 1 + 2 * NKEYS  # [n, sums..., counts...]
+RETIRED_JOBS = 16  # finished jobs remembered per GPU after pruning, to recognise their resent events
 
 
 def window_index(ts: float, window_s: float) -> int:
@@ -57,6 +62,36 @@ def watermark(metrics_wm: float, lifecycle_wm: float | None, hold_s: float) -> f
     """
     lw = -math.inf if lifecycle_wm is None else lifecycle_wm
     return max(min(metrics_wm, lw), metrics_wm - hold_s)
+
+
+def close_limit(
+    metrics_wm: float,
+    lifecycle_wm: float | None,
+    awaits_progress: bool,
+    hold_s: float,
+    progress_hold_s: float,
+    lateness_s: float,
+) -> float:
+    """Event time before which windows of a GPU may close.
+
+    ``awaits_progress``: a job that is running on the GPU (started, not finished)
+    has reported progress, so more lifecycle events are due.  Then windows wait for
+    the lifecycle watermark however far metrics run ahead (reading a backlog, faust
+    may read one topic minutes of event time ahead of the other), up to
+    ``progress_hold_s`` (bounded memory when a reporter dies without ``finished``).
+    Otherwise the lifecycle stream may be silent for good, and metrics wait only
+    ``hold_s``.  A pure function of the two watermarks and the job set: any
+    interleaving of the topics within these holds closes the same windows.
+
+    >>> close_limit(1000.0, 500.0, True, 120.0, 600.0, 5.0)  # progress due: wait for lifecycle
+    495.0
+    >>> close_limit(1000.0, 500.0, False, 120.0, 600.0, 5.0)  # black-box or idle: short hold
+    875.0
+    >>> close_limit(1000.0, 100.0, True, 120.0, 600.0, 5.0)  # reporter silent beyond the cap
+    395.0
+    """
+    hold = max(hold_s, progress_hold_s) if awaits_progress else hold_s
+    return watermark(metrics_wm, lifecycle_wm, hold) - lateness_s
 
 
 @dataclass
@@ -129,6 +164,8 @@ class GpuState:
     lifecycle_wm: float | None = None
     jobs: dict[str, Job] = field(default_factory=dict)
     seqs: dict[str, list[float]] = field(default_factory=dict)  # producer_id -> [last seq, latest ts]
+    retired: dict[str, float] = field(default_factory=dict)  # recently pruned job -> its end (resends are duplicates)
+    progress_end: float | None = None  # when the last job that reported progress finished
 
     def duplicate_sample(self, producer_id: str | None, seq: int, ts: float) -> bool:
         """True for a sample already seen (a resend after a crash or reconnect); else remember it.
@@ -146,11 +183,25 @@ class GpuState:
         self.seqs[producer_id or ""] = [float(seq), ts if last is None else max(ts, last[1])]
         return False
 
-    def closable(self, window_s: float, lateness_s: float, hold_s: float) -> int | None:
+    def awaits_progress(self, metrics_wm: float | None = None, progress_hold_s: float = 0.0) -> bool:
+        """More lifecycle events are due: a running job (started, not finished) has reported progress,
+        or one that did finished less than ``progress_hold_s`` before ``metrics_wm`` (its successor's
+        ``started`` is likely on its way: reading a backlog, it must not come too late)."""
+        if any(job.end is None and job.progress for job in self.jobs.values()):
+            return True
+        return self.progress_end is not None and metrics_wm is not None and metrics_wm - self.progress_end < progress_hold_s
+
+    def finished(self, job: Job) -> None:
+        """Note that ``job`` finished (call after setting ``job.end``)."""
+        if job.progress and job.end is not None:
+            self.progress_end = job.end if self.progress_end is None else max(self.progress_end, job.end)
+
+    def closable(self, window_s: float, lateness_s: float, hold_s: float, progress_hold_s: float = 0.0) -> int | None:
         """Index of the first window that may not close yet (None: nothing known)."""
         if self.metrics_wm is None:
             return None
-        limit = watermark(self.metrics_wm, self.lifecycle_wm, hold_s) - lateness_s
+        due = self.awaits_progress(self.metrics_wm, progress_hold_s)
+        limit = close_limit(self.metrics_wm, self.lifecycle_wm, due, hold_s, progress_hold_s, lateness_s)
         return math.floor(limit / window_s)
 
     def classify(self, start: float, end: float) -> tuple[list[str], bool]:
@@ -177,7 +228,9 @@ class GpuState:
     def prune(self, before: float) -> None:
         """Forget jobs that finished before ``before`` and progress reports no open window needs."""
         for job_id in [j for j, job in self.jobs.items() if job.end is not None and job.end < before]:
-            del self.jobs[job_id]
+            self.retired[job_id] = self.jobs.pop(job_id).end  # type: ignore[assignment]
+        while len(self.retired) > RETIRED_JOBS:
+            del self.retired[next(iter(self.retired))]
         for job in self.jobs.values():
             job.prune(before)
 
@@ -190,6 +243,8 @@ class GpuState:
             "lwm": self.lifecycle_wm,
             "jobs": {j: job.to_dict() for j, job in self.jobs.items()},
             "seqs": self.seqs,
+            "ret": self.retired,
+            "pe": self.progress_end,
         }
 
     @classmethod
@@ -202,6 +257,8 @@ class GpuState:
             lifecycle_wm=d.get("lwm"),
             jobs={j: Job.from_dict(v) for j, v in d.get("jobs", {}).items()},
             seqs={p: list(v) for p, v in d.get("seqs", {}).items()},
+            retired={j: float(v) for j, v in d.get("ret", {}).items()},
+            progress_end=d.get("pe"),
         )
 
 

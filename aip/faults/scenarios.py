@@ -51,7 +51,7 @@ def reference_observations(settings: Settings, events: Iterable[tuple[str, Any]]
     """Stage 1 fed one event at a time in order, without Kafka: what a worker must publish."""
     from streams.stage1 import Stage1
 
-    ref = Stage1(settings.window_s, settings.lateness_s, settings.lifecycle_hold_s)
+    ref = Stage1(settings.window_s, settings.lateness_s, settings.lifecycle_hold_s, progress_hold_s=settings.progress_hold_s)
     out: dict[str, Observation] = {}
     for topic, record in events:
         for o in ref.on_metric(record) if topic == METRICS else ref.on_job(record):
@@ -227,6 +227,17 @@ def bad_input(
         worker.stop()
 
 
+def _diff(want: Observation, got: list[Observation]) -> dict[str, Any]:
+    """What differs between the reference and each published copy of one observation."""
+    from events import to_dict
+
+    w = to_dict(want)
+    return {
+        "id": want.observation_id,
+        "copies": [{k: (w[k], v) for k, v in to_dict(g).items() if w.get(k) != v and k not in ("solo", "co_solo")} for g in got],
+    }
+
+
 def _same(a: Observation, b: Observation, tol: float = 1e-6) -> bool:
     for p in ("E_pct", "T_pct", "S_pct", "V_pct", "R_pct", "W_pct", "interference_pct"):
         x, y = getattr(a, p), getattr(b, p)
@@ -239,6 +250,17 @@ __all__ = ["FaultCheckFailed", "JobEvent", "MetricSample", "bad_input"]
 
 
 # ----------------------------------------------------------------------------- 1. worker crash
+def _checkpointed_profiles(settings: Settings) -> int:
+    """Solo profiles in the worker's local stage-1 checkpoint (0 when none was written yet)."""
+    import json
+
+    path = Path(settings.state_dir) / "stage1.json"
+    try:
+        return len(json.loads(path.read_bytes()).get("stage1", {}).get("profiles", {}))
+    except (OSError, ValueError):
+        return 0
+
+
 CRASH_GPU_MODEL = "v100"
 START_TS = 1_700_000_000.0
 
@@ -315,12 +337,17 @@ def worker_crash(
     moments = sorted(rng.uniform(0.15, 0.85) * run_s for _ in range(kills))
     recoveries: list[float] = []
     learned_before: list[int] = []
+    restored_profiles: list[int] = []
+    saved_profiles: list[int] = []
+    restored_gpus: list[int] = []
+    models_restored: list[int] = []
     try:
         for moment in moments:
             wait_until(lambda m=moment: time.monotonic() - t0 >= m, run_s + 60, "the kill moment", interval_s=0.05)  # type: ignore[misc]
             board = worker.get("/leaderboard") if worker.alive() else {}
             learned_before.append(int(board.get(CRASH_GPU_MODEL, {}).get("observations", 0)))
             worker.kill()
+            saved_profiles.append(_checkpointed_profiles(settings))
             killed_at = time.monotonic()
             progress(f"SIGKILL at {killed_at - t0:.1f} s ({sender.sent} of {len(events)} events sent); restarting")
             worker.web_port = free_port()
@@ -332,7 +359,17 @@ def worker_crash(
                 "predictions from the restarted worker",
             )
             recoveries.append(time.monotonic() - killed_at)
-            progress(f"predictions resumed {recoveries[-1]:.1f} s after the kill")
+            restored_profiles.append(
+                int(worker.counter("aip_stream_stage_events_total", stage="stage1", kind="restored_profiles"))
+            )
+            restored_gpus.append(int(worker.counter("aip_stream_stage_events_total", stage="stage1", kind="restored_gpus")))
+            board_now = worker.get("/leaderboard").get(CRASH_GPU_MODEL, {})
+            learned_here = worker.counter("aip_stream_stage_events_total", stage="stage2", kind="observations")
+            models_restored.append(max(0, int(board_now.get("observations", 0) - learned_here)))
+            progress(
+                f"predictions resumed {recoveries[-1]:.1f} s after the kill; restored {restored_gpus[-1]} GPUs, "
+                f"{restored_profiles[-1]} solo profiles, models with {models_restored[-1]} observations"
+            )
         wait_until(sender.done.is_set, run_s + 120, "the simulator to finish")
         if sender.error is not None:
             raise sender.error
@@ -367,9 +404,14 @@ def worker_crash(
             "observations_published": sum(ids.values()),
             "observations_duplicated": sum(v - 1 for v in ids.values() if v > 1),
             "observations_differing": len(differing),
+            "differing_examples": [_diff(expected[i], [o for o in got if o.observation_id == i]) for i in differing[:3]],
             "observations_unexpected": len(extra),
             "duplicates_skipped_stage2": int(stage2_dupes),
             "learned_before_kills": learned_before,
+            "restored_gpus": restored_gpus,
+            "restored_solo_profiles": restored_profiles,
+            "checkpointed_solo_profiles": saved_profiles,
+            "models_restored_observations": models_restored,
             "learned_final": learned,
             "unique_observations": len(ids),
         }
@@ -377,9 +419,305 @@ def worker_crash(
         _attach(result)
         check(not missing, f"{len(missing)} of {len(expected)} observations lost, e.g. {sorted(missing)[:3]}")
         check(learned <= len(ids), f"learned {learned} observations but only {len(ids)} distinct ones exist (learned twice)")
+        check(
+            restored_profiles == saved_profiles,
+            f"solo profiles in the checkpoint {saved_profiles} but restored {restored_profiles} after the restarts",
+        )
         return result
     finally:
         sender.done.wait(5)
         obs.close()
         boards.close()
         worker.stop()
+
+
+# ----------------------------------------------------------------------------- 2. broker outage
+def _seq_keys(items: Iterable[Any]) -> set[tuple[str, int, float]]:
+    return {(i.record.gpu_uuid, i.record.seq, i.record.ts) for i in items if i.record is not None}
+
+
+def broker_outage(
+    settings: Settings,
+    workdir: Path,
+    outage_s: float = 30.0,
+    gpus: int = 4,
+    sim_s: float = 1800.0,
+    run_s: float = 90.0,
+    seed: int = 7,
+    progress: Progress = _quiet,
+    resume_timeout_s: float = 120.0,
+) -> dict[str, Any]:
+    """Stop the (memory-only) broker ``outage_s`` while a spool-backed simulator producer and a worker run; restart it.
+
+    Checks: every sample reaches the broker (seq), the worker reconnects by itself and publishes
+    observations and predictions again, and a worker restarted after the broker lost everything
+    gets its solo profiles back from its local checkpoint.
+    """
+    import dataclasses
+    import threading
+
+    from aip.broker import EmbeddedBroker, free_port
+    from aip.faults.worker import wait_until
+    from producers.publisher import Publisher
+    from producers.sim import Simulator
+    from transport import ensure_project_topics
+
+    port = free_port()
+    broker = EmbeddedBroker(port=port).start()
+    settings = dataclasses.replace(settings, broker=broker.address)
+    events = list(Simulator(gpus=gpus, gpu_model="k80", seed=seed, start_ts=START_TS, duration_s=sim_s).events())
+    samples = {(r.gpu_uuid, r.seq, r.ts) for t, r in events if t == METRICS}
+    ensure_project_topics(settings)
+    worker = start_worker(settings, workdir, "worker-outage").start()
+    pub = Publisher(settings, "outage-sim", retry_s=0.2)
+    stop = threading.Event()
+    handed = [0]
+
+    def feed() -> None:  # the simulator 'running' in real time (sped up), through the spool
+        t0 = time.monotonic()
+        for i, (topic, record) in enumerate(events):
+            if stop.is_set():
+                return
+            delay = t0 + run_s * i / len(events) - time.monotonic()
+            if delay > 0.01:
+                time.sleep(delay)
+            pub.publish(topic, record)
+            handed[0] = i + 1
+
+    thread = threading.Thread(target=feed, daemon=True)
+    before: list[Any] = []
+    try:
+        worker.wait_ready()
+        thread.start()
+
+        def published(topic: str) -> float:
+            return worker.counter("aip_stream_published_records_total", topic=topic)
+
+        wait_until(lambda: published("predictions") > 0, resume_timeout_s, "first predictions")
+        # hold the sender so that everything the broker acknowledged is read before it dies
+        pub.pause()
+        reader = TopicReader(settings, METRICS)
+        last = [-1.0]
+
+        def settled() -> bool:  # the batch in flight when paused has been acknowledged
+            now = pub.metrics.value("aip_producer_records_sent_total")
+            done, last[0] = now == last[0], now
+            return done
+
+        wait_until(settled, 30, "the publisher's batch in flight", interval_s=0.5)
+        delivered = _sent_samples(pub, events)
+        wait_until(
+            lambda: reader.poll(0.5) is not None and len(_seq_keys(reader.items)) >= delivered,
+            60,
+            "the broker's samples read before the outage",
+        )
+        before = list(reader.items)
+        reader.close()
+        obs_at_stop, preds_at_stop = published("observations"), published("predictions")
+        broker.stop()
+        pub.resume()
+        down_at = time.monotonic()
+        progress(f"broker stopped; {len(before)} samples read before; spool pending {pub.pending}")
+        wait_until(lambda: time.monotonic() - down_at >= outage_s, outage_s + 10, "the outage", interval_s=0.5)
+        spooled_during = pub.pending
+        worker_alive_during = worker.alive()
+        broker = EmbeddedBroker(port=port).start()
+        up_at = time.monotonic()
+        ensure_project_topics(settings)  # memory-only: the topics are gone (the publisher recreates its own too)
+        wait_until(lambda: published("observations") > obs_at_stop, resume_timeout_s, "observations after the restart")
+        wait_until(lambda: published("predictions") > preds_at_stop, resume_timeout_s, "predictions after the restart")
+        recovery_s = time.monotonic() - up_at
+        progress(f"worker resumed {recovery_s:.1f} s after the broker came back")
+        thread.join(run_s + 60)
+        pub.wait_drained(60)
+        after_reader = TopicReader(settings, METRICS)
+        wanted = samples - _seq_keys(before)
+        try:
+            wait_until(
+                lambda: after_reader.poll() is not None and wanted <= _seq_keys(after_reader.items),
+                60,
+                "every sample after the restart",
+            )
+        except TimeoutError:
+            pass  # counted as lost below
+        got = _seq_keys(before) | _seq_keys(after_reader.items)
+        after_reader.close()
+        lost = samples - got
+        # the broker kept nothing: a worker restarted now gets solo profiles only from its local checkpoint
+        profiles_saved = _checkpointed_profiles(settings)
+        worker.stop()
+        worker.web_port = free_port()
+        worker.start()
+        worker.wait_ready()
+        restored = int(worker.counter("aip_stream_stage_events_total", stage="stage1", kind="restored_profiles"))
+        result = {
+            "what": f"stop the memory-only broker {outage_s:g} s while a spool-backed simulator producer ({gpus} GPUs, "
+            f"{sim_s:g} s of data in {run_s:g} s) and a worker run; restart it; then restart the worker",
+            "sent": len(samples),
+            "received": len(got & samples),
+            "lost": len(lost),
+            "recovery_s": round(recovery_s, 1),
+            "spooled_during_outage": spooled_during,
+            "dropped_by_spool": int(pub.metrics.value("aip_producer_records_dropped_total")),
+            "worker_alive_during_outage": worker_alive_during,
+            "checkpointed_solo_profiles": profiles_saved,
+            "restored_solo_profiles_after_worker_restart": restored,
+        }
+        progress(str(result))
+        _attach(result)
+        check(not lost, f"{len(lost)} of {len(samples)} samples lost, e.g. {sorted(lost)[:3]}")
+        check(worker_alive_during, "the worker died during the outage")
+        check(restored == profiles_saved > 0, f"solo profiles: {profiles_saved} checkpointed, {restored} restored")
+        return result
+    finally:
+        stop.set()
+        pub.close(timeout_s=5)
+        worker.stop()
+        broker.stop()
+
+
+def _sent_samples(pub: Any, events: list[tuple[str, Any]]) -> int:
+    """Samples among the records the publisher had delivered (records alternate topics in event order)."""
+    sent = int(pub.metrics.value("aip_producer_records_sent_total"))
+    return sum(1 for t, _ in events[:sent] if t == METRICS)
+
+
+# ----------------------------------------------------------------------------- 4. load soak
+def _soak_sample(gpu: int, seq: int, ts: float, model: str) -> bytes:
+    from events import encode
+
+    return encode(
+        MetricSample(
+            ts=ts,
+            host=f"soak-{gpu // 8:04d}",
+            gpu_uuid=f"GPU-soak-{gpu:05d}",
+            gpu_index=gpu % 8,
+            gpu_model=model,
+            seq=seq,
+            power_w=150.0 + (gpu % 50),
+            temp_c=60.0,
+            sm_util_pct=70.0,
+            mem_util_pct=40.0,
+            mem_used_mb=8000.0,
+            mem_total_mb=16000.0,
+            pcie_rx_kbps=1000.0,
+            pcie_tx_kbps=800.0,
+            producer_id=f"soak-{gpu // 8:04d}",
+        )
+    )
+
+
+def load_soak(
+    settings: Settings,
+    workdir: Path,
+    duration_s: float = 600.0,
+    gpus: int = 2000,
+    hz: float = 2.0,
+    sample_every_s: float = 5.0,
+    progress: Progress = _quiet,
+) -> dict[str, Any]:
+    """``gpus`` GPUs at ``hz`` samples/s each (2,000 x 2 Hz = twice the nominal 2,000 GPUs at 1 Hz) into one worker.
+
+    Lag is produced minus consumed records (the worker's ``aip_stream_consumed_records_total``; Tansu's
+    end offsets undercount, so they are not used); RSS of the worker process is sampled; both are
+    reported with their slopes after a warm-up (the first fifth of the run).
+    """
+    import threading
+
+    from aip.faults.worker import wait_until
+    from events import JobEvent, encode
+    from transport import RecordProducer, ensure_project_topics
+
+    ensure_project_topics(settings)
+    worker = start_worker(settings, workdir, "worker-soak").start()
+    produced = [0]
+    stop = threading.Event()
+    model = "soak-gpu"
+    t_start = time.time()
+
+    def produce() -> None:
+        with RecordProducer(settings) as p:
+            for g in range(gpus):  # one black-box job per GPU: windows are solo and update profiles
+                ev = JobEvent(
+                    ts=t_start - 1,
+                    kind="started",
+                    job_id=f"soak-{g}",
+                    job_type="resnet",
+                    gpu_uuid=f"GPU-soak-{g:05d}",
+                    host=f"soak-{g // 8:04d}",
+                    pid=1,
+                )
+                p.send_raw(LIFECYCLE, encode(ev), key=ev.gpu_uuid.encode())
+            t0 = time.monotonic()
+            tick = 0
+            while not stop.is_set():
+                due = t0 + tick / hz
+                delay = due - time.monotonic()
+                if delay > 0:
+                    stop.wait(delay)
+                ts = t_start + tick / hz
+                for g in range(gpus):
+                    p.send_raw(METRICS, _soak_sample(g, tick, ts, model), key=f"GPU-soak-{g:05d}".encode())
+                produced[0] += gpus
+                tick += 1
+            p.flush(60)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    series: list[tuple[float, int, float, float]] = []  # (t, lag, rss_mb, consumed)
+    try:
+        worker.wait_ready()
+        thread.start()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < duration_s:
+            wait_until(
+                lambda n=len(series): time.monotonic() - t0 >= (n + 1) * sample_every_s,
+                sample_every_s + 5,
+                "next sample",
+                interval_s=0.2,
+            )  # type: ignore[misc]
+            consumed = worker.counter("aip_stream_consumed_records_total", topic=METRICS)
+            series.append((time.monotonic() - t0, int(produced[0] - consumed), worker.rss_mb(), consumed))
+            if len(series) % 12 == 0:
+                progress(f"soak t={series[-1][0]:.0f}s lag={series[-1][1]} rss={series[-1][2]:.0f} MB")
+        stop.set()
+        thread.join(60)
+        alive = worker.alive()
+        warm = [p for p in series if p[0] >= duration_s / 5]
+        rss_slope = _slope([(p[0] / 60, p[2]) for p in warm])
+        lag_slope = _slope([(p[0], p[1]) for p in warm])
+        rate = (warm[-1][3] - warm[0][3]) / (warm[-1][0] - warm[0][0]) if len(warm) > 1 else 0.0
+        result = {
+            "what": f"{gpus} GPUs at {hz:g} Hz ({gpus * hz:,.0f} samples/s, twice nominal) into one worker for {duration_s:g} s",
+            "sent": produced[0],
+            "received": int(series[-1][3]) if series else 0,
+            "lost": None,
+            "recovery_s": None,
+            "offered_per_s": gpus * hz,
+            "consumed_per_s_after_warmup": round(rate, 1),
+            "lag_max_records": max(p[1] for p in series) if series else None,
+            "lag_end_records": series[-1][1] if series else None,
+            "lag_slope_records_per_s": round(lag_slope, 1),
+            "rss_start_mb": round(warm[0][2], 1) if warm else None,
+            "rss_end_mb": round(series[-1][2], 1) if series else None,
+            "rss_slope_mb_per_min": round(rss_slope, 2),
+            "worker_alive": alive,
+            "lag_bounded": lag_slope <= 0.02 * gpus * hz,
+        }
+        progress(str(result))
+        _attach(result)
+        check(alive, f"the worker died: {worker.log_tail()}")
+        return result
+    finally:
+        stop.set()
+        worker.stop()
+
+
+def _slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of y over x (0 for fewer than two points)."""
+    n = len(points)
+    if n < 2:
+        return 0.0
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    var = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / var if var else 0.0

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +27,22 @@ def test_bad_input_is_dead_lettered_exactly_and_valid_records_are_all_processed(
     assert result["duplicates_detected"] == result["duplicates_sent"] > 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TimeoutError,
-    reason="known defect (issue 7 report): after SIGKILL the restarted worker's faust table recovery of "
-    "stage1-state-changelog stalls on Tansu ('No event received for active tp ... since recovery start'), so it never "
-    "resumes; the test passes once recovery works",
-)
 def test_worker_sigkill_loses_no_window_and_learns_nothing_twice(settings: Any, tmp_path: Path) -> None:
-    result = scenarios.worker_crash(settings, tmp_path, kills=1, gpus=4, sim_s=600, run_s=25, seed=3, resume_timeout_s=40)
-    assert result["lost"] == 0
+    fast_saves = dataclasses.replace(settings, models_save_interval_s=3.0)
+    result = scenarios.worker_crash(fast_saves, tmp_path, kills=1, gpus=4, sim_s=600, run_s=25, seed=5, resume_timeout_s=60)
+    print("worker_crash:", result)  # recovery_s is measured and reported, not asserted
+    assert result["lost"] == 0 and result["observations_differing"] == 0
+    # the kill (seed 5: 15 s into the run) comes after checkpoints: state and solo profiles came back from it
+    assert result["restored_gpus"][0] > 0 and result["restored_solo_profiles"] == result["checkpointed_solo_profiles"] != [0]
+    assert result["models_restored_observations"][0] > 0  # models came back from local persistence
     assert result["learned_final"] <= result["unique_observations"]
     assert result["recovery_s"] is not None
+
+
+def test_broker_outage_spool_delivers_every_sample_and_the_worker_resumes(settings: Any, tmp_path: Path) -> None:
+    """A short outage of a broker of the test's own (memory-only: it comes back empty)."""
+    result = scenarios.broker_outage(settings, tmp_path, outage_s=8.0, gpus=3, sim_s=600, run_s=30, resume_timeout_s=90)
+    print("broker_outage:", result)  # recovery_s is measured and reported, not asserted
+    assert result["lost"] == 0 and result["sent"] > 0 and result["spooled_during_outage"] > 0
+    assert result["worker_alive_during_outage"]
+    assert result["restored_solo_profiles_after_worker_restart"] == result["checkpointed_solo_profiles"] > 0

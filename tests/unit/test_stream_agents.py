@@ -26,6 +26,7 @@ def make(tmp_path: Any) -> Any:
 
     streams.send = send  # type: ignore[method-assign]
     streams.observations.send = send_observation  # type: ignore[method-assign]
+    streams.emit_observation = lambda o: sent.append(("observations", o))  # type: ignore[method-assign]
     streams.checkpoint = lambda: streams.stage1.dirty.clear()  # type: ignore[method-assign]
     return streams, sent
 

@@ -1,0 +1,179 @@
+"""Window-closing rule under cross-topic skew, stage-1 checkpoints and stage-2 dedup across restarts (no broker)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from records import job_event
+from test_streams import BASE, feed, observations, scenario
+
+from config import Settings
+from events import encode
+from streams.app import create_app
+from streams.stage1 import LateEvent, Stage1
+from streams.stage2 import Stage2
+from streams.windows import GpuState, Job, close_limit
+
+
+# ------------------------------------------------------------------ the closing rule (pure)
+def test_close_limit_waits_for_lifecycle_while_progress_is_due() -> None:
+    # a job reports progress: metrics 500 s ahead of the lifecycle stream still wait for it
+    assert close_limit(1000.0, 500.0, True, 120.0, 600.0, 5.0) == 495.0
+    # nobody reports progress (black box, idle): metrics wait only hold_s
+    assert close_limit(1000.0, 500.0, False, 120.0, 600.0, 5.0) == 875.0
+    # lifecycle ahead of metrics: metrics decide either way
+    assert close_limit(100.0, 500.0, True, 120.0, 600.0, 5.0) == close_limit(100.0, 500.0, False, 120.0, 600.0, 5.0) == 95.0
+    # a reporter silent beyond the cap: memory stays bounded
+    assert close_limit(10_000.0, 100.0, True, 120.0, 600.0, 5.0) == 10_000.0 - 600.0 - 5.0
+    # no lifecycle event at all yet
+    assert close_limit(1000.0, None, False, 120.0, 600.0, 5.0) == 875.0
+
+
+def test_awaits_progress_only_for_running_jobs_that_reported_progress() -> None:
+    st = GpuState(jobs={"a": Job("resnet", start=0.0)})
+    assert not st.awaits_progress()  # black box so far
+    st.jobs["a"].add_progress(5.0, 10, 0.1)
+    assert st.awaits_progress()
+    st.jobs["a"].end = 50.0
+    st.finished(st.jobs["a"])
+    assert st.awaits_progress(100.0, 600.0)  # its successor's started may still be on its way
+    assert not st.awaits_progress(700.0, 600.0)  # long finished: idle, the short hold applies
+
+
+def test_metrics_far_ahead_of_lifecycle_close_no_window_early() -> None:
+    """Reading a backlog, faust may hand over minutes of metrics before the lifecycle events of that time."""
+    evs = scenario(solo_s=200, co_s=400)
+    metrics = [e for e in evs if hasattr(e, "power_w")]
+    lifecycle = [e for e in evs if not hasattr(e, "power_w")]
+    reference = feed(Stage1(window_s=10.0, lateness_s=2.0), evs)
+    assert reference
+    skewed = Stage1(window_s=10.0, lateness_s=2.0, hold_s=120.0, progress_hold_s=600.0)
+    # both jobs' first events, then 300 s of metrics (far beyond hold_s), then everything else in time order
+    head = [e for e in lifecycle if e.ts < BASE + 1.0]
+    ahead = [e for e in metrics if e.ts < BASE + 300]
+    rest = sorted([e for e in evs if e not in head and e not in ahead], key=lambda e: e.ts)
+    got = feed(skewed, head + ahead + rest)  # would raise LateEvent with the old 120 s hold
+    key = lambda o: o.observation_id  # noqa: E731
+    assert sorted(got, key=key) == sorted(reference, key=key)
+    assert skewed.counters["late_lifecycle"] == 0
+
+
+def test_without_progress_reports_the_short_hold_still_applies() -> None:
+    st = Stage1(window_s=10.0, lateness_s=2.0, hold_s=30.0, progress_hold_s=600.0)
+    from records import sample
+
+    st.on_job(job_event("started", ts=BASE, job_id="bb", job_type="resnet"))
+    for i in range(100):
+        st.on_metric(sample(ts=BASE + i, seq=i))
+    with pytest.raises(LateEvent):  # a black-box job's windows did not wait beyond hold_s
+        st.on_job(job_event("started", ts=BASE + 20, job_id="late", job_type="lm"))
+
+
+# ------------------------------------------------------------------ checkpoints and replays
+def test_stage1_restored_from_a_checkpoint_dedupes_the_replay() -> None:
+    """Crash after a checkpoint: the events since the committed offset are read again; the result is unchanged."""
+    evs = scenario()
+    reference = Stage1(window_s=10.0, lateness_s=2.0)
+    expected = feed(reference, evs)
+    first = Stage1(window_s=10.0, lateness_s=2.0)
+    cut, crash = len(evs) // 3, 2 * len(evs) // 3
+    got = feed(first, evs[:cut])
+    saved = json.loads(json.dumps(first.to_dict()))  # checkpoint (serialised), then offsets committed at `cut`
+    feed(first, evs[cut:crash])  # processed (observations published) but not committed: lost with the process
+    emitted_before_crash = got
+    second = Stage1(window_s=10.0, lateness_s=2.0)
+    second.restore(saved)
+    replayed = feed(second, evs[cut:])  # from the committed offset
+    key = lambda o: o.observation_id  # noqa: E731
+    assert sorted(emitted_before_crash + replayed, key=key) == sorted(expected, key=key)
+    assert second.profiles.to_dict() == reference.profiles.to_dict()  # solo profiles came back with the checkpoint
+
+
+class _Message:
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self.topic, self.partition, self.offset = topic, partition, offset
+
+
+class _Event:
+    def __init__(self, topic: str, offset: int, value: bytes) -> None:
+        self.message = _Message(topic, 0, offset)
+        self.value = value
+
+
+def _events(streams: Any, evs: list) -> list[_Event]:
+    """The scenario as one partition per topic, with offsets."""
+    offsets = {True: 0, False: 0}
+    out = []
+    for e in evs:
+        is_metric = hasattr(e, "power_w")
+        out.append(_Event(streams.topics.metrics if is_metric else streams.topics.lifecycle, offsets[is_metric], encode(e)))
+        offsets[is_metric] += 1
+    return out
+
+
+def test_events_already_in_the_checkpoint_are_replays_not_dead_letters(tmp_path: Path) -> None:
+    """The checkpoint may hold events beyond the committed offsets (a batch in progress): read again, they are dropped."""
+    settings = Settings(topic_prefix="unit.", window_s=10.0, lateness_s=2.0, state_dir=str(tmp_path))
+    one = create_app(settings, web=False)
+    events = _events(one, scenario())
+    expected = [o for e in events for o in one.handle_input(e)[0]]
+    reference = Stage1(window_s=10.0, lateness_s=2.0)
+    assert sorted(expected, key=lambda o: o.observation_id) == sorted(feed(reference, scenario()), key=lambda o: o.observation_id)
+    one.checkpoint()  # every event applied; suppose the commit covered only the first half
+    two = create_app(settings, web=False)
+    again = [two.handle_input(e) for e in events[len(events) // 2 :]]
+    assert all(error is None for _obs, error in again), [error for _obs, error in again if error][:3]
+    assert not [o for obs, _ in again for o in obs]  # nothing emitted twice
+    c = two.stage1.counters
+    assert c["duplicate_metrics"] > 0 and c["duplicate_lifecycle"] + c["replayed_late"] > 0
+    # past the replayed offsets, a late event is a dead letter again
+    late = _Event(two.topics.lifecycle, 10**6, encode(job_event("progress", ts=BASE + 1.0, job_id="GPU-A-a", gpu_uuid="GPU-A")))
+    assert "late" in (two.handle_input(late)[1] or "")
+
+
+def test_worker_checkpoint_file_restores_windows_and_profiles(tmp_path: Path) -> None:
+    settings = Settings(topic_prefix="unit.", window_s=10.0, lateness_s=2.0, state_dir=str(tmp_path))
+    one = create_app(settings, web=False)
+    evs = scenario()
+    feed(one.stage1, evs[: len(evs) // 2])
+    one.gpu_partition["GPU-A"] = 2
+    one.checkpoint()
+    assert (tmp_path / "stage1.json").exists() and not (tmp_path / "stage1.json.tmp").exists()
+    two = create_app(settings, web=False)
+    assert two.stage1.to_dict() == one.stage1.to_dict()
+    assert len(two.stage1.profiles) == 1 and two.gpu_partition == {"GPU-A": 2}
+    # a partition moved to another worker: its GPUs start afresh there and are forgotten here
+
+    class TP:
+        def __init__(self, topic: str, partition: int) -> None:
+            self.topic, self.partition = topic, partition
+
+    # a restarted worker's first assignment may be partial (the killed member still counts): keep what it restored
+    two.on_partitions_assigned(None, {TP(two.topics.metrics, 0), TP(two.topics.lifecycle, 0)})
+    assert "GPU-A" in two.stage1.gpus
+    two.on_partitions_assigned(None, {TP(two.topics.metrics, p) for p in range(4)})
+    assert "GPU-A" in two.stage1.gpus
+    # a partition this process held moved to another worker: its GPUs start afresh there and are forgotten here
+    two.on_partitions_assigned(None, {TP(two.topics.metrics, 0), TP(two.topics.lifecycle, 0)})
+    assert "GPU-A" not in two.stage1.gpus and len(two.stage1.profiles) == 1
+
+
+def test_a_damaged_checkpoint_starts_afresh(tmp_path: Path) -> None:
+    (tmp_path / "stage1.json").write_bytes(b"{half")
+    streams = create_app(Settings(topic_prefix="unit.", state_dir=str(tmp_path)), web=False)
+    assert streams.stage1.gpus == {}
+
+
+def test_stage2_does_not_learn_a_replayed_observation_twice_after_a_restart(tmp_path: Path) -> None:
+    obs = observations(10)
+    one = Stage2(state_dir=tmp_path, clock=lambda: 0.0)
+    for o in obs:
+        one.on_observation(o)
+    one.save()
+    two = Stage2(state_dir=tmp_path, clock=lambda: 0.0)
+    for o in obs:  # the observations topic read again from an older committed offset
+        two.on_observation(o)
+    assert two.counters["duplicates"] == len(obs) and two.counters["observations"] == 0
