@@ -69,7 +69,8 @@ class Settings:
     )
     progress_hold_s: float = _setting(
         600.0,
-        "while a running job reports progress, metric windows wait for jobs.lifecycle up to this long (event time)",
+        "while progress is due (a running job reported it, or one finished less than this ago), metric windows wait "
+        "for jobs.lifecycle up to this long (event time)",
     )
     stage1_batch: int = _setting(1000, "stage 1 handles input in batches of up to this many events (1: event by event)")
     stage1_batch_wait_s: float = _setting(0.05, "stage 1 waits at most this long to fill a batch (stage1_batch > 1)")
