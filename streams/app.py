@@ -11,7 +11,6 @@ import logging
 import os
 import re
 import ssl
-import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -429,8 +428,12 @@ class Streams:
             future.add_done_callback(self._refit_futures.discard)
 
     async def _refit(self, env: str, task: Any) -> None:
+        # An executor thread, not a daemon thread: a daemon thread still inside torch or OpenMP
+        # when the interpreter exits aborts the process (SIGABRT, measured); stopping waits
+        # for a refit in progress instead (seconds: large refits run on the pool).
+        loop = asyncio.get_running_loop()
         try:
-            result = await in_daemon_thread(task, name=f"refit-{env}")
+            result = await loop.run_in_executor(None, task)
             board = self.stage2.apply_refit(env, result)
             if board is not None:
                 await self.send("leaderboard", env, board)
@@ -438,35 +441,6 @@ class Streams:
             log.exception("refit of %s failed", env)
         finally:
             self._refitting.discard(env)
-
-
-async def in_daemon_thread(task: Any, name: str) -> Any:
-    """Run a blocking ``task()`` off the event loop and await its result.
-
-    Unlike ``run_in_executor`` the thread is a daemon: a worker told to stop does not wait
-    for a refit in progress (its result would be discarded anyway), so SIGTERM stays prompt.
-    """
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-
-    def settle(result: Any, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-
-    def work() -> None:
-        try:
-            result, error = task(), None
-        except BaseException as exc:  # handed to the awaiting coroutine
-            result, error = None, exc
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=work, name=name, daemon=True).start()
-    return await future
 
 
 def create_app(settings: Settings, **kwargs: Any) -> Streams:
