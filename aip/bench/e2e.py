@@ -21,19 +21,35 @@ import urllib.request
 import uuid
 from typing import Any
 
+STAGE1_TOPICS = ("gpu.metrics", "jobs.lifecycle")
+STAGE2_TOPICS = ("interference.observations",)
 
-def _consumed(port: int, what: str = 'consumed_records_total{stage="stage1"}') -> float:
+
+def _metric(port: int, name: str, topics: tuple[str, ...]) -> float:
+    """Sum of ``aip_stream_<name>{topic=...}`` over ``topics`` on the worker's /metrics; -1 while it is not up."""
     try:
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
     except OSError:
         return -1.0
-    m = re.search("aip_stream_" + re.escape(what) + r" ([0-9.e+]+)", body)
-    return float(m.group(1)) if m else 0.0
+    return metric_sum(body, name, topics)
+
+
+def metric_sum(body: str, name: str, topics: tuple[str, ...]) -> float:
+    """Sum of ``aip_stream_<name>{topic=...}`` over ``topics`` in a Prometheus text page."""
+    total = 0.0
+    for topic in topics:
+        m = re.search(rf'aip_stream_{name}\{{topic="{re.escape(topic)}"\}} ([0-9.e+]+)', body)
+        total += float(m.group(1)) if m else 0.0
+    return total
+
+
+def _consumed(port: int, topics: tuple[str, ...] = STAGE1_TOPICS) -> float:
+    return _metric(port, "consumed_records_total", topics)
 
 
 def _stage2_idle(port: int) -> bool:
-    published = _consumed(port, 'published_records_total{topic="observations"}')
-    return _consumed(port, 'consumed_records_total{stage="stage2"}') >= published
+    published = _metric(port, "published_records_total", ("observations",))
+    return _consumed(port, STAGE2_TOPICS) >= published
 
 
 def _pct(values: list[float], q: float) -> float:
