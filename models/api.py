@@ -40,7 +40,6 @@ from events import CATEGORIES, MODES, PARAMETERS, Leaderboard, LeaderboardEntry,
 from models import persist
 from models.datasets import Sample
 from models.features import observed_features as _observed_features
-from models.features import placement_features as _placement_features
 from models.features import restrict
 from models.parallel import Fits
 from models.selection import COST_ORDER, cross_validate
@@ -61,18 +60,6 @@ class PredictionResult:
 def observed_features(obs: Observation, category: str = "all") -> dict[str, float]:
     """Percent changes of the category's parameters (missing ones left out)."""
     return _observed_features({p: obs.pct(p) for p in PARAMETERS}, category)
-
-
-def placement_features(
-    job_solo: Mapping[str, float | None],
-    co_solos: Sequence[Mapping[str, float | None]],
-    category: str = "all",
-    *,
-    job_type: str | None = None,
-    co_job_types: Sequence[str] | None = None,
-) -> dict[str, float]:
-    """The job's solo profile and the summed solo profiles of its co-runners (plus job-type features if given)."""
-    return _placement_features(job_solo, co_solos, category, job_type=job_type, co_job_types=co_job_types)
 
 
 def sample_of(obs: Observation) -> Sample:

@@ -11,10 +11,7 @@ window to close (window end + lateness in event time, divided by the speedup).
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -59,6 +56,7 @@ def _pct(values: list[float], q: float) -> float:
 
 def run(quick: bool, progress: Any) -> dict[str, Any]:
     from aip.broker import EmbeddedBroker, free_port
+    from aip.faults.worker import WorkerProcess
     from config import Settings
     from producers.sim import Simulator
     from transport import RecordConsumer, RecordProducer, ensure_project_topics
@@ -69,24 +67,9 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
             broker=broker.address, topic_prefix=f"e{uuid.uuid4().hex[:8]}.", partitions=4, state_dir=f"{tmp}/state"
         )
         ensure_project_topics(settings)
-        port = free_port()
-        env = dict(
-            os.environ,
-            AIP_BROKER=broker.address,
-            AIP_TOPIC_PREFIX=settings.topic_prefix,
-            AIP_PARTITIONS="4",
-            AIP_STATE_DIR=settings.state_dir,
-        )
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "aip.cli", "worker", "--no-create-topics", "--web-port", str(port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=open(f"{tmp}/worker.log", "wb"),
-        )
+        worker = WorkerProcess(settings, free_port(), f"{tmp}/worker.log").start()
         try:
-            deadline = time.monotonic() + 60
-            while _consumed(port) < 0 and time.monotonic() < deadline:
-                time.sleep(0.2)
+            worker.wait_ready(60)
             burst = list(Simulator(32, seed=1, start_ts=1_700_000_000.0, duration_s=300 if quick else 600).events())
             progress(f"burst of {len(burst)} events")
             with RecordProducer(settings, linger_ms=20) as p:
@@ -94,10 +77,10 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
                     p.send(topic, record)
                 p.flush(60)
             t0 = time.monotonic()
-            while _consumed(port) < len(burst) and time.monotonic() - t0 < 300:
+            while _consumed(worker.web_port) < len(burst) and time.monotonic() - t0 < 300:
                 time.sleep(0.1)
             max_rate = len(burst) / (time.monotonic() - t0)
-            while not _stage2_idle(port) and time.monotonic() - t0 < 600:  # let stage 2 drain the burst
+            while not _stage2_idle(worker.web_port) and time.monotonic() - t0 < 600:  # let stage 2 drain the burst
                 time.sleep(0.2)
             rate = max_rate / 2
             gpus = 16
@@ -124,8 +107,7 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
                     _latency(item, uuids, wall0, start_ts, speedup, latencies)
             consumer.close()
         finally:
-            worker.terminate()
-            worker.wait(30)
+            worker.stop(30)
     if not latencies:
         raise RuntimeError("no predictions for the paced GPUs")
     return {

@@ -6,11 +6,7 @@ models never mix between tests.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -22,26 +18,15 @@ import pytest
 from conftest import wait_for
 from records import job_event, sample
 
+from aip.faults.worker import WorkerProcess
 from events import encode
 
 pytestmark = pytest.mark.integration
 START_TS = 1_700_000_000.0
 
 
-class Worker:
-    def __init__(self, settings: Any, proc: subprocess.Popen[bytes], web_port: int, log: str) -> None:
-        self.settings = settings
-        self.proc = proc
-        self.web_port = web_port
-        self.log = log
-
-    def get(self, path: str) -> Any:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}{path}", timeout=5) as r:
-            return json.loads(r.read())
-
-
 @pytest.fixture(scope="module")
-def worker(broker: Any, tmp_path_factory: Any) -> Iterator[Worker]:
+def worker(broker: Any, tmp_path_factory: Any) -> Iterator[WorkerProcess]:
     from aip.broker import free_port
     from config import Settings
     from transport import ensure_project_topics
@@ -51,35 +36,12 @@ def worker(broker: Any, tmp_path_factory: Any) -> Iterator[Worker]:
         broker=broker.address, topic_prefix=f"w{uuid.uuid4().hex[:10]}.", partitions=4, state_dir=str(tmp / "state")
     )
     ensure_project_topics(settings)
-    port = free_port()
-    env = dict(
-        os.environ,
-        AIP_BROKER=broker.address,
-        AIP_TOPIC_PREFIX=settings.topic_prefix,
-        AIP_PARTITIONS="4",
-        AIP_STATE_DIR=settings.state_dir,
-    )
-    log = str(tmp / "worker.log")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aip.cli", "worker", "--no-create-topics", "--web-port", str(port)],
-        env=env,
-        stdout=open(log, "wb"),
-        stderr=subprocess.STDOUT,
-    )
-    w = Worker(settings, proc, port, log)
-
-    def ready() -> bool:
-        try:
-            w.get("/leaderboard")
-            return True
-        except OSError:
-            assert proc.poll() is None, open(log).read()[-2000:]
-            return False
-
-    wait_for(ready, timeout_s=60, what="the worker's web server")
-    yield w
-    proc.terminate()
-    assert proc.wait(30) in (0, -15), open(log).read()[-2000:]
+    w = WorkerProcess(settings, free_port(), tmp / "worker.log").start()
+    try:
+        wait_for(w.ready, timeout_s=60, what="the worker's web server")  # raises with the log if it died
+        yield w
+    finally:
+        assert w.stop(30) in (0, -15), w.log_tail()
 
 
 def produce(settings: Any, events: Any) -> int:
@@ -107,7 +69,7 @@ def consume(settings: Any, topic: str, until: Any, timeout_s: float = 60.0) -> l
         return items
 
 
-def test_measured_interference_matches_simulator_ground_truth(worker: Worker) -> None:
+def test_measured_interference_matches_simulator_ground_truth(worker: WorkerProcess) -> None:
     from producers.sim import Simulator
 
     sim = Simulator(gpus=4, gpu_model="v100", seed=3, start_ts=START_TS, duration_s=1200)
@@ -162,7 +124,7 @@ def test_measured_interference_matches_simulator_ground_truth(worker: Worker) ->
     assert re.search(r'aip_stream_consumer_lag_records\{partition="\d+",topic="gpu.metrics"\} \d', metrics), "no consumer lag"
 
 
-def test_full_speed_replay_gives_the_paced_observations(worker: Worker) -> None:
+def test_full_speed_replay_gives_the_paced_observations(worker: WorkerProcess) -> None:
     """The worker consumes a burst; the reference is stage 1 fed one event at a time in time order (real time)."""
     from producers.sim import Simulator
     from streams.stage1 import Stage1
@@ -186,7 +148,7 @@ def test_full_speed_replay_gives_the_paced_observations(worker: Worker) -> None:
     assert sorted(got, key=lambda o: o.observation_id) == sorted(expected, key=lambda o: o.observation_id)
 
 
-def test_bad_records_are_dead_lettered_exactly_and_the_worker_keeps_going(worker: Worker) -> None:
+def test_bad_records_are_dead_lettered_exactly_and_the_worker_keeps_going(worker: WorkerProcess) -> None:
     from transport import RecordProducer
 
     s = worker.settings
