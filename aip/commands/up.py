@@ -115,7 +115,7 @@ def _aip(*argv: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aip.broker import EmbeddedBroker, free_port
+    from aip.broker import EmbeddedBroker, free_port, port_in_use
     from transport import RecordConsumer, ensure_project_topics
 
     settings = settings_from(args)
@@ -137,8 +137,14 @@ def run(args: argparse.Namespace) -> int:
             kafka_args = ["--broker", settings.broker, "--topic-prefix", settings.topic_prefix]
             worker_log = open(workdir / "worker.log", "wb")
             env = dict(os.environ, AIP_STATE_DIR=settings.state_dir or str(workdir / "state"))
+            web_port = settings.web_port if not port_in_use("127.0.0.1", settings.web_port) else free_port()
+            print(
+                f"aip up: worker at http://127.0.0.1:{web_port} (/metrics, /leaderboard, /predictions/GPU_UUID)",
+                file=sys.stderr,
+                flush=True,
+            )
             worker = subprocess.Popen(
-                _aip("worker", "--no-create-topics", "--web-port", str(free_port()), *kafka_args),
+                _aip("worker", "--no-create-topics", "--web-port", str(web_port), *kafka_args),
                 stdin=subprocess.DEVNULL,
                 stdout=worker_log,
                 stderr=subprocess.STDOUT,

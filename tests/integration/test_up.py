@@ -1,43 +1,67 @@
-"""``aip up`` end to end: broker given, simulated fleet, worker, summary as the last line."""
+"""``aip up`` end to end: broker given, simulated fleet, worker, its metrics while it runs, summary as the last line."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import urllib.request
 import uuid
 from typing import Any
 
 import pytest
+from conftest import wait_for
 
 pytestmark = pytest.mark.integration
+
+METRIC_FAMILIES = (
+    "aip_stream_consumed_records_total",
+    "aip_stream_published_records_total",
+    "aip_stream_consumer_lag_records",
+    "aip_observations_total",
+    "aip_model_mae_points",
+    "aip_model_selected_info",
+)
+
+
+def _get(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return str(r.read().decode())
+    except OSError:
+        return ""
 
 
 def test_up_prints_a_summary_with_observations_predictions_and_leaderboard(broker: Any) -> None:
     prefix = f"up{uuid.uuid4().hex[:10]}."
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "aip.cli",
-            "up",
-            "--duration",
-            "35",
-            "--gpus",
-            "4",
-            "--speedup",
-            "30",
-            "--broker",
-            broker.address,
-            "--topic-prefix",
-            prefix,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    command = ["up", "--duration", "45", "--gpus", "4", "--speedup", "30", "--broker", broker.address, "--topic-prefix", prefix]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aip.cli", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    lines = proc.stdout.strip().splitlines()
-    assert lines, proc.stderr[-2000:]
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
+        match = re.search(r"worker at (http://127\.0\.0\.1:\d+)", first)
+        assert match, first
+        # what an operator's `curl .../metrics` shows while aip up runs
+        metrics = wait_for(
+            lambda: (
+                (body := _get(match.group(1) + "/metrics"))
+                and all(re.search(rf"^{f}{{", body, re.M) for f in METRIC_FAMILIES)
+                and body
+            ),
+            timeout_s=60,
+            interval_s=0.5,
+            what="the worker's metrics with every family",
+        )
+        assert 'aip_stream_consumed_records_total{topic="gpu.metrics"}' in metrics
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = out.strip().splitlines()
+    assert lines, err[-2000:]
     summary = json.loads(lines[-1])
     assert summary["errors"] == [], summary
     assert proc.returncode == 0
