@@ -63,8 +63,10 @@ def kafka_api_versions(host: str, port: int, timeout_s: float = 1.0) -> bool:
         return False
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Ask Linux to SIGTERM the broker when the process that started it dies (even by SIGKILL)."""
+def die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """``preexec_fn`` for children: Linux SIGTERMs the child when the process that started it dies
+    (even by SIGKILL), and the child gets its own process group (Ctrl-C goes to the parent, which
+    stops its children in order)."""
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -152,7 +154,7 @@ class EmbeddedBroker:
         else:
             self._log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
         )
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:

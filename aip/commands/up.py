@@ -115,7 +115,7 @@ def _aip(*argv: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aip.broker import EmbeddedBroker, free_port, port_in_use
+    from aip.broker import EmbeddedBroker, die_with_parent, free_port, port_in_use
     from transport import RecordConsumer, ensure_project_topics
 
     settings = settings_from(args)
@@ -146,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
             worker = subprocess.Popen(
                 _aip("worker", "--no-create-topics", "--web-port", str(web_port), *kafka_args),
                 stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent,
                 stdout=worker_log,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -153,7 +154,11 @@ def run(args: argparse.Namespace) -> int:
             events, command = _source_events(args, args.duration)
             if command:
                 external = subprocess.Popen(
-                    _aip(*command, *kafka_args), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+                    _aip(*command, *kafka_args),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    preexec_fn=die_with_parent,
                 )
             else:
                 producer = Producer(settings, events, args.speedup, stop)

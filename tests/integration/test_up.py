@@ -69,3 +69,51 @@ def test_up_prints_a_summary_with_observations_predictions_and_leaderboard(broke
     assert summary["deadletters"] == 0
     assert summary["selected"]["v100"]
     assert {"alerts", "deadletters"} <= summary.keys()
+
+
+def test_up_killed_leaves_no_worker_behind(broker: Any) -> None:
+    """Even SIGKILL of `aip up` (no chance to clean up) ends its worker: children die with their parent."""
+    import os
+
+    prefix = f"up{uuid.uuid4().hex[:10]}."
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aip.cli",
+            "up",
+            "--duration",
+            "60",
+            "--gpus",
+            "1",
+            "--broker",
+            broker.address,
+            "--topic-prefix",
+            prefix,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert "worker at" in proc.stderr.readline()
+        children = wait_for(
+            lambda: subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split(),
+            timeout_s=30,
+            what="aip up's worker process",
+        )
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+    def gone(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] == "Z"
+
+    for pid in map(int, children):
+        wait_for(lambda pid=pid: gone(pid), timeout_s=15, what=f"orphaned child {pid} to exit")
