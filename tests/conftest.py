@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -64,14 +63,12 @@ def group_id() -> str:
 
 def wait_for(condition: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.05, what: str = "condition") -> Any:
     """Poll ``condition`` until it returns something truthy; fail the test after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(interval_s)
+    from aip.faults.worker import wait_until
+
+    try:
+        return wait_until(condition, timeout_s, what, interval_s=interval_s)
+    except TimeoutError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture
