@@ -83,6 +83,11 @@ class Settings:
     alert_threshold_pct: float = _setting(50.0, "raise an alert when interference reaches this")
     alert_clear_pct: float = _setting(35.0, "clear it when interference falls below this")
     state_dir: str = _setting("", "worker state: models and profiles (default: ~/.cache/aip/state)")
+    group_instance_id: str = _setting(
+        "",
+        "worker's static consumer-group membership id: restarted with the same id, it gets its partitions back "
+        "without waiting for its old session to expire (default: host name + state_dir; none: dynamic membership)",
+    )
     web_port: int = _setting(6066, "worker HTTP port: /predictions, /leaderboard, /metrics")
     metrics_port: int = _setting(0, "producer Prometheus port (0: off)")
 

@@ -75,6 +75,11 @@ class _Collector:
         for (topic, partition), behind in sorted(m.lag().items()):
             lag.add_metric([topic, str(partition)], float(behind))
         yield lag
+        held = GaugeMetricFamily(
+            "aip_stream_held_windows", "co-located job-windows waiting for their job type's first solo profile"
+        )
+        held.add_metric([], float(m.held()))
+        yield held
         error = GaugeMetricFamily(
             "aip_model_mae_points",
             "rolling or cross-validated MAE, points of interference rate",
@@ -106,11 +111,13 @@ class StreamMetrics:
         *,
         leaderboards: Callable[[], Mapping[str, Leaderboard]] = dict,
         highwater: Callable[[str, int], int | None] = lambda topic, partition: None,
+        held: Callable[[], int] = lambda: 0,
     ) -> None:
         self.stage1 = stage1
         self.stage2 = stage2
         self.leaderboards = leaderboards
         self.highwater = highwater
+        self.held = held
         self.consumed: Counter[str] = Counter()
         self.published: Counter[str] = Counter()
         self.dead_letters: Counter[str] = Counter()

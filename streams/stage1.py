@@ -8,7 +8,7 @@ thin loop around it.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -35,9 +35,16 @@ class Stage1:
     """Per-GPU event-time windows, solo profiles and observations.
 
     ``loader(gpu_uuid)`` returns a saved state dict the first time a GPU is seen;
-    :meth:`to_dict` / :meth:`restore` save and restore everything (GPU states and
-    solo profiles) for a local checkpoint; ``counters`` counts windows by kind,
-    late events and observations.
+    :meth:`to_dict` / :meth:`restore` save and restore everything (GPU states,
+    solo profiles, held job-windows) for a local checkpoint; ``counters`` counts
+    windows by kind, late events and observations.
+
+    A co-located job-window whose job type has no solo profile yet in its
+    environment is held (at most ``max_held`` per environment and job type, the
+    oldest dropped and counted) and becomes an observation when the first solo
+    window of that type closes.  Profiles are shared by the GPUs of an
+    environment, so the profile can come from a GPU read later, from another
+    partition: after a restart a worker reads its backlog with skew across partitions.
     """
 
     def __init__(
@@ -50,6 +57,7 @@ class Stage1:
         loader: Callable[[str], Mapping[str, Any] | None] | None = None,
         min_samples: int = 1,
         progress_hold_s: float = 600.0,
+        max_held: int = 1000,
     ) -> None:
         self.window_s = window_s
         self.lateness_s = lateness_s
@@ -58,6 +66,9 @@ class Stage1:
         self.profiles = profiles if profiles is not None else SoloProfiles()
         self.loader = loader
         self.min_samples = min_samples
+        self.max_held = max_held
+        # (environment, job type) -> job-windows waiting for that type's first solo profile
+        self.held: dict[tuple[str, str], deque[dict[str, Any]]] = {}
         self.gpus: dict[str, GpuState] = {}
         self.counters: Counter[str] = Counter()
         self.dirty: set[str] = set()  # GPUs whose windows closed since the last checkpoint
@@ -69,13 +80,17 @@ class Stage1:
             "window_s": self.window_s,
             "gpus": {g: st.to_dict() for g, st in self.gpus.items()},
             "profiles": self.profiles.to_dict(),
+            "held": [w for windows in self.held.values() for w in windows],
         }
 
     def restore(self, data: Mapping[str, Any]) -> None:
         """Load a :meth:`to_dict` checkpoint (GPU states only when the window length is unchanged)."""
         self.profiles = SoloProfiles.from_dict(data.get("profiles", {}))
+        self.held = {}
         if data.get("window_s") == self.window_s:
             self.gpus = {g: GpuState.from_dict(d) for g, d in data.get("gpus", {}).items()}
+            for w in data.get("held", []):
+                self._hold(w)
         self.dirty.clear()
 
     def forget(self, gpus: Iterable[str]) -> None:
@@ -199,41 +214,87 @@ class Stage1:
         if len(full) == 1:
             job_id = full[0]
             self.counters["windows_solo"] += 1
-            self.profiles.add(env, st.jobs[job_id].job_type, {**window_means, "throughput": rates[job_id]})
-            return []
+            job_type = st.jobs[job_id].job_type
+            self.profiles.add(env, job_type, {**window_means, "throughput": rates[job_id]})
+            return self._release(env, job_type)
         self.counters["windows_colocated"] += 1
         out = []
         for job_id in full:
-            job = st.jobs[job_id]
-            solo = self.profiles.get(env, job.job_type)
-            if solo is None:
-                self.counters["no_solo_profile"] += 1
-                continue
             others = [j for j in full if j != job_id]
-            pct = {p: percent_change(window_means[p], solo[p]) for p in KEYS[:6]}
-            out.append(
-                Observation(
-                    window_start=start,
-                    window_end=end,
-                    gpu_uuid=gpu,
-                    environment=env,
-                    job_id=job_id,
-                    job_type=job.job_type,
-                    co_job_types=[st.jobs[j].job_type for j in others],
-                    co_job_ids=others,
-                    E_pct=pct["E"],
-                    T_pct=pct["T"],
-                    S_pct=pct["S"],
-                    V_pct=pct["V"],
-                    R_pct=pct["R"],
-                    W_pct=pct["W"],
-                    window_means=window_means,
-                    solo=solo,
-                    co_solo=[self.profiles.get(env, st.jobs[j].job_type) or {} for j in others],
-                    interference_pct=interference_rate(solo["throughput"], rates[job_id]),
-                    throughput_steps_per_s=rates[job_id],
-                    samples=int(acc[0]),
-                )
-            )
+            window = {
+                "window_start": start,
+                "window_end": end,
+                "gpu_uuid": gpu,
+                "environment": env,
+                "job_id": job_id,
+                "job_type": st.jobs[job_id].job_type,
+                "co_job_types": [st.jobs[j].job_type for j in others],
+                "co_job_ids": others,
+                "window_means": window_means,
+                "throughput_steps_per_s": rates[job_id],
+                "samples": int(acc[0]),
+            }
+            obs = self._observation(window)
+            if obs is None:
+                self.counters["no_solo_profile"] += 1
+                self._hold(window)
+            else:
+                out.append(obs)
         self.counters["observations"] += len(out)
         return out
+
+    # ------------------------------------------------------- held job-windows
+    def _observation(self, w: Mapping[str, Any]) -> Observation | None:
+        """The observation of a co-located job-window, or None while its job type has no solo profile."""
+        env = w["environment"]
+        solo = self.profiles.get(env, w["job_type"])
+        if solo is None:
+            return None
+        wm = w["window_means"]
+        pct = {p: percent_change(wm[p], solo[p]) for p in KEYS[:6]}
+        return Observation(
+            window_start=w["window_start"],
+            window_end=w["window_end"],
+            gpu_uuid=w["gpu_uuid"],
+            environment=env,
+            job_id=w["job_id"],
+            job_type=w["job_type"],
+            co_job_types=list(w["co_job_types"]),
+            co_job_ids=list(w["co_job_ids"]),
+            E_pct=pct["E"],
+            T_pct=pct["T"],
+            S_pct=pct["S"],
+            V_pct=pct["V"],
+            R_pct=pct["R"],
+            W_pct=pct["W"],
+            window_means=dict(wm),
+            solo=solo,
+            co_solo=[self.profiles.get(env, t) or {} for t in w["co_job_types"]],
+            interference_pct=interference_rate(solo["throughput"], w["throughput_steps_per_s"]),
+            throughput_steps_per_s=w["throughput_steps_per_s"],
+            samples=int(w["samples"]),
+        )
+
+    def _hold(self, window: dict[str, Any]) -> None:
+        key = (window["environment"], window["job_type"])
+        held = self.held.get(key)
+        if held is None:
+            held = self.held[key] = deque()
+        if len(held) >= self.max_held:
+            held.popleft()
+            self.counters["held_dropped"] += 1
+        held.append(window)
+
+    def _release(self, environment: str, job_type: str) -> list[Observation]:
+        """The held job-windows of a type that just got its solo profile, as observations."""
+        held = self.held.pop((environment, job_type), None)
+        if not held:
+            return []
+        out = [o for o in map(self._observation, held) if o is not None]
+        self.counters["held_released"] += len(out)
+        self.counters["observations"] += len(out)
+        return out
+
+    def held_count(self) -> int:
+        """Job-windows waiting for a solo profile."""
+        return sum(len(h) for h in self.held.values())

@@ -336,6 +336,7 @@ def worker_crash(
     t0 = time.monotonic()
     moments = sorted(rng.uniform(0.15, 0.85) * run_s for _ in range(kills))
     recoveries: list[float] = []
+    ready: list[float] = []  # kill to the restarted worker's web server answering
     learned_before: list[int] = []
     restored_profiles: list[int] = []
     saved_profiles: list[int] = []
@@ -355,6 +356,7 @@ def worker_crash(
             worker.web_port = free_port()
             worker.start()
             worker.wait_ready()
+            ready.append(time.monotonic() - killed_at)
             wait_until(
                 lambda: worker.counter("aip_stream_published_records_total", topic="predictions") > 0,
                 resume_timeout_s,
@@ -407,6 +409,7 @@ def worker_crash(
             "observations_missing": len(missing),
             "no_solo_profile_windows": no_solo,
             "recovery_each_s": [round(r, 1) for r in recoveries],
+            "web_ready_each_s": [round(r, 1) for r in ready],
             "observations_expected": len(expected),
             "observations_published": sum(ids.values()),
             "observations_duplicated": sum(v - 1 for v in ids.values() if v > 1),

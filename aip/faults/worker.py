@@ -48,6 +48,8 @@ class WorkerProcess:
         self.web_port = web_port
         self.log_path = Path(log_path)
         self.extra_env = extra_env or {}
+        # AIP_TEST_WORKER_LOGLEVEL=info puts faust's group and recovery steps into the log file
+        self.loglevel = os.environ.get("AIP_TEST_WORKER_LOGLEVEL", "warn")
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -55,7 +57,17 @@ class WorkerProcess:
         env = settings_env(self.settings) | self.extra_env
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "aip.cli", "worker", "--no-create-topics", "--web-port", str(self.web_port)],
+                [
+                    sys.executable,
+                    "-m",
+                    "aip.cli",
+                    "worker",
+                    "--loglevel",
+                    self.loglevel,
+                    "--no-create-topics",
+                    "--web-port",
+                    str(self.web_port),
+                ],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -177,3 +177,15 @@ def test_stage2_does_not_learn_a_replayed_observation_twice_after_a_restart(tmp_
     for o in obs:  # the observations topic read again from an older committed offset
         two.on_observation(o)
     assert two.counters["duplicates"] == len(obs) and two.counters["observations"] == 0
+
+
+def test_static_group_membership_id_is_stable_per_host_and_state_dir(tmp_path: Path) -> None:
+    """A worker restarted with the same state directory rejoins as the same member (no wait for its old session)."""
+    from streams.app import app_config, group_instance_id
+
+    one = Settings(state_dir=str(tmp_path / "a"))
+    assert group_instance_id(one) == group_instance_id(Settings(state_dir=str(tmp_path / "a" / ".." / "a")))
+    assert group_instance_id(one) != group_instance_id(Settings(state_dir=str(tmp_path / "b")))
+    assert app_config(one, web=False)["consumer_group_instance_id"] == group_instance_id(one)
+    assert group_instance_id(Settings(state_dir=str(tmp_path), group_instance_id="worker-7")) == "worker-7"
+    assert group_instance_id(Settings(state_dir=str(tmp_path), group_instance_id="none")) is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import orjson
 import pytest
 from records import job_event, sample
 
@@ -20,11 +21,19 @@ from streams.windows import GpuState, watermark, window_index
 BASE = 1_700_000_000.0  # a multiple of 10: windows start on it
 
 
-def scenario(gpu: str = "GPU-A", env: str = "v100", solo_s: int = 30, co_s: int = 40, slowdown: float = 0.25) -> list:
-    """Job a runs solo, then b joins; a's step time grows by ``slowdown``; samples every 0.5 s."""
+def scenario(
+    gpu: str = "GPU-A",
+    env: str = "v100",
+    solo_s: int = 30,
+    co_s: int = 40,
+    slowdown: float = 0.25,
+    types: tuple[str, str] = ("resnet", "lm"),
+) -> list:
+    """Job a (type ``types[0]``) runs solo, then b (``types[1]``) joins; a's step time grows by ``slowdown``;
+    samples every 0.5 s."""
     evs: list = [
-        job_event("started", ts=BASE - 1.0, job_id=f"{gpu}-a", job_type="resnet", gpu_uuid=gpu),
-        job_event("started", ts=BASE + solo_s, job_id=f"{gpu}-b", job_type="lm", gpu_uuid=gpu),
+        job_event("started", ts=BASE - 1.0, job_id=f"{gpu}-a", job_type=types[0], gpu_uuid=gpu),
+        job_event("started", ts=BASE + solo_s, job_id=f"{gpu}-b", job_type=types[1], gpu_uuid=gpu),
     ]
     steps = {"a": 0, "b": 0}
     for i in range(2 * (solo_s + co_s)):
@@ -41,7 +50,7 @@ def scenario(gpu: str = "GPU-A", env: str = "v100", solo_s: int = 30, co_s: int 
                 "progress",
                 ts=ts + 0.02,
                 job_id=f"{gpu}-a",
-                job_type="resnet",
+                job_type=types[0],
                 gpu_uuid=gpu,
                 steps=steps["a"],
                 step_time_s=0.1 * (1 + slowdown) if co else 0.1,
@@ -51,7 +60,13 @@ def scenario(gpu: str = "GPU-A", env: str = "v100", solo_s: int = 30, co_s: int 
             steps["b"] += 5
             evs.append(
                 job_event(
-                    "progress", ts=ts + 0.03, job_id=f"{gpu}-b", job_type="lm", gpu_uuid=gpu, steps=steps["b"], step_time_s=0.2
+                    "progress",
+                    ts=ts + 0.03,
+                    job_id=f"{gpu}-b",
+                    job_type=types[1],
+                    gpu_uuid=gpu,
+                    steps=steps["b"],
+                    step_time_s=0.2,
                 )
             )
     evs.sort(key=lambda e: e.ts)
@@ -123,9 +138,41 @@ def test_stage1_observation_matches_definitions() -> None:
         assert o.window_means["E"] == pytest.approx(200.0)
         assert o.co_solo == [{}]  # lm never ran solo
         decode(Observation, encode(o))  # valid on the wire
-    # b never ran solo: no profile, no observation
+    # b never ran solo: no profile yet, so its job-windows are held, not published
     assert not [o for o in obs if o.job_id == "GPU-A-b"]
-    assert stage.counters["no_solo_profile"] == len(a)
+    assert stage.counters["no_solo_profile"] == len(a) == stage.held_count()
+
+
+def test_stage1_held_windows_become_observations_when_the_profile_arrives() -> None:
+    """A job type's first solo profile can come later, from another GPU: the held job-windows are released then."""
+    stage = Stage1(window_s=10.0, lateness_s=2.0)
+    first = feed(stage, scenario("GPU-A"))
+    held = stage.held_count()
+    assert held > 0 and not [o for o in first if o.job_type == "lm"]
+    # a checkpoint taken now keeps the held job-windows
+    restored = Stage1(window_s=10.0, lateness_s=2.0)
+    restored.restore(orjson.loads(orjson.dumps(stage.to_dict())))
+    assert restored.held_count() == held
+    for st in (stage, restored):
+        later = feed(st, scenario("GPU-B", types=("lm", "resnet")))  # lm runs solo on GPU-B
+        released = [o for o in later if o.gpu_uuid == "GPU-A"]
+        assert len(released) == held == st.counters["held_released"] and st.held_count() == 0
+        for o in released:
+            assert o.job_type == "lm" and o.co_job_types == ["resnet"]
+            assert o.interference_pct == pytest.approx(100.0)  # step time 0.1 s solo on GPU-B, 0.2 s here
+            assert o.E_pct == pytest.approx(100.0)  # 200 W here, 100 W solo
+            assert o.co_solo[0]["E"] == pytest.approx(100.0)
+            decode(Observation, encode(o))
+        assert len({o.observation_id for o in released}) == held
+
+
+def test_stage1_held_windows_are_bounded() -> None:
+    stage = Stage1(window_s=10.0, lateness_s=2.0, max_held=2)
+    feed(stage, scenario("GPU-A"))
+    held = stage.counters["no_solo_profile"]
+    assert held > 2 and stage.held_count() == 2 and stage.counters["held_dropped"] == held - 2
+    released = [o for o in feed(stage, scenario("GPU-B", types=("lm", "resnet"))) if o.gpu_uuid == "GPU-A"]
+    assert len(released) == 2 and released[-1].window_start == max(o.window_start for o in released)
 
 
 def test_stage1_first_window_of_a_new_job_set_is_a_transition() -> None:
