@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any, TypeVar
 
+from events.fast import fast_decoder
 from events.schema import SCHEMA_VERSION, RecordError, from_dict, to_dict, validate_dict
 
 try:  # orjson is strict (no NaN literals) and several times faster than json
@@ -64,6 +65,22 @@ def decode(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> T
         raise RecordError("empty message (null value)")
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogatepass")
+    fast = fast_decoder(cls)
+    if fast is not None:
+        try:
+            record: T = fast(data)
+        except Exception:  # not plainly valid: the general path accepts it or words the error
+            pass
+        else:
+            check = getattr(record, "check", None)
+            if check is not None:
+                check()
+            return record
+    return decode_general(cls, data)
+
+
+def decode_general(cls: type[T], data: bytes | bytearray | memoryview) -> T:
+    """:func:`decode` without the msgspec fast path (the reference the fast path is tested against)."""
     try:
         obj = _loads(bytes(data))
     except _JSONError as exc:

@@ -21,6 +21,7 @@ TS_MIN_S = 946_684_800.0  # 2000-01-01
 TS_MAX_S = 4_102_444_800.0  # 2100-01-01
 MAX_STR_LEN = 256
 MAX_LIST_LEN = 1024
+_FLOAT_MAX = 1.7976931348623157e308
 
 
 class RecordError(ValueError):
@@ -129,6 +130,10 @@ def _check_list(name: str, value: Any) -> list[Any]:
     return value
 
 
+_KEY_SPEC = Spec("str", max_len=64)
+_FLOAT_SPEC = Spec("float")
+
+
 def _check_dict_float(name: str, value: Any, s: Spec) -> dict[str, float | None]:
     if not isinstance(value, Mapping):
         raise RecordError(f"{name}: expected an object, got {type(value).__name__}")
@@ -136,8 +141,26 @@ def _check_dict_float(name: str, value: Any, s: Spec) -> dict[str, float | None]
         raise RecordError(f"{name}: more than {MAX_LIST_LEN} entries")
     out: dict[str, float | None] = {}
     for k, v in value.items():
-        key = _check_str(f"{name} key", k, Spec("str", max_len=64))
-        out[key] = None if v is None else _check_number(f"{name}.{key}", v, Spec("float"))
+        key = _check_str(f"{name} key", k, _KEY_SPEC)
+        out[key] = None if v is None else _check_number(f"{name}.{key}", v, _FLOAT_SPEC)
+    return out
+
+
+def _plain_dict_float(value: dict[Any, Any]) -> dict[str, float | None] | None:
+    """``value`` as _check_dict_float returns it when every entry is plainly valid; None otherwise
+    (the general checker then words the error)."""
+    if len(value) > MAX_LIST_LEN:
+        return None
+    out: dict[str, float | None] = {}
+    for k, v in value.items():
+        if type(k) is not str or len(k) > 64:
+            return None
+        if v is None or (type(v) is float and -_FLOAT_MAX <= v <= _FLOAT_MAX):
+            out[k] = v
+        elif type(v) is int and -_FLOAT_MAX <= v <= _FLOAT_MAX:
+            out[k] = float(v)
+        else:  # NaN, inf, bool, anything else
+            return None
     return out
 
 
@@ -162,7 +185,6 @@ def _field_plan(cls: type) -> tuple[tuple[str, bool, bool, Spec], ...]:
     return tuple(plan)
 
 
-_FLOAT_MAX = 1.7976931348623157e308
 _MISSING = object()
 
 
@@ -173,7 +195,12 @@ def _compiled(cls: type) -> Any:
     accepts exactly the same values and words the error.  About 4x faster on MetricSample.
     """
     lines = ["def validate(data, prefix):", "    kw = {}"]
-    env: dict[str, Any] = {"_MISSING": _MISSING, "RecordError": RecordError, "_check_value": _check_value}
+    env: dict[str, Any] = {
+        "_MISSING": _MISSING,
+        "RecordError": RecordError,
+        "_check_value": _check_value,
+        "_plain_dict_float": _plain_dict_float,
+    }
     for i, (name, optional, may_be_absent, s) in enumerate(_field_plan(cls)):
         env[f"s{i}"] = s
         lines.append(f"    v = data.get({name!r}, _MISSING)")
@@ -202,6 +229,13 @@ def _compiled(cls: type) -> Any:
             lines.append(
                 f"    elif type(v) is list and len(v) <= {MAX_LIST_LEN} and all(type(x) is str and len(x) <= {s.max_len} for x in v):"
                 f" kw[{name!r}] = v"
+            )
+        elif s.kind == "dict_float":
+            lines.append(f"    elif type(v) is dict and (d := _plain_dict_float(v)) is not None: kw[{name!r}] = d")
+        elif s.kind == "list_dict_float":
+            lines.append(
+                f"    elif type(v) is list and len(v) <= {MAX_LIST_LEN} and all(type(x) is dict for x in v)"
+                f" and None not in (ds := [_plain_dict_float(x) for x in v]): kw[{name!r}] = ds"
             )
         elif s.kind == "list_record":
             assert s.record is not None
@@ -266,13 +300,23 @@ def validate_instance(record: Any) -> None:
         check()
 
 
+_NAMES: dict[Any, tuple[str, ...]] = {}
+
+
+def _names(cls: Any) -> tuple[str, ...]:
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 def to_dict(record: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(record):
-        value = getattr(record, f.name)
+    for name in _names(type(record)):
+        value = getattr(record, name)
         if dataclasses.is_dataclass(value):
             value = to_dict(value)
-        elif isinstance(value, list) and value and dataclasses.is_dataclass(value[0]):
+        elif type(value) is list and value and dataclasses.is_dataclass(value[0]):
             value = [to_dict(v) for v in value]
-        out[f.name] = value
+        out[name] = value
     return out

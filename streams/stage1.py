@@ -108,8 +108,13 @@ class Stage1:
             self.gpus[gpu_uuid] = st
         return st
 
-    def on_metric(self, sample: MetricSample) -> list[Observation]:
-        """Add a sample to its window; return the observations of windows that close."""
+    def on_metric(self, sample: MetricSample, lifecycle_pending: bool = False) -> list[Observation]:
+        """Add a sample to its window; return the observations of windows that close.
+
+        ``lifecycle_pending``: lifecycle records of this GPU are known to be unread (the
+        caller knows its input positions): windows then wait for them up to ``progress_hold_s``
+        instead of ``hold_s``, so that reading a backlog with metrics far ahead does not close
+        windows without their job set."""
         st = self.state(sample.gpu_uuid)
         if st.duplicate_sample(sample.producer_id, sample.seq, sample.ts):
             self.counters["duplicate_metrics"] += 1
@@ -125,11 +130,12 @@ class Stage1:
         add_sample(acc, sample)
         if st.metrics_wm is None or sample.ts > st.metrics_wm:
             st.metrics_wm = sample.ts
-            return self._advance(sample.gpu_uuid, st)
+            return self._advance(sample.gpu_uuid, st, lifecycle_pending)
         return []
 
-    def on_job(self, event: JobEvent) -> list[Observation]:
-        """Apply a lifecycle event; return the observations of windows that close.
+    def on_job(self, event: JobEvent, lifecycle_pending: bool = False) -> list[Observation]:
+        """Apply a lifecycle event; return the observations of windows that close
+        (``lifecycle_pending`` as for :meth:`on_metric`).
 
         A late ``started`` or ``finished`` still updates the job set of the
         windows to come before :class:`LateEvent` is raised; late progress is dropped.
@@ -160,7 +166,7 @@ class Stage1:
             raise LateEvent(self._late_reason(st, event.ts))
         if st.lifecycle_wm is None or event.ts > st.lifecycle_wm:
             st.lifecycle_wm = event.ts
-            return self._advance(event.gpu_uuid, st)
+            return self._advance(event.gpu_uuid, st, lifecycle_pending)
         return []
 
     def flush(self, gpus: Iterable[str] | None = None) -> list[Observation]:
@@ -181,8 +187,8 @@ class Stage1:
         return f"late: event time {ts:.3f} is {behind:.3f} s before the first open window (lateness {self.lateness_s:g} s)"
 
     # ---------------------------------------------------------------- windows
-    def _advance(self, gpu: str, st: GpuState) -> list[Observation]:
-        limit = st.closable(self.window_s, self.lateness_s, self.hold_s, self.progress_hold_s)
+    def _advance(self, gpu: str, st: GpuState, lifecycle_pending: bool = False) -> list[Observation]:
+        limit = st.closable(self.window_s, self.lateness_s, self.hold_s, self.progress_hold_s, lifecycle_pending)
         if limit is None or (st.closed is not None and limit <= st.closed):
             return []
         out: list[Observation] = []

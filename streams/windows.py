@@ -196,11 +196,17 @@ class GpuState:
         if job.progress and job.end is not None:
             self.progress_end = job.end if self.progress_end is None else max(self.progress_end, job.end)
 
-    def closable(self, window_s: float, lateness_s: float, hold_s: float, progress_hold_s: float = 0.0) -> int | None:
-        """Index of the first window that may not close yet (None: nothing known)."""
+    def closable(
+        self, window_s: float, lateness_s: float, hold_s: float, progress_hold_s: float = 0.0, lifecycle_pending: bool = False
+    ) -> int | None:
+        """Index of the first window that may not close yet (None: nothing known).
+
+        ``lifecycle_pending``: the GPU's lifecycle input has records not yet applied (its
+        partition is behind, or not read at all yet), so windows wait for them as they do
+        while progress is due."""
         if self.metrics_wm is None:
             return None
-        due = self.awaits_progress(self.metrics_wm, progress_hold_s)
+        due = lifecycle_pending or self.awaits_progress(self.metrics_wm, progress_hold_s)
         limit = close_limit(self.metrics_wm, self.lifecycle_wm, due, hold_s, progress_hold_s, lateness_s)
         return math.floor(limit / window_s)
 

@@ -160,7 +160,13 @@ def test_huge_strings_and_invalid_utf8_are_rejected() -> None:
 
 def test_observation_identity_is_deterministic() -> None:
     obs = Observation(
-        window_start=1.7e9, window_end=1.7e9 + 10, gpu_uuid="GPU-1", environment="v100", job_id="j", job_type="t", co_job_types=["u"]
+        window_start=1.7e9,
+        window_end=1.7e9 + 10,
+        gpu_uuid="GPU-1",
+        environment="v100",
+        job_id="j",
+        job_type="t",
+        co_job_types=["u"],
     )
     assert obs.observation_id == "GPU-1|1700000000.000|j"
     assert obs.key == "v100"
@@ -193,3 +199,52 @@ def test_compiled_validator_agrees_with_the_general_checker(cls: type, data: st.
         except RecordError as exc:
             outcomes.append(("error", str(exc)))
     assert outcomes[0] == outcomes[1]
+
+
+def _outcome(fn: object, cls: type, payload: bytes) -> tuple[str, object]:
+    try:
+        return ("ok", fn(cls, payload))  # type: ignore[operator]
+    except RecordError as exc:
+        return ("error", str(exc))
+
+
+@pytest.mark.parametrize("cls", TOP_LEVEL, ids=lambda c: c.__name__)
+@FAST
+@given(data=st.data())
+def test_msgspec_fast_path_agrees_with_the_general_path(cls: type, data: st.DataObject) -> None:
+    """decode (msgspec first) and decode_general accept the same payloads, build equal records, word the same errors."""
+    from events.codec import decode_general
+    from events.fast import fast_decoder
+
+    obj = to_dict(data.draw(records_of(cls)))
+    for name in data.draw(st.lists(st.sampled_from(sorted(obj)), max_size=3)):
+        if data.draw(st.booleans()):
+            obj.pop(name, None)
+        else:
+            obj[name] = data.draw(json_values | st.floats() | st.integers(min_value=2**62, max_value=2**65))
+    payload = json.dumps(obj, allow_nan=True).encode()
+    assert _outcome(decode, cls, payload) == _outcome(decode_general, cls, payload)
+    fast = fast_decoder(cls)
+    assert fast is not None  # msgspec is a dependency
+    try:
+        record = fast(payload)
+    except Exception:
+        return
+    assert _outcome(decode_general, cls, payload) == ("ok", record)  # what the mirror accepts is valid
+
+
+def test_msgspec_fast_path_agrees_on_every_fuzzed_record() -> None:
+    """The fault tests' fuzzed records (wrong types, NaN, huge strings, invalid UTF-8, ...) decode identically."""
+    from aip.faults.fuzz import fuzz_cases
+    from events.codec import decode_general
+
+    cases, _valid = fuzz_cases(600, seed=3)
+    rejected = 0
+    for case in cases:
+        cls = RECORD_OF[case.topic]
+        if case.value is None:
+            continue
+        fast, general = _outcome(decode, cls, case.value), _outcome(decode_general, cls, case.value)
+        assert fast == general, case
+        rejected += fast[0] == "error"
+    assert rejected > 500

@@ -72,6 +72,47 @@ def test_without_progress_reports_the_short_hold_still_applies() -> None:
         st.on_job(job_event("started", ts=BASE + 20, job_id="late", job_type="lm"))
 
 
+def test_metrics_read_before_any_lifecycle_wait_while_the_lifecycle_partition_is_behind() -> None:
+    """Reading a backlog, faust may hand over a whole metrics partition before its lifecycle partition.
+
+    Without lifecycle events the short hold applies, so windows closed without their jobs and the
+    lifecycle events that followed were dead-lettered as late (thousands in the stage-1 bench).  The
+    worker knows the lifecycle partition has unread records and says so: windows then wait.
+    """
+    evs = scenario(solo_s=200, co_s=300)
+    metrics = [e for e in evs if hasattr(e, "power_w")]
+    lifecycle = [e for e in evs if not hasattr(e, "power_w")]
+    key = lambda o: o.observation_id  # noqa: E731
+    reference = sorted(feed(Stage1(window_s=10.0, lateness_s=2.0), evs), key=key)
+    assert reference
+
+    def skewed(pending: bool) -> tuple[list, Stage1]:
+        st = Stage1(window_s=10.0, lateness_s=2.0, hold_s=120.0, progress_hold_s=600.0)
+        out = [o for e in metrics for o in st.on_metric(e, lifecycle_pending=pending)]
+        late = 0
+        for i, e in enumerate(lifecycle):  # the partition is behind until its last record is applied
+            try:
+                out += st.on_job(e, lifecycle_pending=pending and i < len(lifecycle) - 1)
+            except LateEvent:
+                late += 1
+        return sorted(out, key=key), st
+
+    got, st = skewed(True)
+    assert got == reference and st.counters["late_lifecycle"] == 0
+    lost, st = skewed(False)  # what happened before the rule
+    assert st.counters["late_lifecycle"] > 0 and len(lost) < len(reference)
+
+
+def test_worker_marks_lifecycle_partitions_with_unapplied_records(tmp_path: Path) -> None:
+    streams = create_app(Settings(topic_prefix="unit.", state_dir=str(tmp_path)), web=False)
+    streams._assigned = {0, 1, 2, 3}
+    highwater = {0: 10, 1: 10, 2: 0}  # partition 3 not fetched yet
+    streams._highwater = lambda topic, partition: highwater.get(partition)  # type: ignore[method-assign]
+    streams.positions = {"jobs.lifecycle:0": 9, "jobs.lifecycle:1": 4, "gpu.metrics:2": 100}
+    streams.update_lifecycle_behind()
+    assert streams.lifecycle_behind == {1, 3}  # 0 caught up, 1 behind, 2 empty, 3 unknown
+
+
 # ------------------------------------------------------------------ checkpoints and replays
 def test_stage1_restored_from_a_checkpoint_dedupes_the_replay() -> None:
     """Crash after a checkpoint: the events since the committed offset are read again; the result is unchanged."""
