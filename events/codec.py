@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any, TypeVar
 
-from events.fast import fast_decoder
+from events.fast import fast_checker, fast_decoder
 from events.schema import SCHEMA_VERSION, RecordError, from_dict, to_dict, validate_dict
 
 try:  # orjson is strict (no NaN literals) and several times faster than json
@@ -18,6 +18,7 @@ try:  # orjson is strict (no NaN literals) and several times faster than json
         return _json.loads(data)
 
     _JSONError: tuple[type[Exception], ...] = (_json.JSONDecodeError, TypeError)
+    _DUMPS_RECORDS = True  # orjson serialises dataclass instances itself
 except ImportError:  # pragma: no cover - exercised where orjson is absent
     import json as _stdjson
 
@@ -31,6 +32,7 @@ except ImportError:  # pragma: no cover - exercised where orjson is absent
         return _stdjson.loads(data, parse_constant=_reject_constant)
 
     _JSONError = (ValueError, TypeError, RecursionError)
+    _DUMPS_RECORDS = False
 
 T = TypeVar("T")
 
@@ -42,12 +44,35 @@ def encode(record: Any) -> bytes:
     >>> encode(GpuProcess(pid=7, used_mem_mb=512.0))
     b'{"pid":7,"used_mem_mb":512.0}'
     """
+    fast = fast_checker(type(record)) if _DUMPS_RECORDS else None
+    if fast is not None:
+        try:
+            fast(record)
+        except Exception:  # not plainly valid: the general path accepts it or words the error
+            pass
+        else:
+            check = getattr(record, "check", None)
+            if check is not None:
+                check()
+            return _serialise(record)  # orjson writes dataclasses as to_dict would
+    return encode_general(record)
+
+
+def encode_general(record: Any) -> bytes:
+    """:func:`encode` without the msgspec fast path (the reference the fast path is tested against)."""
     data = to_dict(record)
     validate_dict(type(record), data)
     check = getattr(record, "check", None)
     if check is not None:
         check()
-    return _dumps(data)
+    return _serialise(data)
+
+
+def _serialise(obj: Any) -> bytes:
+    try:
+        return _dumps(obj)
+    except (TypeError, ValueError) as exc:  # e.g. an integer beyond 64 bits in a float field
+        raise RecordError(f"cannot be written as JSON: {exc}") from None
 
 
 def decode(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> T:

@@ -194,8 +194,8 @@ class Streams:
         self._refitting: set[str] = set()
         self._own_commit = False
         self._assigned: set[int] = set()  # input partitions assigned to this process
-        self.lifecycle_behind: set[int] = set()
-        self._bases: dict[str, str] = {}  # of those, lifecycle partitions with records not applied yet
+        self.lifecycle_behind: set[int] = set()  # of those, lifecycle partitions with records not applied yet
+        self._bases: dict[str, str] = {}  # full topic name -> base name
         self.checkpoints = 0
         self._refit_futures: set[asyncio.Future[None]] = set()
         self._register(stage2)

@@ -61,8 +61,8 @@ def _child(mode: str, broker: str, prefix: str, n: int, state_dir: str, client_i
             await real_batch(events)
             count(len(events))
 
-        report["observations"] = streams.metrics.published
-        report["dead_letters"] = streams.metrics.dead_letters
+        report["published"] = streams.metrics.published
+        report["dead_letter_reasons"] = streams.metrics.dead_letters
         streams.stage1_event = one  # type: ignore[method-assign]
         streams.stage1_batch = batch  # type: ignore[method-assign]
     asyncio.set_event_loop(asyncio.new_event_loop())
@@ -81,8 +81,10 @@ def _keep_off_core_0(pid: int) -> None:
             pass
 
 
-def _run_child(mode: str, broker: str, prefix: str, n: int, state_dir: str, client_id: str = "aip") -> float:
-    """Time one consumer in a child pinned to core 0; its own client id gives it its own consumer group."""
+def _run_child(mode: str, broker: str, prefix: str, n: int, state_dir: str, client_id: str = "aip") -> dict[str, Any]:
+    """Time one consumer in a child pinned to core 0; its own client id gives it its own consumer group.
+
+    Returns the child's report: ``seconds``, ``events`` and, for stage 1, what it published."""
     cmd = [
         sys.executable,
         "-c",
@@ -91,7 +93,7 @@ def _run_child(mode: str, broker: str, prefix: str, n: int, state_dir: str, clie
     proc = subprocess.run(["taskset", "-c", "0", *cmd], capture_output=True, text=True, timeout=600)
     for line in reversed(proc.stdout.splitlines()):
         if '{"seconds"' in line:
-            return float(json.loads(line[line.index("{") :])["seconds"])
+            return dict(json.loads(line[line.index("{") :]))
     raise RuntimeError(f"bench child {mode} failed: {proc.stdout[-500:]} {proc.stderr[-500:]}")
 
 
@@ -138,11 +140,16 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
         rounds = 3 if quick else 5
         t_pass: list[float] = []
         t_stage: list[float] = []
+        published: list[dict[str, int]] = []
         for r in range(rounds):
             progress(f"round {r + 1}/{rounds}: {n} events, pass-through agent on one core")
-            t_pass.append(_run_child("passthrough", broker.address, settings.topic_prefix, n, f"{tmp}/p{r}", f"pass{r}"))
+            t_pass.append(
+                _run_child("passthrough", broker.address, settings.topic_prefix, n, f"{tmp}/p{r}", f"pass{r}")["seconds"]
+            )
             progress(f"round {r + 1}/{rounds}: pass-through {n / t_pass[-1]:.0f} events/s; stage 1 on one core")
-            t_stage.append(_run_child("stage1", broker.address, settings.topic_prefix, n, f"{tmp}/s{r}", f"stage{r}"))
+            report = _run_child("stage1", broker.address, settings.topic_prefix, n, f"{tmp}/s{r}", f"stage{r}")
+            t_stage.append(report["seconds"])
+            published.append(report["published"])
             progress(f"round {r + 1}/{rounds}: stage 1 {n / t_stage[-1]:.0f} events/s")
     mem = state_mb_per_1000_gpus(200 if quick else 1000, 60.0 if quick else 90.0)
     ratios = [p / st for p, st in zip(t_pass, t_stage, strict=True)]
@@ -152,5 +159,8 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
         "stage1_ratio": round(statistics.median(ratios), 3),
         "stage1_ratio_rounds": [round(x, 3) for x in ratios],
         "stage1_events": n,
+        # every round must publish the same (reading order differs; a backlog must not cost observations)
+        "stage1_observations_each": [p.get("observations", 0) for p in published],
+        "stage1_dead_letters_each": [p.get("deadletter", 0) for p in published],
         "state_mb_per_1000_gpus": mem,
     }
