@@ -230,3 +230,23 @@ def test_static_group_membership_id_is_stable_per_host_and_state_dir(tmp_path: P
     assert app_config(one, web=False)["consumer_group_instance_id"] == group_instance_id(one)
     assert group_instance_id(Settings(state_dir=str(tmp_path), group_instance_id="worker-7")) == "worker-7"
     assert group_instance_id(Settings(state_dir=str(tmp_path), group_instance_id="none")) is None
+
+
+def test_worker_monitor_checkpoints_before_a_commit_and_the_worker_has_no_spinner(tmp_path: Path) -> None:
+    """faust calls the monitor's on_commit_initiated right before it computes the offsets to commit."""
+    import logging
+
+    from streams.app import WorkerMonitor, faust_worker
+
+    streams = create_app(Settings(topic_prefix="unit.", state_dir=str(tmp_path)), web=False)
+    assert isinstance(streams.app.monitor, WorkerMonitor)
+    feed(streams.stage1, scenario()[:200])
+    streams.app.monitor.on_commit_initiated(None)
+    assert json.loads((tmp_path / "stage1.json").read_bytes())["stage1"]["gpus"]
+    # faust's own Worker sets the root logger to DEBUG for its spinner and keeps it there
+    worker = faust_worker(streams.app, "warn")
+    assert worker.spinner is None
+    root = logging.getLogger()
+    level = root.level
+    worker.on_setup_root_logger(root, logging.WARNING)
+    assert root.level == level
