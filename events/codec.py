@@ -51,9 +51,7 @@ def encode(record: Any) -> bytes:
         except Exception:  # not plainly valid: the general path accepts it or words the error
             pass
         else:
-            check = getattr(record, "check", None)
-            if check is not None:
-                check()
+            _cross_check(record)
             return _serialise(record)  # orjson writes dataclasses as to_dict would
     return encode_general(record)
 
@@ -62,10 +60,15 @@ def encode_general(record: Any) -> bytes:
     """:func:`encode` without the msgspec fast path (the reference the fast path is tested against)."""
     data = to_dict(record)
     validate_dict(type(record), data)
+    _cross_check(record)
+    return _serialise(data)
+
+
+def _cross_check(record: Any) -> None:
+    """The record's own cross-field rules (``check()``), where it has any."""
     check = getattr(record, "check", None)
     if check is not None:
         check()
-    return _serialise(data)
 
 
 def _serialise(obj: Any) -> bytes:
@@ -97,9 +100,7 @@ def decode(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> T
         except Exception:  # not plainly valid: the general path accepts it or words the error
             pass
         else:
-            check = getattr(record, "check", None)
-            if check is not None:
-                check()
+            _cross_check(record)
             return record
     return decode_general(cls, data)
 
@@ -124,9 +125,7 @@ def decode_obj(cls: type[T], obj: Any) -> T:
     elif isinstance(obj, dict) and getattr(cls, "__dataclass_fields__", {}).get("schema_version") is not None:
         raise RecordError("schema_version: required field missing")
     record: T = from_dict(cls, obj)
-    check = getattr(record, "check", None)
-    if check is not None:
-        check()
+    _cross_check(record)
     return record
 
 
