@@ -20,6 +20,7 @@ from typing import Any
 
 import faust
 from faust.sensors import Monitor
+from faust.types import TP
 
 from config import Settings
 from events import JobEvent, MetricSample, Observation, RecordError, Topics, decode, encode
@@ -194,7 +195,7 @@ class Streams:
         self._refitting: set[str] = set()
         self._own_commit = False
         self._assigned: set[int] = set()  # input partitions assigned to this process
-        self.lifecycle_behind: set[int] = set()  # of those, lifecycle partitions with records not applied yet
+        self._lifecycle_tps: dict[int, tuple[TP, str]] = {}  # partition -> (lifecycle TP, positions key)
         self._bases: dict[str, str] = {}  # full topic name -> base name
         self.checkpoints = 0
         self._refit_futures: set[asyncio.Future[None]] = set()
@@ -293,27 +294,28 @@ class Streams:
             del self.positions[key]
             self.replay_until.pop(key, None)
 
-    def update_lifecycle_behind(self) -> None:
-        """Note which assigned partitions of jobs.lifecycle have records not yet applied.
+    def lifecycle_pending(self, partition: int) -> bool:
+        """Whether the lifecycle partition ``partition`` has records stage 1 has not applied yet.
 
         A GPU's samples and lifecycle events share a key (gpu_uuid), so they sit in
         partitions of the same number.  While that lifecycle partition is behind (fetched
-        high-water mark beyond what stage 1 applied, or not fetched yet), the GPU's windows
-        wait for it: reading a backlog, faust may hand over minutes of one partition's
-        metrics before any of its lifecycle events (measured: up to 5,736 valid lifecycle
-        events dead-lettered as late in the stage-1 bench before this rule).
+        high-water mark beyond what stage 1 applied, or nothing fetched yet), the GPU's
+        windows wait for it: reading a backlog, faust may hand over minutes of one
+        partition's metrics before any of its lifecycle events (measured: up to 5,736 valid
+        lifecycle events dead-lettered as late in the stage-1 bench before this rule).
+        Asked per event: one batch can span minutes of event time.
         """
-        behind = set()
-        for partition in self._assigned:
-            high = self._highwater(LIFECYCLE, partition)
-            applied = self.positions.get(f"{LIFECYCLE}:{partition}")
-            if high is None or (applied is None and high > 0) or (applied is not None and applied + 1 < high):
-                behind.add(partition)
-        self.lifecycle_behind = behind
+        names = self._lifecycle_tps.get(partition)
+        if names is None:
+            names = self._lifecycle_tps[partition] = (TP(self.topics.lifecycle, partition), f"{LIFECYCLE}:{partition}")
+        try:
+            high: int | None = int(self.app.consumer.highwater(names[0]))
+        except Exception:  # not assigned here, or the consumer is not running
+            high = None
+        applied = self.positions.get(names[1])
+        return high is None or (applied is None and high > 0) or (applied is not None and applied + 1 < high)
 
     def _highwater(self, topic: str, partition: int) -> int | None:
-        from faust.types import TP
-
         try:
             return int(self.app.consumer.highwater(TP(self.topics.name(topic), partition)))
         except Exception:  # not assigned here, or the consumer is not running
@@ -371,11 +373,11 @@ class Streams:
             if base == METRICS:
                 sample = decode(MetricSample, event.value)
                 self.gpu_partition[sample.gpu_uuid] = m.partition
-                return self.stage1.on_metric(sample, m.partition in self.lifecycle_behind), None
+                return self.stage1.on_metric(sample, self.lifecycle_pending(m.partition)), None
             if base == LIFECYCLE:
                 job = decode(JobEvent, event.value)
                 self.gpu_partition[job.gpu_uuid] = m.partition
-                return self.stage1.on_job(job, m.partition in self.lifecycle_behind), None
+                return self.stage1.on_job(job, self.lifecycle_pending(m.partition)), None
             return [], f"unexpected topic {event.message.topic}"
         except RecordError as exc:
             return [], f"invalid {base} record: {exc}"
@@ -437,7 +439,6 @@ class Streams:
 
     async def stage1_event(self, event: Any) -> None:
         """Stage 1 for one event (``stage1_batch`` 1)."""
-        self.update_lifecycle_behind()
         obs, error = self.handle_input(event)
         if error is not None:
             await self.send_dead_letter(event, error, "stage1")
@@ -448,7 +449,6 @@ class Streams:
 
     async def stage1_batch(self, batch: Iterable[Any]) -> None:
         observations: list[Observation] = []
-        self.update_lifecycle_behind()
         for event in batch:
             obs, error = self.handle_input(event)
             if error is not None:

@@ -105,12 +105,17 @@ def test_metrics_read_before_any_lifecycle_wait_while_the_lifecycle_partition_is
 
 def test_worker_marks_lifecycle_partitions_with_unapplied_records(tmp_path: Path) -> None:
     streams = create_app(Settings(topic_prefix="unit.", state_dir=str(tmp_path)), web=False)
-    streams._assigned = {0, 1, 2, 3}
     highwater = {0: 10, 1: 10, 2: 0}  # partition 3 not fetched yet
-    streams._highwater = lambda topic, partition: highwater.get(partition)  # type: ignore[method-assign]
+
+    class Consumer:
+        def highwater(self, tp: Any) -> int | None:
+            assert tp.topic == "unit.jobs.lifecycle"
+            return highwater.get(tp.partition)
+
+    streams.app._consumer = Consumer()  # type: ignore[assignment]
     streams.positions = {"jobs.lifecycle:0": 9, "jobs.lifecycle:1": 4, "gpu.metrics:2": 100}
-    streams.update_lifecycle_behind()
-    assert streams.lifecycle_behind == {1, 3}  # 0 caught up, 1 behind, 2 empty, 3 unknown
+    pending = [p for p in range(4) if streams.lifecycle_pending(p)]
+    assert pending == [1, 3]  # 0 caught up, 1 behind, 2 empty, 3 unknown
 
 
 # ------------------------------------------------------------------ checkpoints and replays
