@@ -169,8 +169,11 @@ def fuzz_cases(
     their original; rejected records go to the valid GPU's key, a random key or none.
     """
     rng = random.Random(seed)
-    duration = valid_duration_s if valid_duration_s is not None else max(600.0, per_topic * 0.6)
-    valid = valid_stream(seed, duration)
+    # about 0.6 valid samples per fuzzed record; more GPUs rather than a longer stream, so that
+    # event time does not run hundreds of times faster than wall time while records are sent
+    gpus = max(1, per_topic // 1000)
+    duration = valid_duration_s if valid_duration_s is not None else max(600.0, per_topic * 0.6 / gpus)
+    valid = valid_stream(seed, duration, gpus)
     gpu = valid[0][1].gpu_uuid.encode() if valid else b"GPU-none"
     templates = {
         METRICS: [to_dict(r) for t, r in valid if t == METRICS][:50],
