@@ -195,7 +195,7 @@ class Streams:
         self._refitting: set[str] = set()
         self._own_commit = False
         self._assigned: set[int] = set()  # input partitions assigned to this process
-        self._lifecycle_tps: dict[int, tuple[TP, str]] = {}  # partition -> (lifecycle TP, positions key)
+        self._tps: dict[tuple[str, int], tuple[TP, str]] = {}  # (base topic, partition) -> (TP, positions key)
         self._bases: dict[str, str] = {}  # full topic name -> base name
         self.checkpoints = 0
         self._refit_futures: set[asyncio.Future[None]] = set()
@@ -305,19 +305,20 @@ class Streams:
         lifecycle events dead-lettered as late in the stage-1 bench before this rule).
         Asked per event: one batch can span minutes of event time.
         """
-        names = self._lifecycle_tps.get(partition)
-        if names is None:
-            names = self._lifecycle_tps[partition] = (TP(self.topics.lifecycle, partition), f"{LIFECYCLE}:{partition}")
-        try:
-            high: int | None = int(self.app.consumer.highwater(names[0]))
-        except Exception:  # not assigned here, or the consumer is not running
-            high = None
-        applied = self.positions.get(names[1])
+        high = self._highwater(LIFECYCLE, partition)
+        applied = self.positions.get(self._tp(LIFECYCLE, partition)[1])
         return high is None or (applied is None and high > 0) or (applied is not None and applied + 1 < high)
+
+    def _tp(self, topic: str, partition: int) -> tuple[TP, str]:
+        """(faust TP, key in ``positions``) of a base topic name and partition, built once (asked per event)."""
+        names = self._tps.get((topic, partition))
+        if names is None:
+            names = self._tps[(topic, partition)] = (TP(self.topics.name(topic), partition), f"{topic}:{partition}")
+        return names
 
     def _highwater(self, topic: str, partition: int) -> int | None:
         try:
-            return int(self.app.consumer.highwater(TP(self.topics.name(topic), partition)))
+            return int(self.app.consumer.highwater(self._tp(topic, partition)[0]))
         except Exception:  # not assigned here, or the consumer is not running
             return None
 
