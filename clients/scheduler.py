@@ -25,9 +25,11 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +41,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class GpuView:
-    """What the client knows about one GPU."""
+    """What the client knows about one GPU.
+
+    The job set comes from ``jobs.lifecycle`` when the client has seen the GPU's whole
+    history (``complete``), else from the predictions themselves: a client that joins
+    mid-stream takes the latest prediction's ``job_set`` (as of its ``window_end``),
+    applies the lifecycle events it saw after that, and from then on knows the set.
+    """
 
     what_if: dict[str, tuple[float, float]] = field(default_factory=dict)
     """job type -> (newcomer_pct, existing_pct) from the latest prediction that carried what-if entries."""
@@ -47,8 +55,46 @@ class GpuView:
     """The (sorted) job types running when those entries were computed."""
     ts: float = 0.0
     """Timestamp of that prediction (epoch s)."""
-    running: dict[str, str] | None = None
-    """job_id -> job_type from ``jobs.lifecycle``; None when the lifecycle is not tracked for this GPU."""
+    as_of: float = 0.0
+    """Event time its job set describes: the prediction's ``window_end`` (else its ``ts``)."""
+    running: dict[str, str] = field(default_factory=dict)
+    """job_id -> job_type of jobs seen starting on ``jobs.lifecycle`` and not seen finishing."""
+    unnamed: dict[str, int] = field(default_factory=dict)
+    """job type -> count of jobs known to run from a prediction's job set, whose start the client never saw."""
+    complete: bool = False
+    """True when ``running`` plus ``unnamed`` is the GPU's whole job set (history seen, inferred, or :meth:`SchedulerClient.mark_idle`)."""
+    changes: list[tuple[float, str, str, str]] = field(default_factory=list)
+    """(ts, kind, job_id, job_type) of started/finished events after ``as_of`` (bounded)."""
+    seen_since: float | None = None
+    """Event time from which every lifecycle event of this GPU was seen (None: none seen yet)."""
+    last_event_ts: float = float("-inf")
+    """Event time of the newest lifecycle event seen (progress included)."""
+    host: str | None = None
+    """The node the GPU is on, from its lifecycle events (every kind carries ``host``)."""
+
+    def job_types(self) -> Counter[str]:
+        """The multiset of job types known to run (exact when ``complete``)."""
+        return Counter(self.running.values()) + Counter(self.unnamed)
+
+    @property
+    def idle(self) -> bool:
+        """Known to run nothing (and no newer prediction says otherwise)."""
+        if not self.complete or self.running or any(self.unnamed.values()):
+            return False
+        return not (self.job_set and self.as_of > self.last_event_ts)
+
+    def what_if_valid(self) -> bool:
+        """The what-if entries still describe the GPU's current job set."""
+        if not self.what_if:
+            return False
+        if self.complete:
+            return tuple(sorted(self.job_types().elements())) == self.job_set
+        # history incomplete: nothing changed since the prediction, and the jobs seen running are in its set
+        return not self.changes and not (Counter(self.running.values()) - Counter(self.job_set))
+
+
+MAX_CHANGES = 256
+"""Lifecycle changes kept per GPU while waiting for a prediction newer than them."""
 
 
 def placement_cost_pct(newcomer_pct: float, existing_pct: float) -> float:
@@ -73,6 +119,37 @@ def rank_key(cost_pct: float | None, running_jobs: int | None) -> tuple[int, flo
     return (1, float(running_jobs or 0))
 
 
+def _net_change(changes: list[tuple[float, str, str, str]]) -> int:
+    return sum(1 if kind == "started" else -1 for _, kind, _, _ in changes)
+
+
+def _infer(view: GpuView) -> None:
+    """Without the whole history, learn the job set from the prediction once it can be trusted.
+
+    It can when the client has seen every lifecycle event of the GPU after the
+    prediction's ``as_of`` (it saw one at or before it: ``seen_since <= as_of``) and
+    the lifecycle stream has reached ``as_of`` (``last_event_ts >= as_of``). Then the
+    set is the prediction's job set plus the changes seen after it.
+    """
+    if view.complete or not view.job_set or view.seen_since is None:
+        return
+    if not view.seen_since <= view.as_of <= view.last_event_ts:
+        return
+    types = Counter(view.job_set)
+    for _, kind, _, job_type in view.changes:
+        if kind == "started":
+            types[job_type] += 1
+        elif types[job_type] > 0:
+            types[job_type] -= 1
+        else:
+            return  # a job finished that the set did not hold: it cannot be trusted
+    named = Counter(view.running.values())
+    if named - types:
+        return  # a job seen running that the set does not hold
+    view.unnamed = dict(types - named)
+    view.complete = True
+
+
 class SchedulerClient:
     """The latest what-if predictions per GPU, and the best GPU for a newcomer.
 
@@ -80,6 +157,10 @@ class SchedulerClient:
     ignored, since the job set may have changed without a new prediction.
     ``unknown_cost_pct``: the cost assumed for a busy GPU without usable entries;
     None (default) ranks such GPUs after every GPU whose cost is known.
+    ``history_complete``: the lifecycle the client reads holds every job of every GPU
+    (default: when it reads ``jobs.lifecycle`` from the beginning). Otherwise, as when
+    it subscribes mid-stream, a GPU's job set comes from its predictions, and a GPU is
+    reported idle only once that set is known to have emptied.
     ``clock`` (epoch seconds) is injectable for tests.
     """
 
@@ -89,6 +170,7 @@ class SchedulerClient:
         *,
         track_lifecycle: bool = True,
         from_beginning: bool = False,
+        history_complete: bool | None = None,
         max_age_s: float = 300.0,
         unknown_cost_pct: float | None = None,
         clock: Callable[[], float] = time.time,
@@ -97,6 +179,7 @@ class SchedulerClient:
         self.settings = settings
         self.track_lifecycle = track_lifecycle
         self.from_beginning = from_beginning
+        self.history_complete = track_lifecycle and from_beginning if history_complete is None else history_complete
         self.max_age_s = max_age_s
         self.unknown_cost_pct = unknown_cost_pct
         self.clock = clock
@@ -109,6 +192,14 @@ class SchedulerClient:
         self.undecodable = 0
 
     # ------------------------------------------------------------------ feeding
+    def _view(self, gpu_uuid: str) -> GpuView:
+        view = self._gpus.get(gpu_uuid)
+        if view is None:
+            view = self._gpus[gpu_uuid] = GpuView()
+            if self.history_complete:  # reading the lifecycle from its beginning: it holds every job
+                view.complete, view.seen_since = True, float("-inf")
+        return view
+
     def update(self, prediction: Prediction) -> bool:
         """Take one prediction; return True when it replaced the GPU's what-if entries.
 
@@ -117,35 +208,48 @@ class SchedulerClient:
         """
         if not prediction.what_if:
             return False
+        as_of = prediction.window_end if prediction.window_end is not None else prediction.ts
         with self._lock:
-            view = self._gpus.setdefault(prediction.gpu_uuid, GpuView())
-            if prediction.ts < view.ts:
+            view = self._view(prediction.gpu_uuid)
+            if prediction.ts < view.ts or (view.what_if and as_of < view.as_of):
                 return False
             view.what_if = {w.job_type: (w.newcomer_pct, w.existing_pct) for w in prediction.what_if}
             view.job_set = tuple(sorted(prediction.job_set))
             view.ts = prediction.ts
+            view.as_of = as_of
+            view.changes = [c for c in view.changes if c[0] > as_of]
+            _infer(view)
             return True
 
     def on_job_event(self, event: JobEvent) -> None:
-        """Track which jobs run on each GPU; a change of job set invalidates the GPU's what-if entries."""
-        if event.kind == "progress":
-            return
+        """Track which jobs run on each GPU (and on which host); a change of job set invalidates the GPU's what-if entries."""
         with self._lock:
-            view = self._gpus.setdefault(event.gpu_uuid, GpuView())
-            running = view.running if view.running is not None else {}
+            view = self._view(event.gpu_uuid)
+            view.host = event.host
+            if view.seen_since is None:
+                view.seen_since = event.ts
+            view.last_event_ts = max(view.last_event_ts, event.ts)
             if event.kind == "started":
-                running[event.job_id] = event.job_type
-            else:
-                running.pop(event.job_id, None)
-            view.running = running
-            if view.what_if and tuple(sorted(running.values())) != view.job_set:
-                view.what_if, view.job_set, view.ts = {}, (), 0.0
+                if event.ts <= view.as_of and view.unnamed.get(event.job_type):
+                    view.unnamed[event.job_type] -= 1  # a job of the prediction's set, now with its id
+                view.running[event.job_id] = event.job_type
+            elif event.kind == "finished":
+                if event.job_id in view.running:
+                    del view.running[event.job_id]
+                elif view.unnamed.get(event.job_type):
+                    view.unnamed[event.job_type] -= 1
+                elif view.complete:  # a job the client never knew of: its history was not whole after all
+                    view.complete = False
+            if event.kind != "progress" and event.ts > view.as_of:
+                view.changes = [*view.changes, (event.ts, event.kind, event.job_id, event.job_type)][-MAX_CHANGES:]
+            _infer(view)
 
     def mark_idle(self, *gpu_uuids: str) -> None:
         """Tell the client these GPUs run nothing (the scheduler knows): they cost 0 until a job starts."""
         with self._lock:
             for gpu in gpu_uuids:
-                self._gpus[gpu] = GpuView(running={})
+                host = self._gpus[gpu].host if gpu in self._gpus else None
+                self._gpus[gpu] = GpuView(complete=True, seen_since=float("-inf"), host=host)
 
     def forget(self, gpu_uuid: str) -> None:
         """Drop everything known about a GPU (for example when it leaves the fleet)."""
@@ -153,27 +257,51 @@ class SchedulerClient:
             self._gpus.pop(gpu_uuid, None)
 
     # ------------------------------------------------------------------ answers
-    def cost_pct(self, gpu_uuid: str, job_type: str) -> float | None:
-        """Predicted cost of putting ``job_type`` on the GPU: 0 when it is known to be idle, None when unknown."""
-        with self._lock:
-            view = self._gpus.get(gpu_uuid)
-            if view is None:
-                return self.unknown_cost_pct
-            if view.running is not None and not view.running:
-                return 0.0
-            entry = view.what_if.get(job_type)
-            if entry is None or self.clock() - view.ts > self.max_age_s:
-                return self.unknown_cost_pct
-            return placement_cost_pct(*entry)
-
-    def running_jobs(self, gpu_uuid: str) -> int | None:
+    def what_if(self, gpu_uuid: str, job_type: str) -> tuple[float, float] | None:
+        """(newcomer_pct, existing_pct) of putting ``job_type`` on the GPU: (0, 0) when it is known to be idle,
+        None when unknown (no usable entry: none for this type, too old, or the job set changed since)."""
         with self._lock:
             view = self._gpus.get(gpu_uuid)
             if view is None:
                 return None
-            if view.running is not None:
-                return len(view.running)
-            return len(view.job_set) if view.what_if else None
+            if view.idle:
+                return (0.0, 0.0)
+            entry = view.what_if.get(job_type)
+            if entry is None or self.clock() - view.ts > self.max_age_s or not view.what_if_valid():
+                return None
+            return entry
+
+    def cost_pct(self, gpu_uuid: str, job_type: str) -> float | None:
+        """Predicted cost of putting ``job_type`` on the GPU: 0 when it is known to be idle, None when unknown."""
+        entry = self.what_if(gpu_uuid, job_type)
+        return self.unknown_cost_pct if entry is None else placement_cost_pct(*entry)
+
+    def running_jobs(self, gpu_uuid: str) -> int | None:
+        """How many jobs run on the GPU; None when unknown."""
+        with self._lock:
+            view = self._gpus.get(gpu_uuid)
+            if view is None:
+                return None
+            if view.complete:
+                return sum(view.job_types().values())
+            if view.what_if:
+                return max(len(view.running), len(view.job_set) + _net_change(view.changes))
+            return len(view.running) or None
+
+    def job_types(self) -> set[str]:
+        """Every job type some GPU holds a fresh what-if entry for."""
+        now = self.clock()
+        with self._lock:
+            return {t for v in self._gpus.values() if now - v.ts <= self.max_age_s for t in v.what_if}
+
+    def gpus_by_host(self) -> dict[str, list[str]]:
+        """host -> its GPUs (those seen on ``jobs.lifecycle``), in the order first seen."""
+        with self._lock:
+            out: dict[str, list[str]] = {}
+            for gpu, view in self._gpus.items():
+                if view.host is not None:
+                    out.setdefault(view.host, []).append(gpu)
+            return out
 
     def ranked(self, job_type: str, candidates: Iterable[str]) -> list[tuple[str, float | None]]:
         """Every candidate with its cost (None: unknown), best first; ties keep the candidates' order."""
@@ -193,7 +321,7 @@ class SchedulerClient:
     def snapshot(self) -> dict[str, GpuView]:
         with self._lock:
             return {
-                g: GpuView(dict(v.what_if), v.job_set, v.ts, None if v.running is None else dict(v.running))
+                g: dataclasses.replace(v, what_if=dict(v.what_if), running=dict(v.running), unnamed=dict(v.unnamed))
                 for g, v in self._gpus.items()
             }
 

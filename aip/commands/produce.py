@@ -30,6 +30,7 @@ def register(sub: Any) -> None:
 
     sim = kinds.add_parser("sim", help="a simulated fleet calibrated on Gavel's and MISO's measurements")
     sim.add_argument("--gpus", type=int, default=8, help="simulated GPUs (default 8)")
+    sim.add_argument("--gpus-per-host", type=int, default=8, help="GPUs per simulated host (node), so that a fleet has several nodes (default 8)")
     sim.add_argument("--gpu-model", default="v100", choices=("v100", "p100", "k80"), help="environment (default v100)")
     sim.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same fleet (default 0)")
     sim.add_argument(
@@ -122,12 +123,14 @@ def run_sim(args: argparse.Namespace) -> int:
     from producers.sim import Simulator
 
     speedup = 0.0 if args.fast else args.speedup
-    if speedup < 0 or args.gpus < 1:
-        raise CliError("--speedup must be >= 0 and --gpus >= 1")
+    if speedup < 0 or args.gpus < 1 or args.gpus_per_host < 1:
+        raise CliError("--speedup must be >= 0, --gpus >= 1 and --gpus-per-host >= 1")
     span = args.sim_duration if args.sim_duration is not None else (args.duration * speedup if speedup > 0 else args.duration)
     settings = settings_from(args)
     with broker_errors(), sigterm_as_interrupt():
-        sim = Simulator(args.gpus, args.gpu_model, seed=args.seed, start_ts=time.time(), duration_s=span)
+        sim = Simulator(
+            args.gpus, args.gpu_model, seed=args.seed, start_ts=time.time(), duration_s=span, gpus_per_host=args.gpus_per_host
+        )
         pub = _publisher(settings, f"sim-{os.getpid()}")
         counts = {"gpu.metrics": 0, "jobs.lifecycle": 0}
         progress = _Progress()
@@ -147,6 +150,7 @@ def run_sim(args: argparse.Namespace) -> int:
         summary: dict[str, Any] = {
             "source": "sim",
             "gpus": args.gpus,
+            "hosts": len({g.host for g in sim.gpus}),
             "gpu_model": args.gpu_model,
             "sim_seconds": round(last_ts - sim.start_ts, 1),
             **counts,

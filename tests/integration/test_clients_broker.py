@@ -42,6 +42,63 @@ def test_client_follows_the_predictions_topic(settings: Any) -> None:
         client.close()
 
 
+def test_client_that_subscribes_mid_run_learns_the_job_set_from_the_predictions(settings: Any) -> None:
+    """Jobs started before the client subscribed: one finishing must not make the GPU look idle (issue 16)."""
+    from events import JobEvent
+    from transport import RecordProducer, ensure_project_topics
+
+    ensure_project_topics(settings)
+
+    def ev(job_id: str, job_type: str, kind: str, ts: float, gpu: str = "GPU-a") -> JobEvent:
+        steps = {"steps": 10, "step_time_s": 0.1} if kind == "progress" else {}
+        return JobEvent(ts=ts, kind=kind, job_id=job_id, job_type=job_type, gpu_uuid=gpu, host="node-1", **steps)
+
+    def pred(window_end: float) -> Prediction:
+        return Prediction(
+            ts=START_TS, gpu_uuid="GPU-a", environment="v100", job_id="j1", job_type="LM", job_set=["GAN", "LM"],
+            mode="placement", interference_pct=20.0, model="m", category="all", window_end=window_end,
+            what_if=[WhatIf(job_type="X", newcomer_pct=15.0, existing_pct=10.0)],
+        )  # fmt: skip
+
+    t = START_TS
+    with RecordProducer(settings) as p:
+        for record in (ev("j1", "LM", "started", t - 60), ev("j2", "GAN", "started", t - 50), pred(t - 10)):
+            p.send("jobs.lifecycle" if isinstance(record, JobEvent) else "interference.predictions", record)
+        p.flush(10)
+        client = SchedulerClient(settings, clock=lambda: START_TS)  # from the end: the history above is not seen
+        try:
+            marks = 0
+
+            def positioned() -> bool:  # a marker on another GPU, sent until the client receives one
+                nonlocal marks
+                marks += 1
+                p.send("jobs.lifecycle", ev("m", "LM", "progress", t, gpu="GPU-marker"))
+                p.flush(10)
+                return client.poll_once(0.3) > 0
+
+            wait_for(positioned, timeout_s=20, what="the client to be positioned at the end")
+            client.start()
+            for topic, record in (
+                ("jobs.lifecycle", ev("j1", "LM", "progress", t + 1)),
+                ("interference.predictions", pred(t + 10)),
+                ("jobs.lifecycle", ev("j2", "GAN", "progress", t + 11)),
+            ):
+                p.send(topic, record)
+            p.flush(10)
+            wait_for(lambda: client.cost_pct("GPU-a", "X") == 25.0 and client.snapshot()["GPU-a"].complete,
+                     timeout_s=20, what="the prediction and the progress after it")  # fmt: skip
+            p.send("jobs.lifecycle", ev("j1", "LM", "finished", t + 15))
+            p.flush(10)
+            wait_for(lambda: client.running_jobs("GPU-a") == 1, timeout_s=20, what="j1's finish")
+            assert client.cost_pct("GPU-a", "X") is None  # GAN still runs: not idle, and the entries are stale
+            p.send("jobs.lifecycle", ev("j2", "GAN", "finished", t + 18))
+            p.flush(10)
+            wait_for(lambda: client.cost_pct("GPU-a", "X") == 0.0, timeout_s=20, what="the GPU to be known idle")
+            assert client.gpus_by_host()["node-1"] == ["GPU-a"]
+        finally:
+            client.close()
+
+
 @pytest.fixture(scope="module")
 def fed_worker(broker: Any, tmp_path_factory: Any) -> Iterator[Any]:
     """A worker that has processed a simulated fleet with interference above the alert threshold."""

@@ -134,3 +134,81 @@ def test_placement_guided_uses_the_client_and_beats_random(quick_jobs: int) -> N
     assert {p: r["jobs"] for p, r in result.items()} == {"random": 40.0, "least_loaded": 40.0, "guided": 40.0}
     assert service.predictions_made > 0
     assert result["guided"]["mean_slowdown_pct"] < result["random"]["mean_slowdown_pct"]
+
+
+# ---------------------------------------------------------------- a client that joins mid-stream (issue 16, item 4)
+def at(p: Prediction, window_end: float) -> Prediction:
+    import dataclasses
+
+    return dataclasses.replace(p, window_end=window_end)
+
+
+def test_mid_stream_client_does_not_call_a_busy_gpu_idle_after_an_older_job_finishes() -> None:
+    c = client()  # joined mid-run: it never saw j1 and j2 start
+    c.on_job_event(job("a", "j1", "LM", "progress", ts=T0 - 2))
+    c.update(at(prediction("a", ["GAN", "LM"], {"X": (10.0, 10.0)}), T0))
+    assert c.cost_pct("a", "X") == 20.0
+    c.on_job_event(job("a", "j1", "LM", "finished", ts=T0 + 5))
+    assert c.cost_pct("a", "X") is None  # GAN still runs: the entries are stale, and the GPU is not idle
+    assert c.running_jobs("a") == 1
+    c.on_job_event(job("a", "j2", "GAN", "finished", ts=T0 + 8))
+    assert c.cost_pct("a", "X") == 0.0 and c.running_jobs("a") == 0  # the predicted set has emptied: now it is idle
+
+
+def test_mid_stream_client_without_history_before_the_prediction_never_guesses_idle() -> None:
+    c = client()
+    c.update(at(prediction("a", ["GAN", "LM"], {"X": (10.0, 10.0)}), T0))
+    c.on_job_event(job("a", "j1", "LM", "finished", ts=T0 + 5))  # the first event it sees is after the prediction
+    c.on_job_event(job("a", "j2", "GAN", "finished", ts=T0 + 8))
+    assert c.cost_pct("a", "X") is None  # a job may have started in between, unseen: unknown, not 0
+
+
+def test_mid_stream_lifecycle_events_the_prediction_already_holds_keep_its_entries() -> None:
+    c = client()
+    c.update(at(prediction("a", ["GAN", "LM"], {"X": (10.0, 10.0)}), T0))
+    c.on_job_event(job("a", "j2", "GAN", ts=T0 - 30))  # a lagging lifecycle partition: j2's start, older than the window
+    c.on_job_event(job("a", "j2", "GAN", "progress", ts=T0 + 1))
+    c.on_job_event(job("b", "j9", "LM", ts=T0 + 2))  # another GPU
+    assert c.cost_pct("a", "X") == 20.0
+    c.on_job_event(job("a", "j3", "A3C", ts=T0 + 3))  # a real change of the job set
+    assert c.cost_pct("a", "X") is None
+    assert c.running_jobs("a") == 3
+
+
+def test_mid_stream_client_tracks_a_simulated_fleet_against_the_full_history() -> None:
+    """Replay a simulated fleet: a client that saw everything is the truth; one that joined at 400 s
+    gets its job sets from (synthesised) predictions and must never report a busy GPU idle."""
+    from producers.sim import Simulator
+
+    sim = Simulator(gpus=6, seed=4, start_ts=T0, duration_s=1500)
+    truth = SchedulerClient(clock=lambda: T0, history_complete=True, max_age_s=float("inf"))
+    late = SchedulerClient(clock=lambda: T0, max_age_s=float("inf"))
+    join, lag_s, window_s = T0 + 400.0, 15.0, 10.0
+    pending: list[tuple[float, Prediction]] = []
+    next_window = T0 + window_s
+    idle_answers = known_sets = 0
+    for topic, record in sim.events():
+        if topic != "jobs.lifecycle":
+            continue
+        while record.ts > next_window:  # a window closed: predictions of its co-located GPUs, published lag_s later
+            for gpu, view in truth.snapshot().items():
+                types = sorted(view.job_types().elements())
+                if len(types) >= 2:
+                    p = at(prediction(gpu, types, {"X": (10.0, 5.0)}, ts=T0), next_window)
+                    pending.append((next_window + lag_s, p))
+            next_window += window_s
+        truth.on_job_event(record)
+        if record.ts < join:
+            continue
+        while pending and pending[0][0] <= record.ts:
+            late.update(pending.pop(0)[1])
+        late.on_job_event(record)
+        for gpu, view in late.snapshot().items():
+            true_count = truth.running_jobs(gpu)
+            if late.cost_pct(gpu, "X") == 0.0:
+                idle_answers += 1
+                assert true_count == 0, f"{gpu} reported idle while {true_count} jobs run"
+            if view.complete:
+                known_sets += 1
+                assert late.running_jobs(gpu) == true_count
+    assert idle_answers > 0 and known_sets > 0  # the late client did learn the sets, and did find idle GPUs
