@@ -1,10 +1,15 @@
-"""An authenticating front for the embedded broker: SASL PLAIN and SCRAM-SHA-256/512 before Kafka.
+"""A front for the embedded broker: TLS and SASL PLAIN/SCRAM-SHA-256/512 before Kafka.
 
 Tansu 0.6.0 cannot authenticate clients usefully (PLAIN is not offered and SCRAM
-users cannot be created on a broker that requires authentication), so
-``aip broker --users FILE`` runs Tansu on a private loopback port and this front
-on the public address.  Per client connection the front
+users cannot be created on a broker that requires authentication), and its own TLS
+does not carry a Kafka client (measured with 0.6.0: ``--cert`` and ``--key`` cannot be
+given together, and with a combined PEM a kafka-python SSL client got no record through),
+so ``aip broker --users FILE`` and ``aip broker --tls-cert C --tls-key K`` run Tansu on a
+private loopback port and this front on the public address.  Per client connection the front
 
+* with a TLS context, makes the TLS handshake first (the standard library's ``ssl``, TLS 1.2
+  or newer; optionally requiring a client certificate) and refuses the connection when it
+  fails: everything below then runs inside TLS, as ``SASL_SSL`` (or plain ``SSL`` without users);
 * forwards ApiVersions to the broker and rewrites the answer so that clients pick
   the SASL versions implemented here (SaslHandshake v1, SaslAuthenticate v0-v1:
   kafka-python 3.0.12 and aiokafka 0.14 both choose v1 of each);
@@ -15,10 +20,10 @@ on the public address.  Per client connection the front
   and on a client that stays unauthenticated for ``auth_timeout_s``;
 * after authentication copies bytes in both directions unchanged.
 
-PLAIN over plain TCP sends the password in the clear: this front is for local and
-test use.  Production runs Apache Kafka with SASL_SSL (docs/OPERATIONS.md).
-Passwords are never logged; the log says who connected, who authenticated and why
-a connection was refused.
+Without TLS, PLAIN sends the password in the clear: use ``--tls-cert`` beyond this machine.
+This front is for local and test use; production runs Apache Kafka with SASL_SSL
+(docs/OPERATIONS.md) and the clients speak to both alike.  Passwords are never logged;
+the log says who connected, who authenticated and why a connection was refused.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ import hmac
 import json
 import logging
 import secrets
+import socket
+import ssl
 import struct
 import threading
 from collections.abc import Mapping
@@ -62,6 +69,42 @@ FAILED_AUTH_DELAY_S = 0.1
 
 class UsersFileError(ValueError):
     """The users file cannot be used; the message says where, never what a password is."""
+
+
+class TlsFileError(ValueError):
+    """A certificate or key file of the front cannot be used; the message names the file."""
+
+
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+
+def server_context(certfile: str | Path, keyfile: str | Path | None = None, client_cafile: str | Path | None = None) -> ssl.SSLContext:
+    """The front's side of TLS: TLS 1.2 or newer, this certificate chain (and key: in ``keyfile``, or
+    in ``certfile`` with it), and with ``client_cafile`` a client certificate signed by that CA required."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(str(certfile), str(keyfile) if keyfile else None)
+    except (OSError, ValueError) as exc:
+        where = f"{certfile}" + (f" / key {keyfile}" if keyfile else "")
+        raise TlsFileError(f"TLS certificate {where}: {_tls_reason(exc)}") from None
+    if client_cafile:
+        try:
+            context.load_verify_locations(cafile=str(client_cafile))
+        except (OSError, ValueError) as exc:
+            raise TlsFileError(f"TLS client CA {client_cafile}: {_tls_reason(exc)}") from None
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def _tls_reason(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return str(exc.reason)
+    if isinstance(exc, TimeoutError | ConnectionAbortedError):
+        return "no handshake in time"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
 
 
 def load_users(path: str | Path) -> dict[str, str]:
@@ -327,7 +370,8 @@ class _Counted(Exception):
 
 
 class AuthFront:
-    """Listen on ``host:port``; authenticate each client, then pipe it to ``backend_host:backend_port``.
+    """Listen on ``host:port``; per client, TLS (with ``ssl_context``) and SASL (with ``users``),
+    then pipe it to ``backend_host:backend_port``.
 
     Runs its own event loop in a daemon thread: :meth:`start` returns once it listens.
     """
@@ -338,25 +382,36 @@ class AuthFront:
         port: int,
         backend_host: str,
         backend_port: int,
-        users: Mapping[str, str],
+        users: Mapping[str, str] | None,
         *,
+        ssl_context: ssl.SSLContext | None = None,
         auth_timeout_s: float = 30.0,
+        tls_handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S,
     ) -> None:
-        if not users:
-            raise ValueError("the authenticating front needs at least one user")
+        if not users and ssl_context is None:
+            raise ValueError("the front needs users (SASL), a TLS context, or both")
         self.host, self.port = host, port
         self.backend = (backend_host, backend_port)
-        self._users = dict(users)
+        self._users = dict(users or {})
+        self._ssl = ssl_context
+        self.tls_handshake_timeout_s = tls_handshake_timeout_s
         self._scram_keys: dict[tuple[str, str], tuple[bytes, bytes, bytes]] = {}
         self.auth_timeout_s = auth_timeout_s
         self.stats = FrontStats()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: asyncio.base_events.Server | None = None
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
         self._thread: threading.Thread | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def __repr__(self) -> str:  # never show the users
-        return f"AuthFront({self.host}:{self.port} -> {self.backend[0]}:{self.backend[1]}, {len(self._users)} users)"
+        tls = "TLS, " if self._ssl is not None else ""
+        return f"AuthFront({self.host}:{self.port} -> {self.backend[0]}:{self.backend[1]}, {tls}{len(self._users)} users)"
+
+    @property
+    def security_protocol(self) -> str:
+        """What clients set as AIP_SECURITY_PROTOCOL for this front."""
+        return ("SASL_" if self._users else "") + ("SSL" if self._ssl is not None else "PLAINTEXT")
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> AuthFront:
@@ -367,7 +422,9 @@ class AuthFront:
             loop = asyncio.new_event_loop()
             self._loop = loop
             try:
-                self._server = loop.run_until_complete(asyncio.start_server(self._client, self.host, self.port))
+                self._listener = socket.create_server((self.host, self.port), backlog=128)
+                self._listener.setblocking(False)
+                self._accepting = loop.create_task(self._accept(self._listener))
             except BaseException as exc:
                 failure.append(exc)
                 ready.set()
@@ -387,8 +444,13 @@ class AuthFront:
             self._thread.join()
             self._thread = None
             raise OSError(f"the authenticating front cannot listen on {self.host}:{self.port}: {failure[0]}")
+        tls = "TLS 1.2+" + (", client certificates required" if self._ssl and self._ssl.verify_mode == ssl.CERT_REQUIRED else "")
         log.info(
-            "authenticating front on %s:%s (SASL %s; %d users)", self.host, self.port, "/".join(MECHANISMS), len(self._users)
+            "front on %s:%s (%s; %s)",
+            self.host,
+            self.port,
+            tls if self._ssl is not None else "no TLS",
+            f"SASL {'/'.join(MECHANISMS)}, {len(self._users)} users" if self._users else "no SASL",
         )
         return self
 
@@ -402,10 +464,12 @@ class AuthFront:
         thread.join(timeout_s)
 
     async def _shutdown(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
+        if self._accepting is not None:
+            self._accepting.cancel()
+            with contextlib.suppress(BaseException):
+                await self._accepting
+        if self._listener is not None:
+            self._listener.close()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -418,22 +482,63 @@ class AuthFront:
         self.stop()
 
     # ------------------------------------------------------------ connections
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
+    async def _accept(self, listener: socket.socket) -> None:
+        """Accept connections; each gets a task (TLS handshake, then :meth:`_client`).
+
+        The handshake is made by ``loop.connect_accepted_socket`` so that a failed one reaches
+        this code (asyncio's server only logs it at debug level) and is counted and logged."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _addr = await loop.sock_accept(listener)
+            except OSError as exc:  # out of descriptors, for example: the listener stays
+                log.warning("accept failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            task = loop.create_task(self._connection(sock))
             self._tasks.add(task)
-        peer = writer.get_extra_info("peername")
+            task.add_done_callback(self._tasks.discard)
+
+    async def _connection(self, sock: socket.socket) -> None:
+        peer = sock.getpeername()
         where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.stats.connections += 1
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=2**16)
+        try:
+            transport, protocol = await loop.connect_accepted_socket(
+                lambda: asyncio.StreamReaderProtocol(reader),
+                sock,
+                ssl=self._ssl,
+                ssl_handshake_timeout=self.tls_handshake_timeout_s if self._ssl is not None else None,
+            )
+        except asyncio.CancelledError:
+            sock.close()
+            raise
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError; a handshake timeout a ConnectionAbortedError
+            sock.close()
+            reason = f"TLS handshake failed ({_tls_reason(exc)})"
+            self.stats.refuse(reason)
+            log.warning("%s refused: %s", where, reason)
+            return
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        await self._client(reader, writer, where)
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, where: str) -> None:
         upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         try:
-            try:
-                upstream, user = await asyncio.wait_for(self._authenticate(reader, writer, where), self.auth_timeout_s)
-            except TimeoutError:
-                raise _Refused("not authenticated in time") from None
-            self.stats.authenticated += 1
-            log.info("%s authenticated as %s", where, user)
-            await self._pipe(reader, writer, *upstream)
+            if self._users:
+                try:
+                    upstream, user = await asyncio.wait_for(self._authenticate(reader, writer, where), self.auth_timeout_s)
+                except TimeoutError:
+                    raise _Refused("not authenticated in time") from None
+                self.stats.authenticated += 1
+                log.info("%s authenticated as %s", where, user)
+            else:  # TLS only: the client is through once the handshake is
+                upstream = await self._connect_upstream()
+                log.info("%s connected (TLS)", where)
+            up_reader, up_writer = upstream
+            await self._pipe(reader, writer, up_reader, up_writer)
         except _Refused as exc:
             self.stats.refuse(str(exc))
             log.warning("%s refused: %s", where, exc)
@@ -447,8 +552,6 @@ class AuthFront:
             if upstream is not None:
                 upstream[1].close()
             writer.close()
-            if task is not None:
-                self._tasks.discard(task)
 
     async def _connect_upstream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         try:

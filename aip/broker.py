@@ -87,8 +87,9 @@ class EmbeddedBroker:
         port: int = 19092,
         *,
         authentication: bool = False,
-        cert: str | None = None,
-        key: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        tls_client_ca: str | None = None,
         log_path: str | None = None,
         startup_timeout_s: float = 20.0,
         users: Mapping[str, str] | None = None,
@@ -96,13 +97,17 @@ class EmbeddedBroker:
         self.host = host
         self.port = port
         self.authentication = authentication
-        # With users, Tansu listens on a private loopback port behind an authenticating front
-        # (aip/authfront.py: SASL PLAIN and SCRAM) that listens on host:port.
+        # With users or a TLS certificate, Tansu listens on a private loopback port behind a front
+        # (aip/authfront.py: TLS, then SASL PLAIN and SCRAM) that listens on host:port.
         self._users = dict(users) if users else None
         self.backend_port: int | None = None
         self.front: Any = None
-        self.cert = cert
-        self.key = key
+        if (tls_key or tls_client_ca) and not tls_cert:
+            raise BrokerError("a TLS key or client CA needs the TLS certificate (--tls-cert)")
+        self.tls_cert = tls_cert
+        self.tls_key = tls_key
+        self.tls_client_ca = tls_client_ca
+        self._ssl_context: Any = None
         self.startup_timeout_s = startup_timeout_s
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
@@ -113,13 +118,24 @@ class EmbeddedBroker:
         return f"{self.host}:{self.port}"
 
     def __repr__(self) -> str:  # never show the users
+        tls = ", TLS" if self.tls else ""
         auth = f", {len(self._users)} users" if self._users else ""
-        return f"EmbeddedBroker({self.address}{auth})"
+        return f"EmbeddedBroker({self.address}{tls}{auth})"
 
     @property
     def authenticating(self) -> bool:
         """True when clients must authenticate with SASL (PLAIN or SCRAM) at the front."""
         return bool(self._users)
+
+    @property
+    def tls(self) -> bool:
+        """True when clients must speak TLS to the front."""
+        return bool(self.tls_cert)
+
+    @property
+    def security_protocol(self) -> str:
+        """The AIP_SECURITY_PROTOCOL clients of this broker set."""
+        return ("SASL_" if self.authenticating else "") + ("SSL" if self.tls else "PLAINTEXT")
 
     def command(self) -> list[str]:
         scheme = "tcp"
@@ -137,16 +153,19 @@ class EmbeddedBroker:
         ]
         if self.authentication:
             cmd.append("--authentication")
-        if self.cert:
-            cmd += ["--cert", self.cert]
-        if self.key:
-            cmd += ["--key", self.key]
         return cmd
 
     def start(self) -> EmbeddedBroker:
         if port_in_use(self.host, self.port):
             raise BrokerError(f"port {self.port} on {self.host} is already in use; choose another with --port")
-        if self._users and self.backend_port is None:
+        if self.tls and self._ssl_context is None:  # unusable files fail here, before Tansu starts
+            from aip.authfront import TlsFileError, server_context
+
+            try:
+                self._ssl_context = server_context(self.tls_cert or "", self.tls_key, self.tls_client_ca)
+            except TlsFileError as exc:
+                raise BrokerError(str(exc)) from None
+        if (self._users or self.tls) and self.backend_port is None:
             self.backend_port = free_port("127.0.0.1")
         cmd = self.command()
         if self.log_path:
@@ -161,7 +180,7 @@ class EmbeddedBroker:
             if self.process.poll() is not None:
                 raise BrokerError(f"the broker exited at start (code {self.process.returncode}): {self._tail()}")
             if kafka_api_versions("127.0.0.1" if self.backend_port else self.host, self.backend_port or self.port, timeout_s=0.5):
-                if self._users:
+                if self.backend_port is not None:
                     self._start_front()
                 return self
             time.sleep(0.05)
@@ -171,9 +190,11 @@ class EmbeddedBroker:
     def _start_front(self) -> None:
         from aip.authfront import AuthFront
 
-        assert self._users and self.backend_port is not None
+        assert self.backend_port is not None
         try:
-            self.front = AuthFront(self.host, self.port, "127.0.0.1", self.backend_port, self._users).start()
+            self.front = AuthFront(
+                self.host, self.port, "127.0.0.1", self.backend_port, self._users, ssl_context=self._ssl_context
+            ).start()
         except OSError as exc:
             self.stop()
             raise BrokerError(str(exc)) from None

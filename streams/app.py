@@ -12,7 +12,6 @@ import logging
 import os
 import re
 import socket
-import ssl
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -92,12 +91,9 @@ def app_id(settings: Settings) -> str:
 def broker_credentials(settings: Settings) -> Any:
     if not (settings.uses_tls or settings.uses_sasl):
         return None
-    context = None
-    if settings.uses_tls:
-        context = ssl.create_default_context(cafile=settings.ssl_cafile or None)
-        context.check_hostname = settings.ssl_check_hostname
-        if settings.ssl_certfile:
-            context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile or None)
+    from transport.tls import client_context  # the context every kafka-python client of the project uses
+
+    context = client_context(settings) if settings.uses_tls else None
     if settings.uses_sasl:
         return faust.SASLCredentials(
             username=settings.sasl_username,

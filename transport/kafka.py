@@ -9,6 +9,7 @@ be decoded, so a reader never stops on bad input.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -23,6 +24,7 @@ from typing import Any
 
 from config import Settings
 from events import RecordError, Topics, decode, encode
+from transport.tls import TlsSettingsError, client_context, handshake_error
 
 log = logging.getLogger(__name__)
 
@@ -43,37 +45,43 @@ def kafka_config(settings: Settings) -> dict[str, Any]:
         cfg["sasl_mechanism"] = settings.sasl_mechanism
         cfg["sasl_plain_username"] = settings.sasl_username
         cfg["sasl_plain_password"] = settings.sasl_password
-    if settings.uses_tls:
+    if settings.uses_tls:  # the probe's context, so that both mean the same by every setting
+        try:
+            cfg["ssl_context"] = client_context(settings)
+        except TlsSettingsError as exc:
+            raise BrokerUnavailable(str(exc)) from None
         cfg["ssl_check_hostname"] = settings.ssl_check_hostname
-        if settings.ssl_cafile:
-            cfg["ssl_cafile"] = settings.ssl_cafile
-        if settings.ssl_certfile:
-            cfg["ssl_certfile"] = settings.ssl_certfile
-        if settings.ssl_keyfile:
-            cfg["ssl_keyfile"] = settings.ssl_keyfile
     return cfg
 
 
 def check_reachable(settings: Settings, timeout_s: float | None = None) -> None:
-    """Raise :class:`BrokerUnavailable` unless some bootstrap server accepts a TCP connection.
+    """Raise :class:`BrokerUnavailable` unless some bootstrap server accepts a connection.
 
-    With SASL, also authenticate once on that server (:func:`sasl_probe`) so that wrong
-    credentials end in one clear error at once: kafka-python itself retries the bootstrap
-    until its request timeout and then reports only "Unable to bootstrap".
+    With TLS, the handshake is made here with the clients' own context (:func:`transport.tls.client_context`),
+    so an untrusted or expired certificate, a host-name mismatch or a listener without TLS is one
+    clear error at once.  With SASL, the probe then authenticates once (:func:`sasl_probe`), so
+    wrong credentials are one clear error too: kafka-python itself retries the bootstrap until its
+    request timeout and then reports only "Unable to bootstrap".  A client without TLS or SASL
+    against a listener that needs them is told so (:func:`plaintext_probe`).
     """
+    try:
+        context = client_context(settings) if settings.uses_tls else None
+    except TlsSettingsError as exc:
+        raise BrokerUnavailable(str(exc)) from None
     deadline = time.monotonic() + (settings.connect_timeout_s if timeout_s is None else timeout_s)
     last = ""
     while True:
         for server in settings.bootstrap_servers:
             host, _, port = server.rpartition(":")
             try:
-                with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0) as sock:
-                    if settings.uses_sasl:
-                        sasl_probe(settings, sock, server)
-                    elif not settings.uses_tls:
-                        plaintext_probe(settings, sock, server)
+                with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0) as raw:
+                    with contextlib.closing(tls_handshake(settings, context, raw, server) if context else raw) as sock:
+                        if settings.uses_sasl:
+                            sasl_probe(settings, sock, server)
+                        else:
+                            plaintext_probe(settings, sock, server)
                     return
-            except BrokerUnavailable:  # a definite answer (wrong credentials): no point in retrying
+            except BrokerUnavailable:  # a definite answer (wrong credentials, TLS refused): no point in retrying
                 raise
             except OSError as exc:
                 last = f"{server}: {exc.strerror or exc}"
@@ -84,8 +92,102 @@ def check_reachable(settings: Settings, timeout_s: float | None = None) -> None:
         time.sleep(0.2)
 
 
+# -------------------------------------------------------------------------- TLS probe
+TLS_HANDSHAKE_TIMEOUT_S = 5.0  # a TLS listener answers a ClientHello at once; a plaintext one may wait for more bytes
+
+
+def tls_handshake(settings: Settings, context: ssl.SSLContext, sock: socket.socket, server: str) -> ssl.SSLSocket:
+    """The TLS socket over ``sock``, or :class:`BrokerUnavailable` with one line saying why not.
+
+    A verification failure (untrusted CA, expired certificate, host-name mismatch) or a refusal
+    by the broker is definite.  When the handshake fails otherwise and the server answers a
+    plaintext Kafka request on a new connection, it is a listener without TLS.  A connection
+    lost for any other reason is an ``OSError`` (the caller retries until its deadline).
+    """
+    host, _, port = server.rpartition(":")
+    host = host.strip("[]")
+    sock.settimeout(min(TLS_HANDSHAKE_TIMEOUT_S, max(settings.connect_timeout_s, 1.0)))
+    try:
+        return context.wrap_socket(sock, server_hostname=host)
+    except ssl.SSLCertVerificationError as exc:
+        raise BrokerUnavailable(handshake_error(exc, server, settings)) from None
+    except (OSError, ValueError) as exc:
+        definite = isinstance(exc, ssl.SSLError) and not isinstance(exc, ssl.SSLEOFError)
+        if _answers_plaintext(host, int(port), settings.client_id):
+            plain = "SASL_PLAINTEXT" if settings.uses_sasl else "PLAINTEXT"
+            raise BrokerUnavailable(
+                f"the broker at {server} does not speak TLS (it answers plaintext Kafka requests; the TLS handshake "
+                f"failed: {_tls_reason(exc)}): set AIP_SECURITY_PROTOCOL={plain}, or use the broker's TLS listener"
+            ) from None
+        if definite:
+            raise BrokerUnavailable(handshake_error(exc, server, settings)) from None
+        raise
+
+
+def _tls_reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no answer to the TLS ClientHello"
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return str(exc.reason)
+    return type(exc).__name__
+
+
+def _answers_plaintext(host: str, port: int, client_id: str, timeout_s: float = 2.0) -> bool:
+    """True when ``host:port`` answers a plaintext ApiVersions request (a listener without TLS)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            _api_versions(sock, client_id)
+            return True
+    except (OSError, ValueError, struct.error, _Inconclusive):
+        return False
+
+
+def _speaks_tls(server: str, timeout_s: float = 2.0) -> bool:
+    """True when ``server`` completes a TLS handshake (nothing verified: this only asks what it speaks)."""
+    host, _, port = server.rpartition(":")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as sock:
+            context.wrap_socket(sock, server_hostname=host.strip("[]")).close()
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _expects_tls(settings: Settings, server: str) -> BrokerUnavailable | None:
+    """The error for a first request the broker dropped: a client without TLS at a TLS listener, or
+    a TLS client whose certificate the broker did not accept; None if it is neither."""
+    if settings.uses_tls:
+        # A TLS listener that drops the connection right after the handshake, before answering
+        # ApiVersions, is one that wanted a client certificate it did not get or accept (TLS 1.3
+        # sends that verdict after the handshake, and not every server sends the alert).
+        have = f"AIP_SSL_CERTFILE={settings.ssl_certfile}" if settings.ssl_certfile else "AIP_SSL_CERTFILE is not set"
+        return BrokerUnavailable(
+            f"TLS: the broker at {server} closed the connection after the handshake, before any answer: it requires a "
+            f"client certificate signed by a CA it trusts ({have}): check AIP_SSL_CERTFILE/AIP_SSL_KEYFILE"
+        )
+    if not _speaks_tls(server):
+        return None
+    protocol = "SASL_SSL" if settings.uses_sasl else "SSL (or SASL_SSL)"
+    return BrokerUnavailable(
+        f"the broker at {server} expects TLS (it dropped a plaintext request and completed a TLS handshake): "
+        f"set AIP_SECURITY_PROTOCOL={protocol} and AIP_SSL_CAFILE"
+    )
+
+
+def _tls_refused(settings: Settings, exc: ssl.SSLError, server: str) -> BrokerUnavailable | None:
+    """The error for a TLS connection the broker refused after the handshake (TLS 1.3 sends a
+    missing or unknown client certificate's alert only then); None for other TLS errors."""
+    if "ALERT" not in _tls_reason(exc).upper():
+        return None
+    return BrokerUnavailable(handshake_error(exc, server, settings))
+
+
 # -------------------------------------------------------------------------- SASL probe
 _SASL_AUTHENTICATION_FAILED = 58
+MAX_PROBE_FRAME = 1 << 20  # no answer to the probe's requests is larger
 _UNSUPPORTED_SASL_MECHANISM = 33
 
 
@@ -93,11 +195,17 @@ class _Inconclusive(Exception):
     """The probe could not tell (an old broker, TLS trouble, a dropped connection): let the client try."""
 
 
+class _NotKafka(_Inconclusive):
+    """The server's first answer was not a Kafka response (for example a TLS listener's alert)."""
+
+
 def _frame(sock: socket.socket, api_key: int, version: int, correlation: int, client_id: str, body: bytes) -> bytes:
     cid = client_id.encode()
     payload = struct.pack(">hhih", api_key, version, correlation, len(cid)) + cid + body
     sock.sendall(struct.pack(">i", len(payload)) + payload)
     size = struct.unpack(">i", _recv(sock, 4))[0]
+    if not 4 <= size <= MAX_PROBE_FRAME:
+        raise _Inconclusive(f"a frame of {size} bytes")
     response = _recv(sock, size)
     if struct.unpack(">i", response[:4])[0] != correlation:
         raise _Inconclusive("correlation id mismatch")
@@ -148,35 +256,37 @@ def _auth_failed(settings: Settings, server: str) -> BrokerUnavailable:
 
 
 def sasl_probe(settings: Settings, sock: socket.socket, server: str, timeout_s: float = 5.0) -> None:
-    """Authenticate once on a connected socket; raise :class:`BrokerUnavailable` on wrong credentials.
+    """Authenticate once on a connected socket (TLS already made where used); raise
+    :class:`BrokerUnavailable` on wrong credentials.
 
     Speaks just enough Kafka for it: ApiVersions v0, SaslHandshake v1, SaslAuthenticate v0/v1
-    with PLAIN or SCRAM-SHA-256/512.  Anything it cannot tell (TLS, an old broker, a closed
+    with PLAIN or SCRAM-SHA-256/512.  Anything it cannot tell (an old broker, a closed
     connection) is left to the Kafka client.  The password is never part of an error.
     """
     try:
         sock.settimeout(timeout_s)
-        if settings.uses_tls:
-            host = server.rpartition(":")[0].strip("[]")
-            context = ssl.create_default_context(cafile=settings.ssl_cafile or None)
-            context.check_hostname = settings.ssl_check_hostname
-            if not settings.ssl_check_hostname:
-                context.verify_mode = ssl.CERT_NONE
-            if settings.ssl_certfile:
-                context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile or None)
-            sock = context.wrap_socket(sock, server_hostname=host)
         _probe(settings, sock, server)
     except BrokerUnavailable:
         raise
+    except _NotKafka:
+        if (error := _expects_tls(settings, server)) is not None:
+            raise error from None
+        log.debug("SASL probe of %s inconclusive: not a Kafka answer", server)
+    except ssl.SSLError as exc:
+        if (error := _tls_refused(settings, exc, server)) is not None:
+            raise error from None
+        log.debug("SASL probe of %s inconclusive: %s", server, type(exc).__name__)
     except (OSError, ValueError, KeyError, IndexError, struct.error, _Inconclusive) as exc:
         log.debug("SASL probe of %s inconclusive: %s", server, type(exc).__name__)
 
 
 def plaintext_probe(settings: Settings, sock: socket.socket, server: str, timeout_s: float = 2.0) -> None:
-    """Raise :class:`BrokerUnavailable` when a broker answers ApiVersions but closes on a plain Metadata request.
+    """Raise :class:`BrokerUnavailable` when a client without SASL will not get through.
 
-    That is what a SASL listener does with a client that does not authenticate (Kafka, and
-    ``aip broker --users``); kafka-python would retry it until its request timeout.
+    A broker that answers ApiVersions but closes on a plain Metadata request is a SASL listener
+    (Kafka, and ``aip broker --users``); one that drops ApiVersions and speaks TLS is a TLS
+    listener.  kafka-python would retry either until its request timeout.  ``sock`` is plain or
+    TLS (``AIP_SECURITY_PROTOCOL=SSL``).
     """
     try:
         sock.settimeout(timeout_s)
@@ -194,19 +304,35 @@ def plaintext_probe(settings: Settings, sock: socket.socket, server: str, timeou
             _frame(sock, 3, version, 2, settings.client_id, body)
         except (_Inconclusive, ConnectionResetError) as exc:
             if isinstance(exc, ConnectionResetError) or str(exc) == "connection closed":
+                sasl = "SASL_SSL" if settings.uses_tls else "SASL_PLAINTEXT or SASL_SSL"
                 raise BrokerUnavailable(
                     f"the broker at {server} requires authentication (it closed the connection on a plain request): "
-                    "set AIP_SECURITY_PROTOCOL=SASL_PLAINTEXT or SASL_SSL and AIP_SASL_USERNAME/AIP_SASL_PASSWORD"
+                    f"set AIP_SECURITY_PROTOCOL={sasl} and AIP_SASL_USERNAME/AIP_SASL_PASSWORD"
                 ) from None
             raise
     except BrokerUnavailable:
         raise
+    except _NotKafka:
+        if (error := _expects_tls(settings, server)) is not None:
+            raise error from None
+        log.debug("plaintext probe of %s inconclusive: not a Kafka answer", server)
+    except ssl.SSLError as exc:
+        if (error := _tls_refused(settings, exc, server)) is not None:
+            raise error from None
+        log.debug("plaintext probe of %s inconclusive: %s", server, type(exc).__name__)
     except (OSError, ValueError, IndexError, struct.error, _Inconclusive) as exc:
         log.debug("plaintext probe of %s inconclusive: %s", server, type(exc).__name__)
 
 
 def _api_versions(sock: socket.socket, client_id: str) -> dict[int, tuple[int, int]]:
-    body = _frame(sock, 18, 0, 1, client_id, b"")
+    """The broker's ApiVersions (v0); :class:`_NotKafka` when the answer is not Kafka at all
+    (the connection dropped, or a frame no ApiVersions answer has: a TLS alert, for example)."""
+    try:
+        body = _frame(sock, 18, 0, 1, client_id, b"")
+    except ssl.SSLError:
+        raise
+    except (_Inconclusive, ConnectionResetError, BrokenPipeError) as exc:
+        raise _NotKafka(str(exc)) from None
     error, count = struct.unpack(">hi", body[:6])
     if error:
         raise _Inconclusive(f"ApiVersions error {error}")

@@ -22,15 +22,25 @@ def register(sub: Any) -> None:
         "--users",
         metavar="FILE",
         help="require SASL authentication (PLAIN, SCRAM-SHA-256/512) at an authenticating front; FILE holds lines "
-        'user:password or a JSON object {"user": "password"} (local and test use: PLAIN is clear text without TLS)',
+        'user:password or a JSON object {"user": "password"} (PLAIN is clear text without --tls-cert)',
+    )
+    p.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        help="serve TLS (1.2 or newer) at the front with this certificate chain: clients use SASL_SSL with --users, "
+        "SSL without",
+    )
+    p.add_argument("--tls-key", metavar="PEM", help="the certificate's private key (default: in the --tls-cert file)")
+    p.add_argument(
+        "--tls-client-ca",
+        metavar="PEM",
+        help="also require a client certificate signed by this CA (mutual TLS; clients set AIP_SSL_CERTFILE/AIP_SSL_KEYFILE)",
     )
     p.add_argument(
         "--authentication",
         action="store_true",
         help="Tansu's own SASL (SCRAM users in its storage, which cannot be created on the memory broker; prefer --users)",
     )
-    p.add_argument("--cert", help="TLS certificate file")
-    p.add_argument("--key", help="TLS key file")
     p.set_defaults(func=run)
 
 
@@ -46,7 +56,7 @@ def _users(path: str | None) -> dict[str, str] | None:
 
 
 def _log_front() -> None:
-    """The front's log (connections authenticated and refused; never a password) goes to stderr."""
+    """The front's log (TLS handshakes refused, connections authenticated and refused; never a password) goes to stderr."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("aip broker: %(message)s"))
     front_log = logging.getLogger("aip.authfront")
@@ -57,8 +67,19 @@ def _log_front() -> None:
 
 def run(args: argparse.Namespace) -> int:
     users = _users(getattr(args, "users", None))
-    broker = EmbeddedBroker(args.host, args.port, authentication=args.authentication, cert=args.cert, key=args.key, users=users)
-    if users:
+    try:
+        broker = EmbeddedBroker(
+            args.host,
+            args.port,
+            authentication=args.authentication,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_client_ca=args.tls_client_ca,
+            users=users,
+        )
+    except BrokerError as exc:
+        raise CliError(str(exc)) from None
+    if users or broker.tls:
         _log_front()
     stopping = False
 
@@ -72,8 +93,13 @@ def run(args: argparse.Namespace) -> int:
         broker.start()
     except BrokerError as exc:
         raise CliError(str(exc)) from None
+    tls = "; TLS" + (", client certificates required" if args.tls_client_ca else "") if broker.tls else ""
     auth = f"; SASL PLAIN/SCRAM required, {len(users)} users" if users else ""
-    print(f"broker ready at {broker.address} (memory only{auth}; Ctrl-C stops it)", flush=True)
+    print(
+        f"broker ready at {broker.address} (memory only{tls}{auth}; clients set AIP_SECURITY_PROTOCOL="
+        f"{broker.security_protocol}; Ctrl-C stops it)",
+        flush=True,
+    )
     try:
         while not stopping:
             if not broker.alive():
