@@ -1,0 +1,197 @@
+"""The scheduler extender over real HTTP (a server on a free port), fed by hand-made records (no broker)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from extender_payloads import kube_args, node, pod, volcano_predicate, volcano_prioritize
+from prometheus_client.parser import text_string_to_metric_families
+
+from clients import SchedulerClient
+from clients.extender import ExtenderServer, Scorer
+from events import JobEvent, Prediction, WhatIf
+
+T0 = 1_700_000_000.0
+LM = "LM (batch size 20)"
+ASK = {"aip.io/job-type": LM}
+
+# node -> GPU -> (job types running, what-if for LM as (newcomer_pct, existing_pct)); None: idle
+FLEET: dict[str, dict[str, Any]] = {
+    "node-a": {"GPU-a1": (["A3C", "GAN"], (40.0, 20.0)), "GPU-a2": (["A3C", "ResNet-18"], (12.0, 8.0))},  # best 20 -> 8
+    "node-b": {"GPU-b1": None},  # idle -> 10
+    "node-c": {"GPU-c1": (["GAN", "Transformer"], (70.0, 20.0))},  # 90 -> 1
+}
+
+
+def feed(client: SchedulerClient) -> None:
+    n = 0
+    for host, gpus in FLEET.items():
+        for gpu, spec in gpus.items():
+            types = ["A3C"] if spec is None else spec[0]
+            ids = []
+            for t in types:
+                n += 1
+                ids.append(f"j{n}")
+                client.on_job_event(JobEvent(ts=T0 - 100, kind="started", job_id=f"j{n}", job_type=t, gpu_uuid=gpu, host=host))
+            if spec is None:
+                for i in ids:
+                    client.on_job_event(JobEvent(ts=T0 - 50, kind="finished", job_id=i, job_type="A3C", gpu_uuid=gpu, host=host))
+                continue
+            client.update(Prediction(
+                ts=T0, gpu_uuid=gpu, environment="v100", job_id=ids[0], job_type=types[0], job_set=types, mode="placement",
+                interference_pct=10.0, model="knn", category="all", window_end=T0 - 10,
+                what_if=[WhatIf(job_type=LM, newcomer_pct=spec[1][0], existing_pct=spec[1][1])],
+            ))  # fmt: skip
+
+
+@pytest.fixture
+def server() -> Iterator[ExtenderServer]:
+    client = SchedulerClient(clock=lambda: T0 + 5, history_complete=True)
+    feed(client)
+    with ExtenderServer(Scorer(client), "127.0.0.1", 0) as srv:
+        yield srv
+
+
+def call(srv: ExtenderServer, path: str, body: Any = None, *, raw: bytes | None = None) -> tuple[int, Any]:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(srv.url + path, data=data, method="GET" if data is None else "POST",
+                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            text = resp.read().decode()
+            return resp.status, json.loads(text) if resp.headers["Content-Type"] == "application/json" else text
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+NODES = ["node-c", "node-a", "node-d", "node-b"]  # node-d: no predictions
+
+
+@pytest.mark.parametrize("cache_capable", [True, False])
+def test_prioritize_answers_one_host_priority_per_node_ranked_by_the_predictions(server: ExtenderServer, cache_capable: bool) -> None:
+    code, answer = call(server, "/prioritize", kube_args(pod(ASK), NODES, node_cache_capable=cache_capable))
+    assert code == 200
+    assert [set(h) for h in answer] == [{"Host", "Score"}] * 4  # HostPriority: Host, Score (no json tags)
+    assert [h["Host"] for h in answer] == NODES
+    assert all(isinstance(h["Score"], int) and 0 <= h["Score"] <= 10 for h in answer)
+    assert {h["Host"]: h["Score"] for h in answer} == {"node-b": 10, "node-a": 8, "node-d": 5, "node-c": 1}
+
+
+def test_filter_with_node_names_returns_a_subset_and_failed_nodes(server: ExtenderServer) -> None:
+    code, result = call(server, "/filter", kube_args(pod({**ASK, "aip.io/max-slowdown-pct": "50"}), NODES))
+    assert code == 200
+    assert set(result) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+    assert result["NodeNames"] == ["node-a", "node-d", "node-b"] and result["Nodes"] is None
+    assert list(result["FailedNodes"]) == ["node-c"] and "GPU-c1" in result["FailedNodes"]["node-c"]
+    assert result["FailedAndUnresolvableNodes"] == {} and result["Error"] == ""
+
+
+def test_filter_with_a_node_list_returns_the_node_objects_it_keeps(server: ExtenderServer) -> None:
+    code, result = call(server, "/filter", kube_args(pod({**ASK, "aip.io/max-slowdown-pct": "15"}), NODES, node_cache_capable=False))
+    assert code == 200 and result["NodeNames"] is None
+    # limit 15: node-a's best GPU has newcomer 12, jobs there 8 -> passes; node-c fails; unknown node-d passes
+    assert result["Nodes"]["items"] == [node("node-a"), node("node-d"), node("node-b")]
+    assert set(result["FailedNodes"]) == {"node-c"}
+
+
+def test_without_a_limit_filter_keeps_every_node(server: ExtenderServer) -> None:
+    _, result = call(server, "/filter", kube_args(pod(ASK), NODES))
+    assert result["NodeNames"] == NODES and result["FailedNodes"] == {}
+
+
+def metric(srv: ExtenderServer, name: str, **labels: str) -> float:
+    _, text = call(srv, "/metrics")
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return float(s.value)
+    return 0.0
+
+
+@pytest.mark.parametrize(
+    ("annotations", "counter", "scores"),
+    [
+        (None, "aip_extender_pods_without_job_type_total", [5, 5, 5, 5]),
+        # no prediction for this type anywhere: neutral, except that an idle GPU is still the best place
+        ({"aip.io/job-type": "never-seen"}, "aip_extender_unknown_job_types_total", [5, 5, 5, 10]),
+    ],
+)
+def test_pod_without_or_with_an_unknown_job_type_gets_a_neutral_answer_and_is_counted(
+    server: ExtenderServer, annotations: dict[str, str] | None, counter: str, scores: list[int]
+) -> None:
+    limited = {**(annotations or {}), "aip.io/max-slowdown-pct": "1"}
+    code, answer = call(server, "/prioritize", kube_args(pod(annotations), NODES))
+    assert code == 200 and [h["Score"] for h in answer] == scores
+    _, result = call(server, "/filter", kube_args(pod(limited), NODES))
+    assert result["NodeNames"] == NODES and result["FailedNodes"] == {}
+    assert metric(server, counter, verb="prioritize") == 1 and metric(server, counter, verb="filter") == 1
+
+
+def test_nodes_without_predictions_are_counted_and_bad_limits_ignored(server: ExtenderServer) -> None:
+    call(server, "/prioritize", kube_args(pod(ASK), ["node-d", "node-x", "node-a"]))
+    assert metric(server, "aip_extender_nodes_without_predictions_total", verb="prioritize") == 2
+    _, result = call(server, "/filter", kube_args(pod({**ASK, "aip.io/max-slowdown-pct": "lots"}), NODES))
+    assert result["NodeNames"] == NODES
+    assert metric(server, "aip_extender_bad_annotations_total") == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"{not json", "not JSON"),
+        (b"[]", "must be a JSON object"),
+        (json.dumps({"NodeNames": ["a"]}).encode(), "Pod must be a JSON object"),
+        (json.dumps({"Pod": pod(ASK)}).encode(), "neither NodeNames nor Nodes"),
+        (json.dumps({"Pod": pod(ASK), "NodeNames": "node-a"}).encode(), "NodeNames must be an array"),
+        (json.dumps({"Pod": pod(ASK), "Nodes": {"items": [{"metadata": {}}]}}).encode(), "Nodes.items[0] has no metadata.name"),
+        (json.dumps({"Pod": {"metadata": {"annotations": ["x"]}}, "NodeNames": []}).encode(), "annotations must be a JSON object"),
+    ],
+)
+@pytest.mark.parametrize("verb", ["/filter", "/prioritize"])
+def test_malformed_bodies_get_400_with_one_line(server: ExtenderServer, verb: str, body: bytes, says: str) -> None:
+    code, text = call(server, verb, raw=body)
+    assert code == 400 and says in text
+    assert text.endswith("\n") and text.count("\n") == 1
+
+
+def test_volcano_predicate_and_prioritize(server: ExtenderServer) -> None:
+    limited = pod({**ASK, "aip.io/max-slowdown-pct": "50"})
+    code, ok = call(server, "/volcano/predicate", volcano_predicate(limited, "node-a"))
+    assert code == 200 and ok == {"status": "", "code": 0}  # PredicateResponse: json tags status, code
+    _, failed = call(server, "/volcano/predicate", volcano_predicate(limited, "node-c"))
+    assert failed["code"] == 2 and "max-slowdown-pct" in failed["status"]  # api.Unschedulable
+    code, answer = call(server, "/volcano/prioritize", volcano_prioritize(pod(ASK), NODES))
+    assert code == 200 and set(answer) == {"nodeScore", "errorMessage"} and answer["errorMessage"] == ""
+    assert answer["nodeScore"] == {"node-c": 10.0, "node-a": 80.0, "node-d": 50.0, "node-b": 100.0}
+    code, text = call(server, "/volcano/prioritize", {"task": {"Pod": pod(ASK)}, "nodes": [{"State": {}}]})
+    assert code == 400 and "nodes[0] has no Name" in text
+
+
+def test_score_healthz_metrics_and_unknown_paths(server: ExtenderServer) -> None:
+    code, answer = call(server, "/score?job_type=" + urllib.request.quote(LM) + "&nodes=node-a,node-b,node-c")
+    assert code == 200 and answer["ranked"] == ["node-b", "node-a", "node-c"]
+    best_a = next(n for n in answer["nodes"] if n["node"] == "node-a")
+    assert best_a["best_gpu"] == "GPU-a2" and best_a["cost_pct"] == 20.0 and best_a["basis"] == "predicted"
+    assert next(n for n in answer["nodes"] if n["node"] == "node-b")["basis"] == "idle"
+    _, every = call(server, "/score?job_type=" + urllib.request.quote(LM))
+    assert {n["node"] for n in every["nodes"]} == set(FLEET)
+    assert call(server, "/score")[0] == 400
+    code, health = call(server, "/healthz")
+    assert code == 200 and health["status"] == "ok" and health["gpus"] == 4 and health["nodes"] == 3
+    assert call(server, "/nope")[0] == 404 and call(server, "/filter")[0] == 405
+    assert metric(server, "aip_extender_requests_total", verb="score", code="200") == 2
+    assert metric(server, "aip_extender_requests_total", verb="score", code="400") == 1
+    assert metric(server, "aip_extender_request_duration_seconds_count", verb="score") == 3
+
+
+def test_a_node_with_an_unknown_gpu_is_never_scored_below_neutral() -> None:
+    client = SchedulerClient(clock=lambda: T0 + 5, history_complete=True)
+    feed(client)
+    client.on_job_event(JobEvent(ts=T0, kind="started", job_id="solo", job_type="GAN", gpu_uuid="GPU-c2", host="node-c"))
+    scores = {s.node: (s.score, s.basis) for s in Scorer(client).score_nodes(LM, ["node-c", "node-a"])}
+    assert scores == {"node-c": (5, "no-predictions"), "node-a": (8, "predicted")}  # GPU-c2 may be the better GPU
