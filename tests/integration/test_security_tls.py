@@ -1,0 +1,398 @@
+"""TLS end to end: ``aip broker --users U --tls-cert C --tls-key K`` (Tansu behind aip/authfront.py).
+
+Real listeners, real clients: kafka-python producers and consumers, ``aip produce sim|replay``,
+``aip tail``, ``aip worker`` (faust on aiokafka) turning a bad record into a dead letter, the
+scheduler client and ``aip up --broker``, over SASL_SSL (PLAIN, SCRAM-SHA-256/512) and SSL.
+Every failure a client can meet at a TLS listener ends the command with exit 1 and one line.
+The certificates are made here (tests/tlscerts.py); nothing of them is committed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, wait_for
+from tlscerts import Pki, make_pki  # the cryptography package: the dev extra
+
+from aip.broker import EmbeddedBroker, free_port
+
+pytestmark = pytest.mark.integration
+
+SECRET = "tls-s3cr3t-Pa55-do-not-print"
+OTHER = "tls-0ther-Pa55-do-not-print"
+WRONG = "tls-wr0ng-Pa55-do-not-print"
+PASSWORDS = (SECRET, OTHER, WRONG)
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("AIP_")}
+
+
+@dataclass
+class CliBroker:
+    """``aip broker`` in its own process; its stdout and stderr in files."""
+
+    proc: subprocess.Popen[bytes]
+    address: str
+    out: Path
+    err: Path
+
+    def output(self) -> str:
+        return self.out.read_text(errors="replace") + self.err.read_text(errors="replace")
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(15)
+
+
+def start_cli_broker(tmp: Path, *args: str) -> CliBroker:
+    port = free_port()
+    out, err = tmp / "broker.out", tmp / "broker.err"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "aip.cli", "broker", "--port", str(port), *args], cwd=ROOT, stdout=o, stderr=e, env=clean_env()
+        )
+    broker = CliBroker(proc, f"127.0.0.1:{port}", out, err)
+    wait_for(lambda: "broker ready" in broker.output() or proc.poll() is not None, timeout_s=30, what="aip broker")
+    assert proc.poll() is None, broker.output()
+    return broker
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: Any) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def sasl_ssl(tmp_path_factory: Any, pki: Pki) -> Iterator[CliBroker]:
+    """The acceptance setting: ``aip broker --users U --tls-cert C --tls-key K``."""
+    tmp = tmp_path_factory.mktemp("sasl-ssl-broker")
+    users = tmp / "users.txt"
+    users.write_text(f"alice:{SECRET}\nbob:{OTHER}\n")
+    broker = start_cli_broker(tmp, "--users", str(users), "--tls-cert", pki.server.cert, "--tls-key", pki.server.key)
+    assert "AIP_SECURITY_PROTOCOL=SASL_SSL" in broker.output()
+    yield broker
+    assert broker.stop() == 0
+    output = broker.output()
+    assert "broker stopped" in output
+    assert not any(p in output for p in PASSWORDS), "a password reached the broker's output"
+
+
+@pytest.fixture(scope="module")
+def ssl_only(tmp_path_factory: Any, pki: Pki) -> Iterator[CliBroker]:
+    """``aip broker --tls-cert PEM`` without --users (plain SSL), the key in the certificate's file."""
+    tmp = tmp_path_factory.mktemp("ssl-broker")
+    combined = tmp / "server-and-key.pem"
+    combined.write_text(Path(pki.server.cert).read_text() + Path(pki.server.key).read_text())
+    broker = start_cli_broker(tmp, "--tls-cert", str(combined))
+    assert "AIP_SECURITY_PROTOCOL=SSL;" in broker.output()
+    yield broker
+    assert broker.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def fronts(pki: Pki) -> Iterator[dict[str, EmbeddedBroker]]:
+    """The other listeners: TLS with an expired certificate, with one for another name, with client
+    certificates required; plaintext with SASL (the front without TLS)."""
+    brokers = {
+        "expired": EmbeddedBroker(port=free_port(), tls_cert=pki.expired.cert, tls_key=pki.expired.key),
+        "other_name": EmbeddedBroker(port=free_port(), tls_cert=pki.other_name.cert, tls_key=pki.other_name.key),
+        "mutual": EmbeddedBroker(port=free_port(), tls_cert=pki.server.cert, tls_key=pki.server.key, tls_client_ca=pki.ca),
+        "sasl_plaintext": EmbeddedBroker(port=free_port(), users={"alice": SECRET}),
+    }
+    started: list[EmbeddedBroker] = []
+    try:
+        for b in brokers.values():
+            started.append(b.start())
+        yield brokers
+    finally:
+        for b in started:
+            b.stop()
+
+
+def tls_env(address: str, tmp: Path, pki: Pki, *, protocol: str = "SASL_SSL", mechanism: str = "SCRAM-SHA-512",
+            user: str = "alice", password: str = SECRET, **extra: str) -> dict[str, str]:  # fmt: skip
+    env = clean_env() | {
+        "AIP_BROKER": address,
+        "AIP_SECURITY_PROTOCOL": protocol,
+        "AIP_SSL_CAFILE": pki.ca,
+        "AIP_TOPIC_PREFIX": f"tls{uuid.uuid4().hex[:10]}.",
+        "AIP_PARTITIONS": "2",
+        "AIP_CONNECT_TIMEOUT_S": "10",
+        "AIP_SPOOL_DIR": str(tmp / "spool"),
+        "AIP_STATE_DIR": str(tmp / "state"),
+        "AIP_WEB_PORT": str(free_port()),
+    }
+    if protocol.startswith("SASL"):
+        env |= {"AIP_SASL_MECHANISM": mechanism, "AIP_SASL_USERNAME": user, "AIP_SASL_PASSWORD": password}
+    return env | extra
+
+
+def settings_of(env: dict[str, str]) -> Any:
+    from config import Settings
+
+    return Settings.from_env(env)
+
+
+def aip(*args: str, env: dict[str, str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "aip.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
+    )
+
+
+def assert_no_password(text: str) -> None:
+    for p in PASSWORDS:
+        assert p not in text
+
+
+def round_trip(settings: Any, n: int = 20) -> None:
+    from transport import RecordConsumer, RecordProducer, ensure_topics
+
+    ensure_topics(settings, [settings.topic_prefix + "gpu.metrics"])
+    values = [f"record {i} over {settings.security_protocol}".encode() for i in range(n)]
+    with RecordProducer(settings) as producer:
+        for v in values:
+            producer.send_raw("gpu.metrics", v, key=v[-3:])
+        producer.flush(10)
+    with RecordConsumer(settings, ["gpu.metrics"], from_beginning=True) as consumer:
+        got = consumer.read(until=lambda items: len(items) >= len(values), timeout_s=20)
+    assert sorted(r.value for r in got) == sorted(values)
+
+
+# ---------------------------------------------------------------------------- right settings
+@pytest.mark.parametrize(
+    ("mechanism", "user", "password"),
+    [("PLAIN", "alice", SECRET), ("SCRAM-SHA-256", "bob", OTHER), ("SCRAM-SHA-512", "alice", SECRET)],
+    ids=["plain", "scram-sha-256", "scram-sha-512"],
+)
+def test_kafka_python_round_trips_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path, mechanism: str, user: str,
+                                                password: str) -> None:  # fmt: skip
+    round_trip(settings_of(tls_env(sasl_ssl.address, tmp_path, pki, mechanism=mechanism, user=user, password=password)))
+    wait_for(lambda: f"authenticated as {user}" in sasl_ssl.output(), timeout_s=10, what="the front's log of the login")
+
+
+def test_kafka_python_round_trips_over_ssl_without_sasl(ssl_only: CliBroker, pki: Pki, tmp_path: Path) -> None:
+    round_trip(settings_of(tls_env(ssl_only.address, tmp_path, pki, protocol="SSL")))
+
+
+def test_the_tls_is_real(sasl_ssl: CliBroker, pki: Pki) -> None:
+    """The port speaks TLS 1.2 or newer with the server certificate, and nothing older."""
+    from transport.tls import client_context
+
+    host, _, port = sasl_ssl.address.rpartition(":")
+    context = client_context(settings_of(tls_env(sasl_ssl.address, Path("."), pki)))
+    with socket.create_connection((host, int(port)), timeout=5) as raw, context.wrap_socket(raw, server_hostname=host) as tls:
+        assert tls.version() in ("TLSv1.2", "TLSv1.3")
+        assert dict(x[0] for x in tls.getpeercert()["subject"])["commonName"] == "localhost"
+    old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    old.load_verify_locations(pki.ca)
+    old.maximum_version = ssl.TLSVersion.TLSv1_2
+    with socket.create_connection((host, int(port)), timeout=5) as raw, old.wrap_socket(raw, server_hostname=host) as tls:
+        assert tls.version() == "TLSv1.2"
+
+
+def test_hostname_check_off_accepts_a_certificate_for_another_name_but_not_another_ca(
+    fronts: dict[str, EmbeddedBroker], pki: Pki, tmp_path: Path
+) -> None:
+    address = fronts["other_name"].address
+    round_trip(settings_of(tls_env(address, tmp_path, pki, protocol="SSL", AIP_SSL_CHECK_HOSTNAME="false")))
+    from transport import BrokerUnavailable, check_reachable
+
+    # with the check off the chain is still verified
+    untrusted = tls_env(address, tmp_path, pki, protocol="SSL", AIP_SSL_CHECK_HOSTNAME="false", AIP_SSL_CAFILE=pki.other_ca)
+    with pytest.raises(BrokerUnavailable, match="not signed by a trusted CA"):
+        check_reachable(settings_of(untrusted))
+
+
+def test_mutual_tls_with_a_client_certificate(fronts: dict[str, EmbeddedBroker], pki: Pki, tmp_path: Path) -> None:
+    env = tls_env(fronts["mutual"].address, tmp_path, pki, protocol="SSL",
+                  AIP_SSL_CERTFILE=pki.client.cert, AIP_SSL_KEYFILE=pki.client.key)  # fmt: skip
+    round_trip(settings_of(env))
+
+
+def test_produce_sim_tail_and_replay_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
+    env = tls_env(sasl_ssl.address, tmp_path, pki, mechanism="PLAIN")
+    produced = aip("produce", "sim", "--gpus", "2", "--fast", "--sim-duration", "20", env=env)
+    assert produced.returncode == 0, produced.stderr
+    summary = json.loads(produced.stdout.strip().splitlines()[-1])
+    assert summary["sent"] == summary["gpu.metrics"] + summary["jobs.lifecycle"] > 0 and summary["left_in_spool"] == 0
+    tailed = aip("tail", "gpu.metrics", "--from-beginning", "--json", "--timeout", "5", env=env)
+    assert tailed.returncode == 0, tailed.stderr
+    lines = [json.loads(line) for line in tailed.stdout.splitlines() if line.strip()]
+    assert len(lines) == summary["gpu.metrics"] and all(line["_topic"] == "gpu.metrics" for line in lines)
+    # the recording back in, to a fresh prefix, with SCRAM
+    recording = tmp_path / "metrics.jsonl"
+    recording.write_text(tailed.stdout)
+    env2 = tls_env(sasl_ssl.address, tmp_path, pki, mechanism="SCRAM-SHA-512")
+    replayed = aip("produce", "replay", str(recording), env=env2)
+    assert replayed.returncode == 0, replayed.stderr
+    again = aip("tail", "gpu.metrics", "--from-beginning", "--json", "--timeout", "5", env=env2)
+    assert again.returncode == 0, again.stderr
+    assert sorted(again.stdout.splitlines()) == sorted(tailed.stdout.splitlines())
+    assert_no_password(produced.stdout + produced.stderr + tailed.stderr + replayed.stdout + replayed.stderr + again.stderr)
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
+def test_worker_turns_bad_input_into_dead_letters_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path, mechanism: str) -> None:
+    """faust (aiokafka) over SASL_SSL with streams.app.broker_credentials' TLS context."""
+    from transport import RecordConsumer, RecordProducer
+
+    env = tls_env(sasl_ssl.address, tmp_path, pki, mechanism=mechanism)
+    settings = settings_of(env)
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as fh:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "aip.cli", "worker", "--loglevel", "info"], cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT
+        )
+    try:
+        wait_for(
+            lambda: f"Authenticated as alice via {mechanism}" in log.read_text(errors="replace") or worker.poll() is not None,
+            timeout_s=60,
+            what="the worker's SASL login over TLS",
+        )
+        assert worker.poll() is None, log.read_text()
+        bad = [f"not json {i}".encode() for i in range(3)]
+        with RecordProducer(settings) as producer:
+            for b in bad:
+                producer.send_raw("gpu.metrics", b)
+            producer.flush(10)
+        with RecordConsumer(settings, ["aip.deadletter"], from_beginning=True) as consumer:
+            letters = consumer.read(until=lambda items: len(items) >= len(bad), timeout_s=60)
+        assert sorted(r.record.source_topic for r in letters) == ["gpu.metrics"] * 3
+        assert sorted(base64.b64decode(r.record.payload_b64) for r in letters) == sorted(bad)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(5)
+    assert_no_password(log.read_text(errors="replace"))
+
+
+def test_scheduler_client_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
+    from clients import SchedulerClient
+    from events import Prediction, WhatIf
+    from transport import RecordProducer, ensure_project_topics
+
+    settings = settings_of(tls_env(sasl_ssl.address, tmp_path, pki))
+    ensure_project_topics(settings)
+    ts = 1_700_000_000.0
+    with RecordProducer(settings) as p:
+        for gpu, cost in (("GPU-a", 80.0), ("GPU-b", 20.0)):
+            p.send("interference.predictions", Prediction(
+                ts=ts, gpu_uuid=gpu, environment="v100", job_id=f"{gpu}-j", job_type="LM", job_set=["LM"],
+                mode="placement", interference_pct=1.0, model="m", category="all",
+                what_if=[WhatIf(job_type="X", newcomer_pct=cost / 2, existing_pct=cost / 2)],
+            ))  # fmt: skip
+        p.flush(10)
+    client = SchedulerClient(settings, from_beginning=True, track_lifecycle=False, clock=lambda: ts).connect()
+    try:
+        wait_for(lambda: client.poll_once() >= 0 and len(client.snapshot()) == 2, timeout_s=30, what="both predictions")
+        assert client.best_gpu("X", ["GPU-a", "GPU-b"]) == "GPU-b"
+    finally:
+        client.close()
+
+
+def test_up_with_a_sasl_ssl_broker(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
+    """``aip up --broker``: its producer, worker and view all connect over SASL_SSL."""
+    env = tls_env(sasl_ssl.address, tmp_path, pki)
+    result = aip("up", "--broker", sasl_ssl.address, "--duration", "40", "--gpus", "4", "--speedup", "30", "--no-view",
+                 env=env, timeout_s=180)  # fmt: skip
+    lines = result.stdout.strip().splitlines()
+    assert lines, result.stderr[-2000:]
+    summary = json.loads(lines[-1])
+    assert result.returncode == 0 and summary["errors"] == [], summary
+    assert summary["observations"] > 0 and summary["predictions"] > 0, summary
+    assert_no_password(result.stdout + result.stderr)
+
+
+# ---------------------------------------------------------------------------- failures in one line
+FAILURES: dict[str, tuple[str, dict[str, str], str]] = {
+    # kind: (listener, settings beyond tls_env's, what the line says)
+    "untrusted-ca": ("sasl_ssl", {"AIP_SSL_CAFILE": "{other_ca}"}, "is not signed by a trusted CA"),
+    "hostname-mismatch": ("other_name", {"AIP_SECURITY_PROTOCOL": "SSL"}, "is not valid for '127.0.0.1'"),
+    "expired": ("expired", {"AIP_SECURITY_PROTOCOL": "SSL"}, "has expired"),
+    "plaintext-client-at-tls": ("sasl_ssl", {"AIP_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}, "expects TLS"),
+    "no-security-at-tls": ("ssl_only", {"AIP_SECURITY_PROTOCOL": "PLAINTEXT"}, "expects TLS"),
+    "tls-client-at-plaintext": ("sasl_plaintext", {}, "does not speak TLS"),
+    "tls-client-at-bare-broker": ("bare", {"AIP_SECURITY_PROTOCOL": "SSL"}, "does not speak TLS"),
+    "wrong-password-over-tls": ("sasl_ssl", {"AIP_SASL_PASSWORD": WRONG}, "authentication failed at"),
+    "no-client-certificate": ("mutual", {"AIP_SECURITY_PROTOCOL": "SSL"}, "requires a client certificate"),
+    "client-certificate-of-another-ca": (
+        "mutual",
+        {"AIP_SECURITY_PROTOCOL": "SSL", "AIP_SSL_CERTFILE": "{other_client_cert}", "AIP_SSL_KEYFILE": "{other_client_key}"},
+        "requires a client certificate",
+    ),
+    "unreadable-ca-file": ("sasl_ssl", {"AIP_SSL_CAFILE": "{missing}"}, "AIP_SSL_CAFILE"),
+}
+COMMANDS = {
+    "produce": ["produce", "sim", "--gpus", "1", "--fast", "--sim-duration", "5"],
+    "tail": ["tail", "gpu.metrics", "--limit", "1"],
+    "worker": ["worker"],
+}
+
+
+@pytest.fixture
+def listeners(sasl_ssl: CliBroker, ssl_only: CliBroker, fronts: dict[str, EmbeddedBroker], broker: Any) -> dict[str, str]:
+    return {"sasl_ssl": sasl_ssl.address, "ssl_only": ssl_only.address, "bare": broker.address} | {
+        k: b.address for k, b in fronts.items()
+    }
+
+
+def failing_env(kind: str, listeners: dict[str, str], pki: Pki, tmp: Path) -> tuple[dict[str, str], str]:
+    listener, extra, expected = FAILURES[kind]
+    values = {"other_ca": pki.other_ca, "other_client_cert": pki.other_client.cert, "other_client_key": pki.other_client.key,
+              "missing": str(tmp / "no-such-ca.pem")}  # fmt: skip
+    return tls_env(listeners[listener], tmp, pki) | {k: v.format(**values) for k, v in extra.items()}, expected
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("kind", sorted(FAILURES))
+def test_tls_failures_end_the_command_with_one_line(listeners: dict[str, str], pki: Pki, tmp_path: Path, kind: str,
+                                                    command: str) -> None:  # fmt: skip
+    env, expected = failing_env(kind, listeners, pki, tmp_path)
+    result = aip(*COMMANDS[command], env=env)
+    assert result.returncode == 1, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"aip {command.split()[0]}: error: ") and expected in lines[0], lines[0]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert_no_password(result.stdout + result.stderr)
+
+
+@pytest.mark.parametrize("kind", ["untrusted-ca", "expired", "no-client-certificate"])
+def test_the_scheduler_client_raises_broker_unavailable(listeners: dict[str, str], pki: Pki, tmp_path: Path, kind: str) -> None:
+    from clients import SchedulerClient
+    from transport import BrokerUnavailable
+
+    env, expected = failing_env(kind, listeners, pki, tmp_path)
+    with pytest.raises(BrokerUnavailable, match=expected):
+        SchedulerClient(settings_of(env)).connect()
+
+
+def test_the_front_logs_why_it_refused_a_tls_connection(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
+    from transport import BrokerUnavailable, check_reachable
+
+    for extra in ({"AIP_SSL_CAFILE": pki.other_ca}, {"AIP_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}):
+        with pytest.raises(BrokerUnavailable):
+            check_reachable(settings_of(tls_env(sasl_ssl.address, tmp_path, pki) | extra))
+    wait_for(
+        lambda: "refused: TLS handshake failed (TLSV1_ALERT_UNKNOWN_CA)" in sasl_ssl.output()
+        and "refused: TLS handshake failed (WRONG_VERSION_NUMBER)" in sasl_ssl.output(),
+        timeout_s=10,
+        what="the front's log of both refusals",
+    )
