@@ -119,7 +119,7 @@ def fed_worker(broker: Any, tmp_path_factory: Any) -> Iterator[Any]:
         env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        sim = Simulator(gpus=4, gpu_model="v100", seed=5, start_ts=START_TS, duration_s=900)
+        sim = Simulator(gpus=4, gpu_model="v100", seed=5, start_ts=START_TS, duration_s=900, gpus_per_host=2)
         with RecordProducer(settings) as p:
             for topic, record in sim.events():
                 p.send(topic, record)
@@ -186,3 +186,48 @@ def test_load_balancer_example_prints_move_requests(fed_worker: Any) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_extender_scores_the_workers_nodes(fed_worker: Any) -> None:
+    """`aip extender --from-beginning` on a real worker's predictions: two simulated hosts, kube-scheduler's shapes."""
+    import urllib.parse
+    import urllib.request
+
+    from extender_payloads import kube_args, pod
+
+    from producers.sim import Simulator
+
+    _, env, _, _ = fed_worker
+    proc = subprocess.Popen([sys.executable, "-m", "aip.cli", "extender", "--port", "0", "--from-beginning", "--max-age", "3600"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    url = proc.stdout.readline().split()[3]  # type: ignore[union-attr]
+
+    def get(path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        with urllib.request.urlopen(urllib.request.Request(url + path, data=data), timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def predicted_score() -> Any:  # a job type for which some node is scored from a prediction
+        for t in Simulator(gpus=1, gpu_model="v100").types:
+            s = get("/score?job_type=" + urllib.parse.quote(t))
+            if any(n["basis"] == "predicted" for n in s["nodes"]):
+                return s
+        return None
+
+    try:
+        hosts = ["sim5-host00", "sim5-host01"]
+        wait_for(lambda: get("/healthz")["nodes"] == 2, timeout_s=60, what="both simulated hosts")
+        scored = wait_for(predicted_score, timeout_s=90, what="a node scored from the worker's predictions")
+        job_type = scored["job_type"]
+
+        def agree() -> Any:  # /prioritize answers what /score says (retried: the worker may still be publishing)
+            answer = get("/prioritize", kube_args(pod({"aip.io/job-type": job_type}), hosts))
+            score = get("/score?job_type=" + urllib.parse.quote(job_type) + "&nodes=" + ",".join(hosts))
+            return answer if {h["Host"]: h["Score"] for h in answer} == {n["node"]: n["score"] for n in score["nodes"]} else None
+
+        answer = wait_for(agree, timeout_s=30, what="/prioritize to agree with /score")
+        assert [h["Host"] for h in answer] == hosts and all(isinstance(h["Score"], int) and 0 <= h["Score"] <= 10 for h in answer)
+        assert get("/healthz")["gpus"] == 4
+    finally:
+        proc.terminate()
+        proc.wait(20)
