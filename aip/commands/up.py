@@ -110,12 +110,50 @@ def _replay(path: Path) -> Any:
     return iter(rows)
 
 
+def broker_port(in_use: Any = None) -> int:
+    """The embedded broker's port: 19092 (where every other command looks by default) when free, else a free one.
+
+    >>> broker_port(in_use=lambda host, port: False)
+    19092
+    >>> broker_port(in_use=lambda host, port: True) != 19092
+    True
+    """
+    from aip.broker import free_port, port_in_use
+    from config import EMBEDDED_HOST, EMBEDDED_PORT
+
+    return free_port() if (in_use or port_in_use)(EMBEDDED_HOST, EMBEDDED_PORT) else EMBEDDED_PORT
+
+
+def _start_broker(workdir: Path) -> Any:
+    from aip.broker import BrokerError, EmbeddedBroker, free_port
+
+    try:
+        return EmbeddedBroker(port=broker_port(), log_path=str(workdir / "broker.log")).start()
+    except BrokerError:  # 19092 taken between the check and the start: any free port
+        try:
+            return EmbeddedBroker(port=free_port(), log_path=str(workdir / "broker.log")).start()
+        except BrokerError as exc:
+            raise CliError(str(exc), code=1) from None
+
+
+def _say_broker(address: str, *, embedded: bool) -> None:
+    from config import EMBEDDED_HOST, EMBEDDED_PORT
+
+    if not embedded:
+        where = "given"
+    elif address == f"{EMBEDDED_HOST}:{EMBEDDED_PORT}":
+        where = "embedded; other commands find it by default, e.g. `aip tail interference.predictions` in another shell"
+    else:
+        where = f"embedded; {EMBEDDED_PORT} was taken, so in other shells pass --broker {address} or set AIP_BROKER={address}"
+    print(f"aip up: broker at {address} ({where})", file=sys.stderr, flush=True)
+
+
 def _aip(*argv: str) -> list[str]:
     return [sys.executable, "-m", "aip.cli", *argv]
 
 
 def run(args: argparse.Namespace) -> int:
-    from aip.broker import EmbeddedBroker, die_with_parent, free_port, port_in_use
+    from aip.broker import die_with_parent, free_port, port_in_use
     from transport import RecordConsumer, ensure_project_topics
 
     settings = settings_from(args)
@@ -123,8 +161,9 @@ def run(args: argparse.Namespace) -> int:
     broker = None
     workdir = Path(tempfile.mkdtemp(prefix="aip-up-"))
     if not args.broker and not os.environ.get("AIP_BROKER"):
-        broker = EmbeddedBroker(port=free_port(), log_path=str(workdir / "broker.log")).start()
+        broker = _start_broker(workdir)
         settings = settings.replace(broker=broker.address)
+    _say_broker(settings.broker, embedded=broker is not None)
     topics = Topics(settings.topic_prefix)
     worker = external = None
     stop = threading.Event()
