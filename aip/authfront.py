@@ -422,7 +422,8 @@ class AuthFront:
             loop = asyncio.new_event_loop()
             self._loop = loop
             try:
-                self._listener = socket.create_server((self.host, self.port), backlog=128)
+                family = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+                self._listener = socket.create_server((self.host, self.port), family=family, backlog=128)
                 self._listener.setblocking(False)
                 self._accepting = loop.create_task(self._accept(self._listener))
             except BaseException as exc:
@@ -500,7 +501,11 @@ class AuthFront:
             task.add_done_callback(self._tasks.discard)
 
     async def _connection(self, sock: socket.socket) -> None:
-        peer = sock.getpeername()
+        try:
+            peer = sock.getpeername()
+        except OSError:  # gone already
+            sock.close()
+            return
         where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.stats.connections += 1
         loop = asyncio.get_running_loop()

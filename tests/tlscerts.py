@@ -2,7 +2,8 @@
 
 :func:`make_pki` writes a CA and, signed by it, a server certificate for 127.0.0.1 and
 localhost, an expired one, one for another name and a client certificate; plus a second CA
-that signed nothing the brokers use (the "wrong CA" of the tests).
+that signed nothing the brokers use (the "wrong CA" of the tests).  The extensions satisfy
+OpenSSL's strict verification (Python 3.13's default) too.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def _ca(cn: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
         .add_extension(
             x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
         )  # key_cert_sign, crl_sign
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
     return cert, key
@@ -89,6 +91,8 @@ def _leaf(
         .not_valid_before(start)
         .not_valid_after(end)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca[1].public_key()), critical=False)
         .add_extension(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH]),
             critical=False,
