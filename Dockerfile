@@ -18,5 +18,7 @@ CMD ["produce", "nvml"]
 
 FROM base AS worker
 RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && pip install '.[stream]'
+# reachable from other containers (Prometheus, schedulers); `aip worker` outside the image binds 127.0.0.1
+ENV AIP_WEB_HOST=0.0.0.0
 ENTRYPOINT ["aip"]
 CMD ["worker"]

@@ -88,7 +88,14 @@ class Settings:
         "worker's static consumer-group membership id: restarted with the same id, it gets its partitions back "
         "without waiting for its old session to expire (default: host name + state_dir; none: dynamic membership)",
     )
-    web_port: int = _setting(6066, "worker HTTP port: /predictions, /leaderboard, /metrics")
+    observations_retention_ms: int = _setting(
+        -1,
+        "retention.ms of interference.observations when the project creates it: a worker that takes over an "
+        "environment rebuilds its models from this history (-1: keep forever; shorter loses what a worker without "
+        "a model snapshot can rebuild)",
+    )
+    web_host: str = _setting("127.0.0.1", "worker HTTP bind address (0.0.0.0 in the container image)")
+    web_port: int = _setting(6066, "worker HTTP port: /predictions, /leaderboard, /profiles, /metrics")
     metrics_port: int = _setting(0, "producer Prometheus port (0: off)")
     # scheduler extender (`aip extender`)
     extender_host: str = _setting("127.0.0.1", "extender HTTP bind address (0.0.0.0 in a container)")

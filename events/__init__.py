@@ -18,7 +18,10 @@ from events.records import (
     MetricSample,
     Observation,
     Prediction,
+    ProfileSource,
+    SoloProfile,
     WhatIf,
+    profile_key,
 )
 from events.schema import SCHEMA_VERSION, RecordError, to_dict
 from events.topics import RECORD_OF, Topics
@@ -42,12 +45,15 @@ __all__ = [
     "MetricSample",
     "Observation",
     "Prediction",
+    "ProfileSource",
     "RecordError",
+    "SoloProfile",
     "Topics",
     "WhatIf",
     "b64",
     "decode",
     "decode_obj",
     "encode",
+    "profile_key",
     "to_dict",
 ]

@@ -272,3 +272,59 @@ class DeadLetter:
     key: str | None = spec("str", optional=True, max_len=4096)
     stage: str | None = spec("str", optional=True)
     schema_version: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileSource:
+    """One input partition's share of a solo profile: its running means and counts.
+
+    ``source`` names the stage-1 input partition whose GPUs ran the solo windows
+    (its owner is the only writer of this entry); ``means`` and ``counts`` are keyed
+    by parameter (E, T, S, V, R, W, M, throughput), each with its own count.
+    """
+
+    source: str = spec("str")
+    windows: int = spec("int", lo=0)
+    means: dict[str, float | None] = spec("dict_float")
+    counts: dict[str, float | None] = spec("dict_float")
+    updated_ts: float = _ts()
+
+
+@dataclass(frozen=True, slots=True)
+class SoloProfile:
+    """The solo profile of one job type in one environment.  Topic ``interference.profiles`` (compacted),
+    key ``"<environment>|<job_type>"``.
+
+    ``E``..``W`` are the means of the six parameters over every solo window, ``M`` the
+    memory used (MB), ``throughput_steps_per_s`` the solo throughput (null while no solo
+    window had progress reports), ``windows`` the number of solo windows.  ``sources``
+    holds each input partition's share; the means are their count-weighted mean.
+    """
+
+    environment: str = spec("str")
+    job_type: str = spec("str")
+    updated_ts: float = _ts()
+    E: float | None = spec("float", optional=True)
+    T: float | None = spec("float", optional=True)
+    S: float | None = spec("float", optional=True)
+    V: float | None = spec("float", optional=True)
+    R: float | None = spec("float", optional=True)
+    W: float | None = spec("float", optional=True)
+    M: float | None = spec("float", optional=True)
+    throughput_steps_per_s: float | None = _nonneg()
+    windows: int = spec("int", lo=0, default=0)
+    sources: list[ProfileSource] = spec("list_record", record=ProfileSource, default=[])
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def key(self) -> str:
+        return profile_key(self.environment, self.job_type)
+
+
+def profile_key(environment: str, job_type: str) -> str:
+    """The key of a solo profile on ``interference.profiles``.
+
+    >>> profile_key("NVIDIA H200", "resnet50-64")
+    'NVIDIA H200|resnet50-64'
+    """
+    return f"{environment}|{job_type}"

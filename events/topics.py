@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from events.records import Alert, DeadLetter, JobEvent, Leaderboard, MetricSample, Observation, Prediction
+from events.records import Alert, DeadLetter, JobEvent, Leaderboard, MetricSample, Observation, Prediction, SoloProfile
 
 METRICS = "gpu.metrics"
 LIFECYCLE = "jobs.lifecycle"
@@ -17,6 +17,9 @@ PREDICTIONS = "interference.predictions"
 ALERTS = "interference.alerts"
 LEADERBOARD = "models.leaderboard"
 DEADLETTER = "aip.deadletter"
+PROFILES = "interference.profiles"
+COMPACTED = (PROFILES,)
+"""Topics whose records are the latest value per key (``cleanup.policy=compact``)."""
 
 RECORD_OF: dict[str, type] = {
     METRICS: MetricSample,
@@ -26,6 +29,7 @@ RECORD_OF: dict[str, type] = {
     ALERTS: Alert,
     LEADERBOARD: Leaderboard,
     DEADLETTER: DeadLetter,
+    PROFILES: SoloProfile,
 }
 ALL = tuple(RECORD_OF)
 
@@ -69,6 +73,10 @@ class Topics:
     @property
     def deadletter(self) -> str:
         return self.prefix + DEADLETTER
+
+    @property
+    def profiles(self) -> str:
+        return self.prefix + PROFILES
 
     def all(self) -> tuple[str, ...]:
         return tuple(self.prefix + name for name in ALL)

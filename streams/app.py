@@ -22,10 +22,12 @@ from faust.sensors import Monitor
 from faust.types import TP
 
 from config import Settings
-from events import JobEvent, MetricSample, Observation, RecordError, Topics, decode, encode
+from events import JobEvent, MetricSample, Observation, RecordError, SoloProfile, Topics, decode, encode
 from events.topics import LIFECYCLE, METRICS
 from streams.deadletters import dead_letter
 from streams.metrics import StreamMetrics, dead_letter_reason
+from streams.profiles import LOCAL
+from streams.readers import PartitionReader, TopicFollower
 from streams.stage1 import LateEvent, Stage1
 from streams.stage2 import Stage2
 
@@ -140,7 +142,7 @@ def app_config(settings: Settings, *, web: bool = True, web_port: int | None = N
         broker_request_timeout=max(settings.request_timeout_s, 31.0),
         web_enabled=web,
         web_port=web_port if web_port is not None else settings.web_port,
-        web_bind="127.0.0.1",
+        web_bind=settings.web_host,
         web_in_thread=False,
         datadir=str(state_dir(settings) / "faust"),
         consumer_auto_offset_reset="earliest",
@@ -168,13 +170,19 @@ class Streams:
         t = self.topics
         self.inputs = app.topic(t.metrics, t.lifecycle, key_serializer="raw", value_serializer="raw")
         self.observations = app.topic(t.observations, key_serializer="raw", value_serializer="raw")
+        self.profiles_topic = app.topic(t.profiles, key_serializer="raw", value_serializer="raw")
         self.out = {
             name: app.topic(getattr(t, name), key_serializer="raw", value_serializer="raw")
             for name in ("predictions", "alerts", "leaderboard", "deadletter")
         }
         self.stage1 = Stage1(
-            settings.window_s, settings.lateness_s, settings.lifecycle_hold_s, progress_hold_s=settings.progress_hold_s
+            settings.window_s,
+            settings.lateness_s,
+            settings.lifecycle_hold_s,
+            progress_hold_s=settings.progress_hold_s,
+            source_of=self._source_of,
         )
+        self.follower: TopicFollower | None = None
         self.checkpoint_path = state_dir(settings) / "stage1.json"
         self.gpu_partition: dict[str, int] = {}  # GPU -> input partition it was last read from
         self.positions: dict[str, int] = {}  # "topic:partition" -> last input offset applied to stage 1
@@ -246,8 +254,39 @@ class Streams:
         self.stage1.dirty.clear()
         self.checkpoints += 1
 
+    def _source_of(self, gpu: str) -> str:
+        """The share of solo profiles a GPU's solo windows feed: its input partition (one owner at a time)."""
+        partition = self.gpu_partition.get(gpu)
+        return LOCAL if partition is None else str(partition)
+
+    def publish_profiles(self) -> int:
+        """Put the solo profiles this worker updated since the last call on ``interference.profiles``."""
+        keys = self.stage1.profiles.take_dirty()
+        for env, jt in keys:
+            record = self.stage1.profiles.record(env, jt)
+            self.profiles_topic.send_soon(key=record.key.encode(), value=encode(record))
+        self.metrics.published["profiles"] += len(keys)
+        return len(keys)
+
+    def apply_profiles(self, records: Iterable[SoloProfile]) -> None:
+        """Merge solo profiles read from the topic (every worker's shares); publish the held job-windows they release."""
+        released: list[Observation] = []
+        for record in records:
+            released.extend(self.stage1.merge_profile(record))
+        for o in released:
+            self.emit_observation(o)
+        self.metrics.published["observations"] += len(released)
+
+    def follow_profiles(self) -> TopicFollower:
+        loop = asyncio.get_running_loop()
+        self.follower = TopicFollower(
+            self.settings, self.topics.profiles, lambda recs: loop.call_soon_threadsafe(self.apply_profiles, recs)
+        ).start()
+        return self.follower
+
     def on_commit_initiated(self) -> None:
         """Before faust commits offsets (our timers, a rebalance, a clean stop): save the state they cover."""
+        self.publish_profiles()
         self.checkpoint()
         if not self._own_commit:  # a commit of every topic: observations too
             self.stage2.save()
@@ -266,6 +305,7 @@ class Streams:
     async def save_models_and_commit(self) -> None:
         self.stage2.save()
         await self.commit({self.topics.observations})
+        self.stage2.counters["models_saved_committed"] += 1  # saved, and the offsets it covers committed
 
     def on_partitions_assigned(self, _sender: Any, assigned: Any = (), **_: Any) -> None:
         """Forget GPUs of input partitions that moved from this worker to another (which starts them afresh).
@@ -407,6 +447,10 @@ class Streams:
         if with_stage2:
             stage2 = app.agent(self.observations, name="stage2")(stage2)
 
+        @app.task
+        async def profiles() -> None:
+            self.follow_profiles()
+
         @app.timer(s.checkpoint_interval_s)
         async def checkpoint() -> None:
             await self.checkpoint_and_commit()
@@ -424,6 +468,10 @@ class Streams:
             from events import to_dict
 
             return web.json({env: to_dict(b) for env, b in self.stage2.leaderboards.items()})
+
+        @app.page("/profiles")
+        async def profiles_view(web: Any, request: Any) -> Any:
+            return web.json(self.stage1.profiles.view())
 
         @app.page("/metrics")
         async def metrics(web: Any, request: Any) -> Any:
@@ -456,10 +504,58 @@ class Streams:
             self.emit_observation(o)
         self.metrics.published["observations"] += len(observations)
 
+    async def rebuild(self, partition: int, start: int, end: int) -> set[str]:
+        """Learn observations ``[start, end)`` of an observations partition from the topic, then refit; return the
+        environments learned.  Runs when this worker is handed a partition beyond what its models cover (another
+        worker learned it, or none ever did here): stage 2 holds that partition's records meanwhile."""
+        t0 = time.monotonic()
+        loop = asyncio.get_running_loop()
+        reader = await loop.run_in_executor(None, PartitionReader, self.settings, self.topics.observations, partition, start, end)
+        envs: set[str] = set()
+        learned = 0
+        try:
+            while not reader.done:
+                for _offset, _key, value in await loop.run_in_executor(None, reader.read):
+                    try:
+                        obs = decode(Observation, value)
+                    except RecordError:
+                        continue  # dead-lettered when it was first read
+                    learned += self.stage2.replay(obs)
+                    envs.add(obs.environment)
+                await asyncio.sleep(0)
+        finally:
+            reader.close()
+        self.stage2.applied(partition, end - 1)
+        read_s = time.monotonic() - t0
+        for env in sorted(envs):  # "it refits, then serves"
+            models = self.stage2.models_for(env)
+            if env not in self._refitting and models.refit_due():
+                self._refitting.add(env)
+                try:
+                    result = await loop.run_in_executor(None, models.refit_task())
+                    self.stage2.apply_refit(env, result)
+                finally:
+                    self._refitting.discard(env)
+            board = self.stage2.leaderboard_of(env)
+            if board is not None:
+                await self.send("leaderboard", env, board)
+        self.stage2.counters["rebuilds"] += 1
+        total_s = time.monotonic() - t0
+        log.warning(
+            "stage 2 rebuilt %s from observations p%d [%d, %d): %d learned in %.1f s; refit, serving after %.1f s",
+            *(sorted(envs), partition, start, end, learned, read_s, total_s),
+        )
+        return envs
+
     async def stage2_batch(self, batch: Iterable[Any]) -> None:
         boards = {}
         for event in batch:
             self._consumed(event)
+            m = event.message
+            start = self.stage2.start_of(m.partition)
+            if m.offset > start:  # the models do not cover what precedes this record: rebuild from the topic
+                await self.rebuild(m.partition, start, m.offset)
+            self.stage2.applied(m.partition, m.offset)
             try:
                 obs = decode(Observation, event.value)
                 out = self.stage2.on_observation(obs)

@@ -1,11 +1,24 @@
-"""Solo profiles: the running mean of a job type's solo windows per environment."""
+"""Solo profiles: the running mean of a job type's solo windows per environment, shared by every worker.
+
+A profile is kept as one share per *source* (the stage-1 input partition whose GPUs
+ran the solo windows).  A partition has one owner at a time, so each share has one
+writer; the profile is the count-weighted mean of its shares.  Workers publish the
+shares on the compacted ``interference.profiles`` topic and every worker merges
+every share it reads: for one source the share with more windows wins (ties broken
+by update time), so workers that have read the same records hold the same profiles
+whatever the order they read them in.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from events import ProfileSource, SoloProfile
+from events.schema import TS_MIN_S
+
 PROFILE_KEYS = ("E", "T", "S", "V", "R", "W", "M", "throughput")
+LOCAL = "local"
 
 
 def update_mean(mean: float, count: int, value: float) -> tuple[float, int]:
@@ -18,51 +31,188 @@ def update_mean(mean: float, count: int, value: float) -> tuple[float, int]:
     return mean + (value - mean) / count, count
 
 
+class Share:
+    """One source's running means (each key with its own count), window count and update time."""
+
+    __slots__ = ("counts", "means", "updated_ts", "windows")
+
+    def __init__(
+        self,
+        means: Mapping[str, float] | None = None,
+        counts: Mapping[str, int] | None = None,
+        windows: int = 0,
+        updated_ts: float = 0.0,
+    ) -> None:
+        self.means: dict[str, float] = dict(means or {})
+        self.counts: dict[str, int] = dict(counts or {})
+        self.windows = windows
+        self.updated_ts = updated_ts
+
+    def add(self, values: Mapping[str, float | None], ts: float) -> None:
+        for k in PROFILE_KEYS:
+            v = values.get(k)
+            if v is None:
+                continue
+            self.means[k], self.counts[k] = update_mean(self.means.get(k, 0.0), self.counts.get(k, 0), float(v))
+        self.windows += 1
+        self.updated_ts = max(self.updated_ts, ts)
+
+    def newer_than(self, other: Share | None) -> bool:
+        return other is None or (self.windows, self.updated_ts) > (other.windows, other.updated_ts)
+
+    def source(self, name: str) -> ProfileSource:
+        counts = {k: float(c) for k, c in self.counts.items()}
+        return ProfileSource(name, self.windows, dict(self.means), counts, max(self.updated_ts, TS_MIN_S))  # type: ignore[arg-type]
+
+    def to_list(self) -> list[Any]:
+        return [self.means, self.counts, self.windows, self.updated_ts]
+
+    @classmethod
+    def from_list(cls, data: Any) -> Share:
+        means, counts, windows, ts = data
+        return cls({k: float(v) for k, v in means.items()}, {k: int(v) for k, v in counts.items()}, int(windows), float(ts))
+
+
 class SoloProfiles:
-    """Running means of six parameters, memory and throughput per (environment, job type).
+    """Running means of six parameters, memory and throughput per (environment, job type), by source.
 
     Each key keeps its own count, so a window without progress reports still
     updates the parameters and leaves the throughput alone.
 
     >>> p = SoloProfiles()
-    >>> p.add("v100", "resnet", {"E": 100.0, "throughput": 10.0})
-    >>> p.add("v100", "resnet", {"E": 200.0, "throughput": None})
+    >>> p.add("v100", "resnet", {"E": 100.0, "throughput": 10.0}, source="0")
+    >>> p.add("v100", "resnet", {"E": 200.0, "throughput": None}, source="1")
     >>> p.get("v100", "resnet")["E"], p.get("v100", "resnet")["throughput"]
     (150.0, 10.0)
+    >>> q = SoloProfiles()
+    >>> q.merge(p.record("v100", "resnet"))
+    True
+    >>> q.get("v100", "resnet") == p.get("v100", "resnet")
+    True
     """
 
     def __init__(self) -> None:
-        self._data: dict[tuple[str, str], dict[str, list[float]]] = {}
+        self._shares: dict[tuple[str, str], dict[str, Share]] = {}
+        self._merged: dict[tuple[str, str], dict[str, float | None]] = {}
+        self.dirty: set[tuple[str, str]] = set()  # keys with own updates not yet published
 
-    def add(self, environment: str, job_type: str, values: Mapping[str, float | None]) -> None:
-        entry = self._data.setdefault((environment, job_type), {})
-        for k in PROFILE_KEYS:
-            v = values.get(k)
-            if v is None:
-                continue
-            mean, count = entry.get(k, (0.0, 0))
-            entry[k] = list(update_mean(mean, int(count), float(v)))
+    def add(
+        self, environment: str, job_type: str, values: Mapping[str, float | None], *, source: str = LOCAL, ts: float = 0.0
+    ) -> None:
+        key = (environment, job_type)
+        shares = self._shares.setdefault(key, {})
+        share = shares.get(source)
+        if share is None:
+            share = shares[source] = Share()
+        share.add(values, ts)
+        self._merged.pop(key, None)
+        self.dirty.add(key)
 
     def get(self, environment: str, job_type: str) -> dict[str, float | None] | None:
-        entry = self._data.get((environment, job_type))
-        if entry is None:
-            return None
-        return {k: (entry[k][0] if k in entry else None) for k in PROFILE_KEYS}
+        key = (environment, job_type)
+        merged = self._merged.get(key)
+        if merged is None:
+            shares = self._shares.get(key)
+            if not shares:
+                return None
+            merged = self._merged[key] = _combine(s for _src, s in sorted(shares.items()))  # one order: equal sums everywhere
+        return merged
 
     def windows(self, environment: str, job_type: str) -> int:
-        entry = self._data.get((environment, job_type), {})
-        return int(max((c for _m, c in entry.values()), default=0))
+        return sum(s.windows for s in self._shares.get((environment, job_type), {}).values())
+
+    def keys(self) -> list[tuple[str, str]]:
+        return list(self._shares)
 
     def __len__(self) -> int:
-        return len(self._data)
+        return len(self._shares)
 
+    # --------------------------------------------------------------- the topic
+    def record(self, environment: str, job_type: str) -> SoloProfile:
+        """The profile as it is published on ``interference.profiles``."""
+        shares = self._shares.get((environment, job_type), {})
+        merged = self.get(environment, job_type) or {}
+        return SoloProfile(
+            environment=environment,
+            job_type=job_type,
+            updated_ts=max([TS_MIN_S, *(s.updated_ts for s in shares.values())]),
+            **{k: merged.get(k) for k in PROFILE_KEYS[:7]},
+            throughput_steps_per_s=merged.get("throughput"),
+            windows=sum(s.windows for s in shares.values()),
+            sources=[share.source(src) for src, share in sorted(shares.items())],
+        )
+
+    def merge(self, record: SoloProfile) -> bool:
+        """Merge a published profile: per source, the share with more windows wins.  True when anything changed."""
+        key = (record.environment, record.job_type)
+        shares = self._shares.setdefault(key, {})
+        changed = False
+        for src in record.sources:
+            theirs = Share(
+                {k: float(v) for k, v in src.means.items() if v is not None},
+                {k: int(v) for k, v in src.counts.items() if v is not None},
+                src.windows,
+                src.updated_ts,
+            )
+            if theirs.newer_than(shares.get(src.source)):
+                shares[src.source] = theirs
+                changed = True
+        if changed:
+            self._merged.pop(key, None)
+        elif not shares:
+            del self._shares[key]
+        return changed
+
+    def take_dirty(self) -> list[tuple[str, str]]:
+        out = sorted(self.dirty)
+        self.dirty.clear()
+        return out
+
+    def view(self) -> dict[str, dict[str, Any]]:
+        """``"<environment>|<job_type>"`` -> merged means and windows (the workers' /profiles view)."""
+        from events import profile_key
+
+        return {
+            profile_key(env, jt): {**(self.get(env, jt) or {}), "windows": self.windows(env, jt)}
+            for env, jt in sorted(self._shares)
+        }
+
+    # ------------------------------------------------------------- checkpoint
     def to_dict(self) -> dict[str, Any]:
-        return {f"{env}\x1f{jt}": entry for (env, jt), entry in self._data.items()}
+        return {f"{env}\x1f{jt}": {src: s.to_list() for src, s in shares.items()} for (env, jt), shares in self._shares.items()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SoloProfiles:
+        """Load :meth:`to_dict`; a checkpoint of the single-worker format (one share per key) becomes the ``local`` share."""
         p = cls()
         for key, entry in data.items():
             env, _, jt = key.partition("\x1f")
-            p._data[(env, jt)] = {k: [float(v[0]), int(v[1])] for k, v in entry.items()}
+            if entry and all(isinstance(v, list) and len(v) == 2 for v in entry.values()):  # {param: [mean, count]}
+                means = {k: float(v[0]) for k, v in entry.items()}
+                counts = {k: int(v[1]) for k, v in entry.items()}
+                p._shares[(env, jt)] = {LOCAL: Share(means, counts, max(counts.values(), default=0))}
+            else:
+                p._shares[(env, jt)] = {src: Share.from_list(v) for src, v in entry.items()}
         return p
+
+
+def _combine(shares: Iterable[Share]) -> dict[str, float | None]:
+    """Count-weighted means over shares, per key (None where no share has the key)."""
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    only: dict[str, float] = {}  # the mean itself where a single share has the key (no rounding)
+    for s in shares:
+        for k, m in s.means.items():
+            c = s.counts.get(k, 0)
+            if c:
+                only[k] = m if k not in counts else float("nan")
+                sums[k] = sums.get(k, 0.0) + m * c
+                counts[k] = counts.get(k, 0) + c
+    out: dict[str, float | None] = {}
+    for k in PROFILE_KEYS:
+        if not counts.get(k):
+            out[k] = None
+        else:
+            single = only[k]
+            out[k] = single if single == single else sums[k] / counts[k]
+    return out

@@ -12,9 +12,9 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from events import JobEvent, MetricSample, Observation
+from events import JobEvent, MetricSample, Observation, SoloProfile
 from streams.features import KEYS, interference_rate, means, percent_change, throughput
-from streams.profiles import SoloProfiles
+from streams.profiles import LOCAL, SoloProfiles
 from streams.windows import NKEYS, GpuState, Job, add_sample, new_acc, window_index
 
 
@@ -58,6 +58,7 @@ class Stage1:
         min_samples: int = 1,
         progress_hold_s: float = 600.0,
         max_held: int = 1000,
+        source_of: Callable[[str], str] | None = None,
     ) -> None:
         self.window_s = window_s
         self.lateness_s = lateness_s
@@ -67,6 +68,7 @@ class Stage1:
         self.loader = loader
         self.min_samples = min_samples
         self.max_held = max_held
+        self.source_of = source_of  # gpu_uuid -> the input partition it is read from (the share of solo profiles it feeds)
         # (environment, job type) -> job-windows waiting for that type's first solo profile
         self.held: dict[tuple[str, str], deque[dict[str, Any]]] = {}
         self.gpus: dict[str, GpuState] = {}
@@ -221,7 +223,8 @@ class Stage1:
             job_id = full[0]
             self.counters["windows_solo"] += 1
             job_type = st.jobs[job_id].job_type
-            self.profiles.add(env, job_type, {**window_means, "throughput": rates[job_id]})
+            source = self.source_of(gpu) if self.source_of is not None else LOCAL
+            self.profiles.add(env, job_type, {**window_means, "throughput": rates[job_id]}, source=source, ts=end)
             return self._release(env, job_type)
         self.counters["windows_colocated"] += 1
         out = []
@@ -300,6 +303,13 @@ class Stage1:
         self.counters["held_released"] += len(out)
         self.counters["observations"] += len(out)
         return out
+
+    def merge_profile(self, record: SoloProfile) -> list[Observation]:
+        """Merge a solo profile read from ``interference.profiles`` (another worker's shares);
+        return the held job-windows of its type that it lets through."""
+        if not self.profiles.merge(record):
+            return []
+        return self._release(record.environment, record.job_type)
 
     def held_count(self) -> int:
         """Job-windows waiting for a solo profile."""

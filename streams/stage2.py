@@ -68,7 +68,11 @@ class Stage2:
         self.leaderboards: dict[str, Leaderboard] = {}
         self.counters: Counter[str] = Counter()
         self._what_if_cache: tuple[tuple[Any, ...], list[WhatIf]] | None = None
+        # observations partition -> offset of the last observation applied (in memory) / covered by the snapshot
+        self.positions: dict[int, int] = {}
+        self.covers: dict[int, int] = {}
         self._load_seen()
+        self._load_covers()
 
     # ----------------------------------------------------------------- models
     def models_for(self, environment: str) -> EnvironmentModels:
@@ -119,9 +123,64 @@ class Stage2:
         os.replace(tmp, path)
 
     def save(self) -> int:
-        """Save every environment's models where persistence is available, then the ids they learned; return how many were saved."""
+        """Save the ids learned, every environment's models where persistence is available, then the offsets
+        they cover; return how many were saved."""
+        covers = dict(self.positions)
         self._save_seen()  # first: a crash in between loses learning rather than doubling it
-        return self._save_models()
+        saved = self._save_models()
+        self._save_covers(covers)  # last: an older one only makes a rebuild read (and skip) more
+        return saved
+
+    # ------------------------------------------------------- rebuild from the topic
+    # Models are a function of the observations topic's history: the snapshot on disk is a
+    # cache that says which offset of each partition it covers (stage2-covers.json).
+    def _covers_path(self) -> Path | None:
+        return None if self.state_dir is None else self.state_dir / "stage2-covers.json"
+
+    def _load_covers(self) -> None:
+        path = self._covers_path()
+        if path is None or not path.exists():
+            return
+        try:
+            self.covers = {int(p): int(o) for p, o in json.loads(path.read_text()).items()}
+        except Exception as exc:
+            log.warning("could not load the offsets the model snapshot covers from %s: %s", path, exc)
+
+    def _save_covers(self, covers: Mapping[int, int]) -> None:
+        path = self._covers_path()
+        if path is None:
+            return
+        merged = {**self.covers, **covers}
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({str(p): o for p, o in merged.items()}))
+        os.replace(tmp, path)
+
+    def start_of(self, partition: int) -> int:
+        """The first offset of ``partition`` these models have not learned (0 when neither memory nor the snapshot has it)."""
+        last = self.positions.get(partition, self.covers.get(partition))
+        return 0 if last is None else last + 1
+
+    def applied(self, partition: int, offset: int) -> None:
+        self.positions[partition] = offset
+
+    def replay(self, obs: Observation) -> bool:
+        """Learn a historical observation (a rebuild): no prediction, no alert; False when already learned."""
+        if not self.seen.add(obs.observation_id):
+            self.counters["duplicates"] += 1
+            return False
+        known = self.job_types.setdefault(obs.environment, {})
+        if obs.solo:
+            known[obs.job_type] = obs.solo
+        for jt, prof in zip(obs.co_job_types, obs.co_solo, strict=False):
+            if prof:
+                known.setdefault(jt, prof)
+        self.models_for(obs.environment).learn(obs)
+        self.counters["rebuilt"] += 1
+        return True
+
+    def leaderboard_of(self, env: str) -> Leaderboard | None:
+        """The environment's leaderboard when it changed (after a rebuild)."""
+        return self._leaderboard(env) if env in self.models else None
 
     def _save_models(self) -> int:
         saved = 0

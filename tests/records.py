@@ -18,6 +18,8 @@ from events import (
     MetricSample,
     Observation,
     Prediction,
+    ProfileSource,
+    SoloProfile,
     WhatIf,
 )
 from events.schema import TS_MAX_S, TS_MIN_S, Spec
@@ -72,8 +74,11 @@ def records_of(cls: type) -> st.SearchStrategy[Any]:
     return strategy
 
 
-RECORD_TYPES = [MetricSample, JobEvent, Observation, Prediction, Alert, Leaderboard, DeadLetter, GpuProcess, WhatIf, LeaderboardEntry]
-TOP_LEVEL = [MetricSample, JobEvent, Observation, Prediction, Alert, Leaderboard, DeadLetter]
+RECORD_TYPES = [
+    MetricSample, JobEvent, Observation, Prediction, Alert, Leaderboard, DeadLetter, SoloProfile,
+    GpuProcess, WhatIf, LeaderboardEntry, ProfileSource,
+]  # fmt: skip
+TOP_LEVEL = [MetricSample, JobEvent, Observation, Prediction, Alert, Leaderboard, DeadLetter, SoloProfile]
 
 
 def now() -> float:

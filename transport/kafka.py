@@ -24,6 +24,7 @@ from typing import Any
 
 from config import Settings
 from events import RecordError, Topics, decode, encode
+from events.topics import COMPACTED, OBSERVATIONS
 from transport.tls import TlsSettingsError, client_context, handshake_error
 
 log = logging.getLogger(__name__)
@@ -404,8 +405,24 @@ def admin(settings: Settings) -> Any:
         raise _wrap_errors(settings, "admin", exc) from None
 
 
+def topic_configs(settings: Settings, name: str) -> dict[str, str]:
+    """Topic-level configs the project sets when it creates ``name`` (a full or base name).
+
+    >>> topic_configs(Settings(), "interference.profiles")
+    {'cleanup.policy': 'compact'}
+    >>> topic_configs(Settings(topic_prefix="t.", observations_retention_ms=-1), "t.interference.observations")
+    {'retention.ms': '-1'}
+    """
+    base = Topics(settings.topic_prefix).base(name)
+    if base in COMPACTED:
+        return {"cleanup.policy": "compact"}
+    if base == OBSERVATIONS:  # models are rebuilt from this history (DESIGN.md: State)
+        return {"retention.ms": str(settings.observations_retention_ms)}
+    return {}
+
+
 def ensure_topics(settings: Settings, names: Iterable[str], partitions: int | None = None) -> list[str]:
-    """Create the topics that do not exist yet; return those created."""
+    """Create the topics that do not exist yet (with :func:`topic_configs`); return those created."""
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
@@ -414,7 +431,12 @@ def ensure_topics(settings: Settings, names: Iterable[str], partitions: int | No
         existing = set(client.list_topics())
         wanted = [n for n in dict.fromkeys(names) if n not in existing]
         if wanted:
-            topics = [NewTopic(n, partitions or settings.partitions, settings.replication_factor) for n in wanted]
+            topics = [
+                NewTopic(
+                    n, partitions or settings.partitions, settings.replication_factor, topic_configs=topic_configs(settings, n)
+                )
+                for n in wanted
+            ]
             try:
                 client.create_topics(topics)
             except TopicAlreadyExistsError:

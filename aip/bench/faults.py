@@ -76,6 +76,35 @@ def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
                 ),
                 progress,
             )
+            (tmp / "failover").mkdir()
+            fleet_gpus = 8 if quick else 16
+            faults["worker_failover"] = _guard(
+                "worker_failover",
+                f"two workers; SIGKILL for good the one serving stage 2 once it saved and committed; a second {fleet_gpus}-GPU fleet",
+                lambda: scenarios.worker_failover(
+                    replace(_settings(broker, tmp, "failover"), models_save_interval_s=3.0),
+                    tmp / "failover",
+                    gpus=fleet_gpus,
+                    sim_s=400 if quick else 900,
+                    run_s=15 if quick else 45,
+                    progress=progress,
+                ),
+                progress,
+            )
+            (tmp / "rebalance").mkdir()
+            faults["rebalance"] = _guard(
+                "rebalance",
+                f"a third worker joins a {fleet_gpus}-GPU fleet's run, then one leaves cleanly",
+                lambda: scenarios.rebalance(
+                    replace(_settings(broker, tmp, "rebalance"), models_save_interval_s=3.0),
+                    tmp / "rebalance",
+                    gpus=fleet_gpus,
+                    sim_s=600 if quick else 1200,
+                    run_s=30 if quick else 60,
+                    progress=progress,
+                ),
+                progress,
+            )
             (tmp / "soak").mkdir()
             soak_s = 60 if quick else 600
             faults["load_soak"] = _guard(

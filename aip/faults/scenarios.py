@@ -735,3 +735,292 @@ def _slope(points: list[tuple[float, float]]) -> float:
     my = sum(y for _, y in points) / n
     var = sum((x - mx) ** 2 for x, _ in points)
     return sum((x - mx) * (y - my) for x, y in points) / var if var else 0.0
+
+
+# ----------------------------------------------------------------------------- 5. several workers
+FLEET_GPU_MODEL = "v100"
+
+
+def _worker_settings(settings: Settings, workdir: Path, name: str) -> Settings:
+    """A worker's settings as on a host of its own: its own state directory (and so its own group instance id)."""
+    import dataclasses
+
+    return dataclasses.replace(settings, state_dir=str(workdir / name / "state"))
+
+
+def _board(worker: Any, env: str) -> dict[str, Any]:
+    try:
+        return dict(worker.get("/leaderboard").get(env) or {}) if worker.alive() else {}
+    except OSError:
+        return {}
+
+
+def _learned(worker: Any, env: str) -> int:
+    return int(_board(worker, env).get("observations", 0))
+
+
+def selected_mae(board: dict[str, Any]) -> dict[str, float | None]:
+    """``"<mode>:<category>"`` -> the rolling MAE (points) of the model selected for it, from a leaderboard."""
+    out: dict[str, float | None] = {}
+    for slot, model in sorted((board.get("selected") or {}).items()):
+        mode, _, cat = slot.partition(":")
+        maes = [
+            e.get("mae")
+            for e in board.get("entries", [])
+            if (e.get("model"), e.get("mode"), e.get("category")) == (model, mode, cat)
+        ]
+        out[slot] = round(maes[0], 3) if maes and maes[0] is not None else None
+    return out
+
+
+def _profiles(worker: Any) -> dict[str, Any] | None:
+    try:
+        return dict(worker.get("/profiles")) if worker.alive() else None
+    except OSError:
+        return None
+
+
+def profiles_agree(workers: list[Any], timeout_s: float = 30.0) -> bool:
+    """Wait until every worker reports the same non-empty solo profiles (each publishes at its checkpoints)."""
+    from aip.faults.worker import wait_until
+
+    def same() -> bool:
+        views = [_profiles(w) for w in workers]
+        return bool(views[0]) and all(v == views[0] for v in views)
+
+    try:
+        return bool(wait_until(same, timeout_s, "identical solo profiles", interval_s=0.5))
+    except TimeoutError:
+        return False
+
+
+def _fleet(gpus: int, seed: int, start_ts: float, sim_s: float) -> list[tuple[str, Any]]:
+    from producers.sim import Simulator
+
+    return list(Simulator(gpus=gpus, gpu_model=FLEET_GPU_MODEL, seed=seed, start_ts=start_ts, duration_s=sim_s).events())
+
+
+def _labelled(observations: Iterable[Observation]) -> int:
+    return len({o.observation_id for o in observations if o.interference_pct is not None})
+
+
+def _wait_learned_and_saved(workers: list[Any], obs: TopicReader, timeout_s: float) -> Any:
+    """Wait until the observations topic is quiet, one worker learned every labelled observation and has saved
+    its models and committed twice since; return that worker (the one serving stage 2)."""
+    from aip.faults.worker import wait_until
+
+    wait_until(lambda: not obs.poll(1.0), timeout_s, "the observations topic to go quiet")
+    want = _labelled(obs.records())
+    server = wait_until(
+        lambda: next((w for w in workers if _learned(w, FLEET_GPU_MODEL) >= want), None),
+        timeout_s,
+        f"a worker that learned all {want} labelled observations",
+        interval_s=0.5,
+    )
+
+    def saves() -> float:
+        return server.counter("aip_stream_stage_events_total", stage="stage2", kind="models_saved_committed")
+
+    before = saves()
+    wait_until(lambda: saves() >= before + 2, timeout_s, "two model saves and commits", interval_s=0.5)
+    return server
+
+
+def worker_failover(
+    settings: Settings,
+    workdir: Path,
+    gpus: int = 16,
+    sim_s: float = 600.0,
+    run_s: float = 30.0,
+    seed: int = 11,
+    progress: Progress = _quiet,
+    resume_timeout_s: float = 120.0,
+) -> dict[str, Any]:
+    """Two workers (own state directories, as on two hosts); once the one serving stage 2 has learned a fleet's
+    observations, saved its models and committed, SIGKILL it for good and run a second fleet.
+
+    Checks: the survivor's models hold at least what the dead worker's had learned (rebuilt from the
+    observations topic), every window of the second fleet yields its observation (against a reference
+    stage 1 fed the fleet's events), nothing is learned twice, and both workers held the same solo profiles.
+    """
+    from aip.faults.worker import wait_until
+    from transport import ensure_project_topics
+
+    ensure_project_topics(settings)
+    workers = [start_worker(_worker_settings(settings, workdir, name), workdir, f"worker-{name}").start() for name in ("a", "b")]
+    obs = TopicReader(settings, "interference.observations")
+    try:
+        for w in workers:
+            w.wait_ready()
+        first = _fleet(gpus, seed, START_TS, sim_s)
+        sender = PacedSender(settings, first, run_s).start()
+        wait_until(sender.done.is_set, run_s + 120, "the first fleet")
+        if sender.error is not None:
+            raise sender.error
+        dead = _wait_learned_and_saved(workers, obs, resume_timeout_s)
+        survivor = next(w for w in workers if w is not dead)
+        agree = profiles_agree(workers)
+        profiles_dead, profiles_survivor = _profiles(dead), _profiles(survivor)
+        board_before = _board(dead, FLEET_GPU_MODEL)
+        learned_before = int(board_before.get("observations", 0))
+        predictions_at_kill = survivor.counter("aip_stream_published_records_total", topic="predictions")
+        dead.kill()
+        killed_at = time.monotonic()
+        progress(f"SIGKILL the stage-2 worker for good after it learned {learned_before}; second fleet starts")
+        second = _fleet(gpus, seed + 1, START_TS + sim_s + 600.0, sim_s)
+        expected = reference_observations(settings, second)
+        sender = PacedSender(settings, second, run_s).start()
+        wait_until(
+            lambda: survivor.counter("aip_stream_published_records_total", topic="predictions") > predictions_at_kill,
+            resume_timeout_s + run_s,
+            "the survivor's first prediction",
+            interval_s=0.2,
+        )
+        recovery_s = time.monotonic() - killed_at
+        progress(f"survivor predicts {recovery_s:.1f} s after the kill")
+        wait_until(sender.done.is_set, run_s + 120, "the second fleet")
+        if sender.error is not None:
+            raise sender.error
+
+        def all_observations() -> bool:
+            obs.poll()
+            return set(expected) <= {o.observation_id for o in obs.records()}
+
+        try:
+            wait_until(all_observations, resume_timeout_s, "every observation of the second fleet")
+        except TimeoutError:
+            pass
+        wait_until(lambda: not obs.poll(1.0), 60, "the observations topic to go quiet")
+        records = obs.records()
+        labelled = _labelled(records)
+        try:
+            wait_until(lambda: _learned(survivor, FLEET_GPU_MODEL) >= labelled, 60, "the survivor to learn everything")
+        except TimeoutError:
+            pass
+        board_after = _board(survivor, FLEET_GPU_MODEL)
+        learned_after = int(board_after.get("observations", 0))
+        missing = set(expected) - {o.observation_id for o in records}
+        result = {
+            "what": f"two workers; SIGKILL for good the one serving stage 2 after it learned a {gpus}-GPU fleet "
+            f"({sim_s:g} s of data in {run_s:g} s) and saved; a second fleet on the survivor",
+            "sent": len(first) + len(second),
+            "received": len(expected) - len(missing),
+            "lost": len(missing),
+            "recovery_s": round(recovery_s, 1),
+            "learned_before": learned_before,
+            "learned_after": learned_after,
+            "labelled_observations": labelled,
+            "mae_before": selected_mae(board_before),
+            "mae_after": selected_mae(board_after),
+            "rebuilds": int(survivor.counter("aip_stream_stage_events_total", stage="stage2", kind="rebuilds")),
+            "rebuilt_observations": int(survivor.counter("aip_stream_stage_events_total", stage="stage2", kind="rebuilt")),
+            "observations_expected_after_kill": len(expected),
+            "profiles_agree": agree and profiles_dead == profiles_survivor,
+            "solo_profiles": len(profiles_survivor or {}),
+        }
+        progress(str(result))
+        _attach(result)
+        check(
+            learned_after >= learned_before, f"the survivor's models learned {learned_after} < {learned_before} before the kill"
+        )
+        check(
+            learned_after <= labelled, f"learned {learned_after} but only {labelled} labelled observations exist (learned twice)"
+        )
+        check(not missing, f"{len(missing)} of {len(expected)} windows after the kill without an observation")
+        check(result["profiles_agree"], "the workers' solo profiles differ")
+        return result
+    finally:
+        obs.close()
+        for w in workers:
+            w.stop()
+
+
+def rebalance(
+    settings: Settings,
+    workdir: Path,
+    gpus: int = 16,
+    sim_s: float = 900.0,
+    run_s: float = 45.0,
+    seed: int = 13,
+    progress: Progress = _quiet,
+    resume_timeout_s: float = 120.0,
+) -> dict[str, Any]:
+    """Two workers; a third joins a third into a fleet's run, one of the first two leaves cleanly (SIGTERM) at
+    two thirds.  Every window yields its observation (against a reference stage 1), the worker that ends up
+    serving stage 2 learned every labelled observation once, and all remaining workers hold the same solo profiles."""
+    from aip.faults.worker import wait_until
+    from transport import ensure_project_topics
+
+    ensure_project_topics(settings)
+    workers = {
+        name: start_worker(_worker_settings(settings, workdir, name), workdir, f"worker-{name}") for name in ("a", "b", "c")
+    }
+    obs = TopicReader(settings, "interference.observations")
+    try:
+        for name in ("a", "b"):
+            workers[name].start().wait_ready()
+        events = _fleet(gpus, seed, START_TS, sim_s)
+        expected = reference_observations(settings, events)
+        sender = PacedSender(settings, events, run_s).start()
+        t0 = time.monotonic()
+        moves: list[dict[str, Any]] = []
+        for at, what in ((run_s / 3, "c joins"), (2 * run_s / 3, "a leaves")):
+            wait_until(lambda at=at: time.monotonic() - t0 >= at, run_s + 60, what, interval_s=0.1)  # type: ignore[misc]
+            moves.append({"what": what, "at_s": round(time.monotonic() - t0, 1), "events_sent": sender.sent})
+            if what == "c joins":
+                workers["c"].start()
+            else:
+                workers["a"].stop()
+            progress(f"{what} at {moves[-1]['at_s']} s")
+        wait_until(sender.done.is_set, run_s + 120, "the fleet")
+        if sender.error is not None:
+            raise sender.error
+        remaining = [workers["b"], workers["c"]]
+
+        def all_observations() -> bool:
+            obs.poll()
+            return set(expected) <= {o.observation_id for o in obs.records()}
+
+        try:
+            wait_until(all_observations, resume_timeout_s, "every expected observation")
+        except TimeoutError:
+            pass
+        wait_until(lambda: not obs.poll(1.0), 60, "the observations topic to go quiet")
+        records = obs.records()
+        labelled = _labelled(records)
+        try:
+            server = wait_until(
+                lambda: next((w for w in remaining if _learned(w, FLEET_GPU_MODEL) >= labelled), None),
+                60,
+                "a remaining worker that learned every labelled observation",
+            )
+        except TimeoutError:
+            server = max(remaining, key=lambda w: _learned(w, FLEET_GPU_MODEL))
+        agree = profiles_agree(remaining)
+        missing = set(expected) - {o.observation_id for o in records}
+        learned = _learned(server, FLEET_GPU_MODEL)
+        result = {
+            "what": f"two workers, a third joins at a third of a {gpus}-GPU fleet's run ({sim_s:g} s of data in {run_s:g} s), "
+            "one of the first two leaves cleanly at two thirds",
+            "sent": len(events),
+            "received": len(expected) - len(missing),
+            "lost": len(missing),
+            "recovery_s": None,
+            "moves": moves,
+            "observations_expected": len(expected),
+            "labelled_observations": labelled,
+            "learned_final": learned,
+            "rebuilds": sum(int(w.counter("aip_stream_stage_events_total", stage="stage2", kind="rebuilds")) for w in remaining),
+            "profiles_agree": agree,
+            "solo_profiles": len(_profiles(remaining[0]) or {}),
+        }
+        progress(str(result))
+        _attach(result)
+        check(agree, "the remaining workers' solo profiles differ")
+        check(learned == labelled, f"the stage-2 worker learned {learned} of {labelled} labelled observations")
+        check(not missing, f"{len(missing)} of {len(expected)} windows without an observation")
+        return result
+    finally:
+        obs.close()
+        for w in workers.values():
+            w.stop()

@@ -57,3 +57,13 @@ def test_write_one_file_per_topic(tmp_path) -> None:
     paths = write(tmp_path)
     assert sorted(p.name for p in paths) == sorted(f"{t}.schema.json" for t in RECORD_OF)
     assert json.loads((tmp_path / "interference.alerts.schema.json").read_text())["title"] == "Alert"
+
+
+def test_the_profiles_schema_in_the_integration_guide_is_the_generated_one() -> None:
+    from pathlib import Path
+
+    from events import SoloProfile
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "INTEGRATION.md").read_text()
+    block = text.split("<!-- schema:SoloProfile -->\n```json\n", 1)[1].split("\n```", 1)[0]
+    assert json.loads(block) == schema_of(SoloProfile)
