@@ -22,3 +22,11 @@ RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu &
 ENV AIP_WEB_HOST=0.0.0.0
 ENTRYPOINT ["aip"]
 CMD ["worker"]
+
+FROM base AS extender
+# kube-scheduler / Volcano extender: the light client (kafka-python), no models
+COPY clients clients
+RUN pip install '.[producer]'
+ENV AIP_EXTENDER_HOST=0.0.0.0
+ENTRYPOINT ["aip"]
+CMD ["extender"]

@@ -43,14 +43,14 @@ def test_kafka_runs_in_kraft_mode() -> None:
 def test_commands_exist_in_the_cli() -> None:
     commands = _subcommands()
     parser = build_parser()
-    for name in ("worker", "producer"):
+    for name in ("worker", "producer", "extender"):
         command = COMPOSE["services"][name]["command"]
         assert command[0] in commands
         parser.parse_args(command)  # flags must parse too
 
 
 def test_environment_variables_are_settings() -> None:
-    for name in ("worker", "producer"):
+    for name in ("worker", "producer", "extender"):
         env = COMPOSE["services"][name]["environment"]
         aip_vars = {k for k in env if k.startswith("AIP_")}
         assert aip_vars, name
@@ -65,7 +65,7 @@ def test_images_install_extras_that_exist() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     for extra in re.findall(r"pip install '\.\[(\w+)\]'", dockerfile):
         assert re.search(rf"^{extra} = \[", pyproject, re.M), extra
-    for name in ("worker", "producer"):
+    for name in ("worker", "producer", "extender"):
         assert f"AS {COMPOSE['services'][name]['build']['target']}" in dockerfile
 
 
