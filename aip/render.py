@@ -65,8 +65,14 @@ def render(record: Any) -> str:
             f"{record.interference_pct:.1f}% (threshold {record.threshold:g}%, {record.source})"
         )
     if isinstance(record, Leaderboard):
-        sel = ", ".join(f"{k}={v}" for k, v in sorted(record.selected.items()))
-        return f"{fmt_ts(record.ts)} leaderboard [{record.environment}] n={record.observations} selected: {sel or '-'}"
+        served = ", ".join(served_text(s) for s in record.served)
+        return f"{fmt_ts(record.ts)} leaderboard [{record.environment}] n={record.observations} served: {served or '-'}"
     if isinstance(record, DeadLetter):
         return f"{fmt_ts(record.ts)} DEAD LETTER from {record.source_topic} p{record.partition}@{record.offset}: {record.error}"
     return repr(record)
+
+
+def served_text(s: Any) -> str:
+    """``observed:seen=ExtraTrees/2 (3.50)``: a served model (``events.ServedModel``) and the error it was chosen by."""
+    err = "-" if s.error_pct is None else f"{s.error_pct:.2f}"
+    return f"{s.mode}:{s.regime}={s.model}/{s.category} ({err})"

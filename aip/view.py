@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from aip.render import fmt_ts, render
+from aip.render import fmt_ts, render, served_text
 from events import Alert, DeadLetter, Leaderboard, Observation, Prediction, Topics
 
 OUTPUT_TOPICS = (
@@ -89,8 +89,21 @@ class LiveState:
     def selected(self) -> dict[str, dict[str, str]]:
         return {env: dict(sorted(b.selected.items())) for env, b in sorted(self.leaderboards.items())}
 
+    def served(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Per environment, ``"<mode>:<regime>"`` -> the served model, its category and the error it was chosen by."""
+        return {
+            env: {
+                f"{s.mode}:{s.regime}": {
+                    "model": s.model, "category": s.category,
+                    "error_pct": None if s.error_pct is None else round(s.error_pct, 3),
+                }
+                for s in b.served
+            }
+            for env, b in sorted(self.leaderboards.items())
+        }  # fmt: skip
+
     def summary(self) -> dict[str, Any]:
-        return {**{k: self.counts[k] for k in COUNT_KEYS.values()}, "selected": self.selected()}
+        return {**{k: self.counts[k] for k in COUNT_KEYS.values()}, "served": self.served(), "selected": self.selected()}
 
     def render(self) -> Any:
         from rich.console import Group
@@ -113,11 +126,12 @@ class LiveState:
                 pred,
                 ("[red]RAISED " + ",".join(raised) + "[/red]") if raised else "ok",
             )
-        boards = Table(title="Leaderboard (selected model per mode:category)", expand=True)
+        boards = Table(title="Served models (mode:regime = model/category, MAE it was chosen by)", expand=True)
         boards.add_column("environment")
         boards.add_column("observations")
-        boards.add_column("selected")
+        boards.add_column("served")
         for env, b in sorted(self.leaderboards.items()):
-            boards.add_row(env, str(b.observations), "  ".join(f"{k}={v}" for k, v in sorted(b.selected.items())))
+            boards.add_row(env, str(b.observations), "  ".join(served_text(s) for s in b.served))
         counts = "  ".join(f"{k}={v}" for k, v in self.counts.items())
         return Group(gpus, boards, counts, *self.recent)
+

@@ -3,7 +3,6 @@
 The stream calls, per environment:
 
 * ``learn(obs)`` for every labelled observation (``interference_pct`` known);
-  online learners update prequentially (predict, score, then learn);
 * ``predict(obs, mode)`` for an observation of a running co-location, in
   ``observed`` mode (percent changes) or ``placement`` mode (solo profiles);
 * ``predict_placement(...)`` for what-if questions about a hypothetical job set;
@@ -12,13 +11,27 @@ The stream calls, per environment:
 * ``leaderboard()`` for the ``models.leaderboard`` record;
 * ``save(dir)`` / ``EnvironmentModels.load(dir)`` for local persistence.
 
-Selection (AIP): for every mode x category, each model's error is kept --
-prequential rolling MAE for online learners, grouped cross-validation MAE for
-batch models -- and the smallest wins; a prediction uses the best category of
-its mode.  A job set with at least ``jobset_min`` observations gets its own
-choice (online: its own rolling errors; batch: the out-of-fold errors of its
-rows), else it falls back to the environment's.  An ADWIN detector on the
-served model's error requests a refit when it fires.
+Selection (AIP), the same way for every candidate.  The candidates of a mode
+are the online learners (river) and the batch models of the last refit, per
+category, and two baselines: the last measured interference of this exact job
+set (:data:`models.live.LAST_MEASURED`) and the median of recent measurements.
+Each labelled observation is first predicted by every candidate, and only then
+do the online learners and the baselines learn it (test-then-train); batch
+models, which do not learn between refits, are scored on the same
+observations in one vectorised pass every ``score_batch_every`` observations
+(the same errors, computed later and cheaper).  Errors are kept per regime:
+
+* ``seen``: the job and its co-runners (a *slot*) were measured before.  The
+  prequential rolling MAE per environment x mode x category x model, and per
+  slot (exponentially weighted) once the slot has ``jobset_min`` measurements.
+* ``new``: a slot never measured.  Batch models and the median are judged by
+  their grouped-CV error (errors on job sets left out of training); online
+  learners by their prequential error on first observations of a slot.
+
+A prediction is served by the candidate with the smallest error of its regime,
+says which regime it was in, and is bounded to ``[-100, max_pct]``.  An ADWIN
+detector per mode on the served prediction's error (computed before learning)
+requests a refit when it fires.
 
 This module never imports kafka or faust.
 """
@@ -29,23 +42,28 @@ import json
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from events import CATEGORIES, MODES, PARAMETERS, Leaderboard, LeaderboardEntry, Observation
+from events import CATEGORIES, MODES, PARAMETERS, Leaderboard, LeaderboardEntry, Observation, ServedModel
 from models import persist
 from models.datasets import Sample
 from models.features import observed_features as _observed_features
 from models.features import restrict
+from models.live import BASELINES, LAST_MEASURED, MEDIAN, Baselines, Ewm, clip_pct, median_cv_mae, slot
 from models.parallel import Fits
-from models.selection import COST_ORDER, cross_validate
+from models.selection import COST_ORDER, cross_validate, grouped_folds
 from models.zoo import HEAVY_ONLINE, ONLINE, REFIT_BATCH, RiverModel, load_batch, make_online
 
 PLACEMENT_KEYS = (*PARAMETERS, "M", "throughput")
+REGIMES = ("seen", "new")
+
+Key = tuple[str, str, str]
+"""(mode, category, model) of one candidate."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +73,10 @@ class PredictionResult:
     category: str
     mode: str
     expected_error_pct: float | None
+    regime: str = "seen"
+    """``seen``: the job and its co-runners were measured before; ``new``: never."""
+    clipped: bool = False
+    """The model's output was outside ``[-100, max_pct]`` and was bounded."""
 
 
 def observed_features(obs: Observation, category: str = "all") -> dict[str, float]:
@@ -101,19 +123,26 @@ class Config:
     window: int = 200
     """Rolling window of the prequential MAE (observations)."""
     min_samples: int = 10
-    """An online learner competes once it has this many scored predictions."""
+    """A candidate competes in a regime once it has this many scored predictions there."""
     heavy_stride: int = 12
     """Each heavy online learner (KNN, Hoeffding tree, AMF) x mode x category learns every ``heavy_stride``-th
     observation, staggered so that about two heavy updates happen per observation."""
+    score_batch_every: int = 128
+    """Observations scored by the batch candidates in one vectorised pass (and at every refit and save)."""
+    max_pct: float = 1000.0
+    """Predictions are bounded to ``[-100, max_pct]``; bounded ones are counted."""
     refit_every: int = 500
     """Observations between periodic refits."""
     refit_min_rows: int = 30
     refit_rows: int = 10_000
-    """A refit uses the most recent ``refit_rows`` labelled observations: the final fit of each selected model
-    uses all of them (batch models fit the distinct feature rows, weighted by their copies)."""
+    """A refit uses the most recent ``refit_rows`` labelled observations: the final fits use all of them
+    (batch models fit the distinct feature rows, weighted by their copies)."""
     refit_cv_rows: int | None = 2_000
     """Cross-validation trains on a group-stratified subsample of this many rows in a mode whose refit rows hold
     more distinct feature rows than that (observed mode); every row is still scored out of fold.  None: no cap."""
+    final_fits: int | None = 3
+    """Per mode x category, the refit fits on all rows the ``final_fits`` batch models with the smallest CV
+    error: they are the batch candidates until the next refit.  None: every batch model."""
     history: int = 10_000
     folds: int = 3
     workers: int | None = None
@@ -123,9 +152,15 @@ class Config:
     pool_timeout_s: float = 300.0
     """A batch of pool fits not done by then is abandoned (pool killed) and run in-process."""
     jobset_min: int = 20
-    """Observations of one job set before it gets its own selection."""
+    """Measurements of one slot (job and co-runners) before it gets its own selection."""
     jobset_window: int = 50
+    """Span of the per-slot exponentially weighted errors."""
     max_jobsets: int = 2000
+    """Slots that keep their own errors (the first ones measured)."""
+    baseline_span: int = 3
+    """Span of the last-measured baseline's exponentially weighted mean."""
+    median_window: int = 1000
+    """Measurements in the median baseline's rolling window."""
     batch_models: tuple[str, ...] = REFIT_BATCH
     online_models: tuple[str, ...] = tuple(ONLINE)
 
@@ -134,9 +169,10 @@ class Config:
 class RefitResult:
     """What a refit computed off the event loop; applied by :meth:`EnvironmentModels.apply_refit`."""
 
-    scores: dict[tuple[str, str, str], tuple[float, float | None, int]]
-    selected: dict[tuple[str, str], tuple[str, Any]]
-    jobset_errors: dict[str, dict[tuple[str, str, str], tuple[float, int]]]
+    scores: dict[Key, tuple[float, float | None, int]]
+    """Grouped-CV (MAE, relative error, rows) per candidate: every batch model, and the median baseline."""
+    fitted: dict[Key, Any]
+    """The batch candidates: per mode x category the ``final_fits`` best by CV, fitted on every row."""
     seconds: float
     rows: int
     """Rows of the refit: the final fits use all of them."""
@@ -147,8 +183,26 @@ class RefitResult:
     finished_at: float = field(default_factory=time.time)
 
 
+def best_by_cv(scores: Mapping[Key, tuple[float, float | None, int]], keep: int | None, models: Iterable[str]) -> list[Key]:
+    """Per mode x category, the ``keep`` batch models (all when None) with the smallest finite CV MAE.
+
+    >>> s = {("m", "1", "a"): (3.0, None, 1), ("m", "1", "b"): (1.0, None, 1), ("m", "1", "c"): (math.nan, None, 1)}
+    >>> best_by_cv(s, 1, ["a", "b", "c"])
+    [('m', '1', 'b')]
+    """
+    allowed = set(models)
+    groups: dict[tuple[str, str], list[tuple[float, str]]] = {}
+    for (mode, cat, name), (mae, _, _) in scores.items():
+        if name in allowed and math.isfinite(mae):
+            groups.setdefault((mode, cat), []).append((mae, name))
+    out = []
+    for (mode, cat), ranked in sorted(groups.items()):
+        out.extend((mode, cat, name) for _, name in sorted(ranked)[:keep])
+    return out
+
+
 def run_refit(samples: Sequence[Sample], config: Config, seed: int) -> RefitResult:
-    """Grouped CV of every batch model x category x mode, then fit the best per mode x category on all rows.
+    """Grouped CV of every batch model x category x mode (and of the median), then fit the best on all rows.
 
     The fits run on ``config.workers`` processes (:mod:`models.parallel`); the call stays a plain function."""
     from models.selection import feature_frames, final_fit
@@ -158,36 +212,41 @@ def run_refit(samples: Sequence[Sample], config: Config, seed: int) -> RefitResu
     frames = {mode: feature_frames(samples, mode) for mode in modes}
     workers = config.workers if len(samples) >= config.pool_min_rows else 1
     with Fits(workers, config.pool_timeout_s) as fits:
-        scores = cross_validate(
+        cv = cross_validate(
             samples, modes, models=config.batch_models, k=config.folds, seed=seed, fits=fits,
             max_rows=config.refit_cv_rows, frames=frames,
         )  # fmt: skip
-        table = {(s.mode, s.category, s.model): (s.mae, s.relative_error, s.samples) for s in scores}
-        best: dict[tuple[str, str], tuple[float, str]] = {}
-        for s in scores:
-            if math.isfinite(s.mae) and ((s.mode, s.category) not in best or s.mae < best[(s.mode, s.category)][0]):
-                best[(s.mode, s.category)] = (s.mae, s.model)
-        calls = [
-            (mode, cat, sorted(str(c) for c in frames[mode][cat].columns), name, seed) for (mode, cat), (_, name) in best.items()
-        ]
+        scores: dict[Key, tuple[float, float | None, int]] = {
+            (s.mode, s.category, s.model): (s.mae, s.relative_error, s.samples) for s in cv
+        }
+        keys = best_by_cv(scores, config.final_fits, config.batch_models)
+        calls = [(mode, cat, sorted(str(c) for c in frames[mode][cat].columns), name, seed) for mode, cat, name in keys]
         calls.sort(key=lambda c: COST_ORDER.index(c[3]) if c[3] in COST_ORDER else len(COST_ORDER))
         fitted = fits.run(final_fit, calls)
-    selected: dict[tuple[str, str], tuple[str, Any]] = {(c[0], c[1]): (c[3], m) for c, m in zip(calls, fitted, strict=True)}
-    yarr = np.asarray([s.target for s in samples], dtype=float)
-    names, code = np.unique([s.job_set for s in samples], return_inverse=True)
-    counts = np.bincount(code, minlength=len(names))
-    big = np.flatnonzero(counts >= config.jobset_min)
-    jobset_errors: dict[str, dict[tuple[str, str, str], tuple[float, int]]] = {str(names[j]): {} for j in big}
-    for s in scores:  # each job set's mean absolute out-of-fold error, per model x category x mode
-        per = np.bincount(code, weights=np.abs(s.oof - yarr), minlength=len(names)) / np.maximum(counts, 1)
-        for j in big:
-            jobset_errors[str(names[j])][(s.mode, s.category, s.model)] = (float(per[j]), int(counts[j]))
-    cv_rows = {mode: max((s.trained for s in scores if s.mode == mode), default=0) for mode in modes}
-    return RefitResult(table, selected, jobset_errors, time.perf_counter() - t0, len(samples), cv_rows, fits.fallbacks)
+    folds = grouped_folds([s.group for s in samples], config.folds, seed)
+    if folds:
+        med = median_cv_mae([s.target for s in samples], folds)
+        for mode in modes:
+            scores[(mode, "all", MEDIAN)] = (med, None, len(samples))
+    cv_rows = {mode: max((s.trained for s in cv if s.mode == mode), default=0) for mode in modes}
+    return RefitResult(
+        scores, {(c[0], c[1], c[3]): m for c, m in zip(calls, fitted, strict=True)},
+        time.perf_counter() - t0, len(samples), cv_rows, fits.fallbacks,
+    )  # fmt: skip
+
+
+@dataclass
+class _Pending:
+    """A labelled observation waiting for the batch candidates' vectorised scoring."""
+
+    views: dict[str, dict[str, dict[str, float]]]
+    target: float
+    slot: str
+    seen: bool
 
 
 class EnvironmentModels:
-    """The AIP selector of one environment: online learners, batch refits, selection, drift, persistence."""
+    """The AIP selector of one environment: candidates, prequential scoring, selection, refits, drift, persistence."""
 
     def __init__(self, environment: str, *, seed: int = 0, config: Config | None = None) -> None:
         self.environment = environment
@@ -199,25 +258,26 @@ class EnvironmentModels:
         self.refit_seconds: float | None = None
         self.refits = 0
         self.drift_events = 0
+        self.clipped = 0
+        """Served predictions that were bounded to ``[-100, max_pct]``."""
         self.history: deque[Sample] = deque(maxlen=self.config.history)
         self._since_refit = 0
         self._drift = False
         self._refit_in_flight = False
-        self._online: dict[tuple[str, str, str], RiverModel] = {}
-        self._errors: dict[tuple[str, str, str], RollingMean] = {}
+        self._online: dict[Key, RiverModel] = {}
         for mode in MODES:
             for cat in CATEGORIES:
                 for name in self.config.online_models:
                     self._online[(mode, cat, name)] = make_online(name, seed)
-                    self._errors[(mode, cat, name)] = RollingMean(self.config.window)
         self._heavy = [key for key in self._online if key[2] in HEAVY_ONLINE]
         self._light = [key for key in self._online if key[2] not in HEAVY_ONLINE]
-        self._batch: dict[tuple[str, str], tuple[str, Any]] = {}
-        self._batch_scores: dict[tuple[str, str, str], tuple[float, float | None, int]] = {}
-        self._jobset_counts: dict[str, int] = {}
-        self._jobset_errors: dict[str, dict[tuple[str, str, str], RollingMean]] = {}
-        self._jobset_batch: dict[str, dict[tuple[str, str, str], tuple[float, int]]] = {}
-        self._selected: dict[str, tuple[float, str, str]] = {}
+        self._batch: dict[Key, Any] = {}
+        self._cv: dict[Key, tuple[float, float | None, int]] = {}
+        self.baselines = Baselines(self.config.baseline_span, self.config.median_window)
+        self._errors: dict[str, dict[Key, RollingMean]] = {regime: {} for regime in REGIMES}
+        self._slot_errors: dict[str, dict[Key, Ewm]] = {}
+        self._pending: list[_Pending] = []
+        self._selected: dict[str, dict[str, tuple[float, str, str]]] = {regime: {} for regime in REGIMES}
         self._drift_detectors = {mode: self._new_detector() for mode in MODES}
 
     @staticmethod
@@ -226,7 +286,7 @@ class EnvironmentModels:
 
         return drift.ADWIN(delta=0.002, clock=16)
 
-    # ------------------------------------------------------------------ learning
+    # ------------------------------------------------------------------ scoring
 
     @staticmethod
     def _views(sample: Sample) -> dict[str, dict[str, dict[str, float]]]:
@@ -236,8 +296,26 @@ class EnvironmentModels:
             out[mode] = {cat: restrict(full, cat) for cat in CATEGORIES} if full else {}
         return out
 
+    def _score(self, key: Key, error: float, seen: bool, slot_errors: dict[Key, Ewm] | None) -> None:
+        regime = "seen" if seen else "new"
+        r = self._errors[regime].get(key)
+        if r is None:
+            r = self._errors[regime][key] = RollingMean(self.config.window)
+        r.update(error)
+        if seen and slot_errors is not None:
+            e = slot_errors.get(key)
+            if e is None:
+                e = slot_errors[key] = Ewm()
+            e.update(error, 2.0 / (self.config.jobset_window + 1.0))
+
+    def _slot_errors_for(self, key: str) -> dict[Key, Ewm] | None:
+        errs = self._slot_errors.get(key)
+        if errs is None and len(self._slot_errors) < self.config.max_jobsets:
+            errs = self._slot_errors[key] = {}
+        return errs
+
     def learn(self, obs: Observation) -> None:
-        """Prequential update: score each learner on ``obs``, then learn it.  No-op when unlabelled."""
+        """Test-then-train: every candidate predicts ``obs``, is scored, then learners learn it.  No-op when unlabelled."""
         if obs.interference_pct is None or not math.isfinite(obs.interference_pct):
             return
         self.learn_sample(sample_of(obs))
@@ -245,107 +323,165 @@ class EnvironmentModels:
     def learn_sample(self, sample: Sample) -> None:
         y = sample.target
         views = self._views(sample)
+        key = slot(sample.job_type, sample.co_job_types)
+        seen = self.baselines.measured(key) > 0
+        slot_errors = self._slot_errors_for(key) if seen else None
+        max_pct = self.config.max_pct
+        # drift: the error of what predict() serves for this sample, before anything learns it
+        for mode in MODES:
+            served = self._predict_views(views, key, mode)
+            if served is not None:
+                det = self._drift_detectors[mode]
+                before = det.estimation
+                det.update(abs(served.interference_pct - y))
+                if det.drift_detected and det.estimation > before:  # the error rose (a fall is learning, not drift)
+                    self._drift = True
+                    self.drift_events += 1
+        for name in BASELINES:
+            pred = self.baselines.predict(name, key)
+            if pred is not None:
+                err = abs(clip_pct(pred, max_pct)[0] - y)
+                for mode in MODES:
+                    if views[mode]:
+                        self._score((mode, "all", name), err, seen, slot_errors)
         n = self.observations
         stride = max(1, self.config.heavy_stride)
-        keys = self._light + [k for i, k in enumerate(self._heavy) if (n + i) % stride == 0]
-        js = sample.job_set
-        js_errors = self._jobset_errors.get(js)
-        if js_errors is None and len(self._jobset_errors) < self.config.max_jobsets:
-            js_errors = self._jobset_errors[js] = {}
-        served = {mode: self._choice(mode, js) for mode in MODES}
-        for key in keys:
-            mode, cat, _ = key
-            x = views[mode].get(cat)
+        due = self._light + [k for i, k in enumerate(self._heavy) if (n + i) % stride == 0]
+        for k in due:
+            x = views[k[0]].get(k[1])
             if not x:
                 continue
-            learner = self._online[key]
+            learner = self._online[k]
             if learner.n:
-                err = abs(learner.predict_one(x) - y)
-                self._errors[key].update(err)
-                if js_errors is not None:
-                    r = js_errors.get(key)
-                    if r is None:
-                        r = js_errors[key] = RollingMean(self.config.jobset_window)
-                    r.update(err)
+                self._score(k, abs(clip_pct(learner.predict_one(x), max_pct)[0] - y), seen, slot_errors)
             learner.learn_one(x, y)
-        # drift: the error of what predict() serves for this job set
-        for mode, choice in served.items():
-            if choice is None or not views[mode]:
-                continue
-            _, cat, name = choice
-            x = views[mode].get(cat)
-            if not x:
-                continue
-            model = self._batch[(mode, cat)][1] if name in self.config.batch_models else self._online[(mode, cat, name)]
-            det = self._drift_detectors[mode]
-            det.update(abs(model.predict_one(x) - y))
-            if det.drift_detected:
-                self._drift = True
-                self.drift_events += 1
+        self.baselines.update(key, y)
+        if self._batch:
+            self._pending.append(_Pending(views, y, key, seen))
+            if len(self._pending) >= self.config.score_batch_every:
+                self.score_pending()
         self.observations += 1
         self._since_refit += 1
-        self._jobset_counts[js] = self._jobset_counts.get(js, 0) + 1
         self.history.append(sample)
         self._select()
 
+    def score_pending(self) -> int:
+        """Score the batch candidates on the observations that arrived since the last pass; return how many.
+
+        Batch models do not learn between refits, so predicting an observation now gives what it would
+        have given on arrival: the prequential error, in one vectorised call per candidate."""
+        import pandas as pd
+
+        pending, self._pending = self._pending, []
+        if not pending or not self._batch:
+            return 0
+        max_pct = self.config.max_pct
+        slot_errors = [self._slot_errors_for(p.slot) if p.seen else None for p in pending]
+        for mode in MODES:
+            rows = [i for i, p in enumerate(pending) if p.views[mode]]
+            if not rows:
+                continue
+            frame = pd.DataFrame([pending[i].views[mode]["all"] for i in rows])
+            for k, model in self._batch.items():
+                if k[0] != mode:
+                    continue
+                use = [j for j, i in enumerate(rows) if pending[i].views[mode].get(k[1])]
+                if not use:
+                    continue
+                preds = np.asarray(model.predict(frame.iloc[use] if len(use) < len(rows) else frame), dtype=float)
+                for j, pred in zip(use, preds, strict=True):
+                    p = pending[rows[j]]
+                    self._score(k, abs(clip_pct(float(pred), max_pct)[0] - p.target), p.seen, slot_errors[rows[j]])
+        self._select()
+        return len(pending)
+
     # ------------------------------------------------------------------ selection
 
-    def _select(self) -> None:
-        """Environment choice per mode: the (error, category, model) with the smallest error."""
-        t0 = time.perf_counter()
-        for mode in MODES:
-            best: tuple[float, str, str] | None = None
-            for cat in CATEGORIES:
-                c = self._best_for(mode, cat)
-                if c is not None and (best is None or c[0] < best[0]):
-                    best = (c[0], cat, c[1])
-            if best is not None:
-                self._selected[mode] = best
-        self.selection_seconds = time.perf_counter() - t0
+    def _error(self, regime: str, key: Key) -> float | None:
+        """The error a candidate is judged by in ``regime`` (None: not enough evidence yet)."""
+        if regime == "new" and key in self._cv:
+            mae = self._cv[key][0]
+            return mae if math.isfinite(mae) else None
+        r = self._errors[regime].get(key)
+        if r is None or r.n < self.config.min_samples:
+            return None
+        return r.get()
 
-    def _best_for(self, mode: str, cat: str) -> tuple[float, str] | None:
-        best: tuple[float, str] | None = None
-        for name in self.config.online_models:
-            r = self._errors[(mode, cat, name)]
-            if r.n >= self.config.min_samples:
-                e = r.get()
-                if e is not None and (best is None or e < best[0]):
-                    best = (e, name)
-        chosen = self._batch.get((mode, cat))
-        if chosen is not None:
-            e = self._batch_scores[(mode, cat, chosen[0])][0]
-            if best is None or e < best[0]:
-                best = (e, chosen[0])
+    def _candidates(self, mode: str) -> list[Key]:
+        keys = [k for k in self._online if k[0] == mode]
+        keys += [k for k in self._batch if k[0] == mode]
+        keys += [(mode, "all", name) for name in BASELINES]
+        return keys
+
+    def _best(self, regime: str, mode: str, cat: str | None = None) -> tuple[float, str, str] | None:
+        best: tuple[float, str, str] | None = None
+        for key in self._candidates(mode):
+            if (cat is not None and key[1] != cat) or (regime == "new" and key[2] == LAST_MEASURED):
+                continue
+            e = self._error(regime, key)
+            if e is not None and (best is None or (e, key[1], key[2]) < best):
+                best = (e, key[1], key[2])
         return best
 
-    def _choice(self, mode: str, job_set: str | None = None) -> tuple[float, str, str] | None:
-        if job_set is not None and self._jobset_counts.get(job_set, 0) >= self.config.jobset_min:
-            best: tuple[float, str, str] | None = None
-            for key, r in self._jobset_errors.get(job_set, {}).items():
-                if key[0] == mode and r.n >= self.config.min_samples:
-                    e = r.get()
-                    if e is not None and (best is None or e < best[0]):
-                        best = (e, key[1], key[2])
-            for (m, cat, name), (e, _) in self._jobset_batch.get(job_set, {}).items():
-                if m == mode and self._batch.get((mode, cat), ("",))[0] == name and (best is None or e < best[0]):
-                    best = (e, cat, name)
-            if best is not None:
-                return best
-        return self._selected.get(mode)
+    def _select(self) -> None:
+        """Per regime and mode, the (error, category, model) with the smallest error."""
+        t0 = time.perf_counter()
+        for regime in REGIMES:
+            for mode in MODES:
+                best = self._best(regime, mode)
+                if best is not None:
+                    self._selected[regime][mode] = best
+                else:
+                    self._selected[regime].pop(mode, None)
+        self.selection_seconds = time.perf_counter() - t0
 
-    def _predict_sample(self, sample: Sample, mode: str) -> PredictionResult | None:
-        if self.observations == 0 or mode not in MODES:
+    def _choice(self, mode: str, key: str) -> tuple[str, tuple[float, str, str]] | None:
+        """(regime, (error, category, model)) serving ``key`` (a :func:`models.live.slot`) in ``mode``."""
+        if self.baselines.measured(key) == 0:
+            choice = self._selected["new"].get(mode)
+            if choice is None:  # nothing judged on new job sets yet: the median (never the last measurement)
+                choice = (math.nan, "all", MEDIAN) if self.baselines.labels else None
+            return None if choice is None else ("new", choice)
+        if self.baselines.measured(key) >= self.config.jobset_min:
+            best: tuple[float, str, str] | None = None
+            for k, e in self._slot_errors.get(key, {}).items():
+                ok = k[0] == mode and e.n >= self.config.min_samples and self._can_serve(k)
+                if ok and (best is None or (e.mean, k[1], k[2]) < best):
+                    best = (e.mean, k[1], k[2])
+            if best is not None:
+                return "seen", best
+        choice = self._selected["seen"].get(mode)
+        if choice is None:
+            choice = (math.nan, "all", LAST_MEASURED)
+        return "seen", choice
+
+    def _can_serve(self, key: Key) -> bool:
+        return key in self._online or key in self._batch or key[2] in BASELINES
+
+    def _predict_views(self, views: Mapping[str, Mapping[str, dict[str, float]]], key: str, mode: str) -> PredictionResult | None:
+        if self.observations == 0 or mode not in MODES or not views.get(mode):
             return None
-        choice = self._choice(mode, sample.job_set)
+        choice = self._choice(mode, key)
         if choice is None:
             return None
-        err, cat, name = choice
-        full = sample.features(mode, "all")
-        x = restrict(full, cat)
-        if not x:
+        regime, (err, cat, name) = choice
+        if name in BASELINES:
+            raw = self.baselines.predict(name, key)
+        else:
+            x = views[mode].get(cat)
+            if not x:
+                return None
+            raw = float((self._online.get((mode, cat, name)) or self._batch[(mode, cat, name)]).predict_one(x))
+        if raw is None:
             return None
-        model = self._batch[(mode, cat)][1] if name in self.config.batch_models else self._online[(mode, cat, name)]
-        return PredictionResult(float(model.predict_one(x)), name, cat, mode, float(err))
+        value, clipped = clip_pct(float(raw), self.config.max_pct)
+        return PredictionResult(value, name, cat, mode, None if math.isnan(err) else float(err), regime, clipped)
+
+    def _predict_sample(self, sample: Sample, mode: str) -> PredictionResult | None:
+        result = self._predict_views(self._views(sample), slot(sample.job_type, sample.co_job_types), mode)
+        if result is not None and result.clipped:
+            self.clipped += 1
+        return result
 
     def predict(self, obs: Observation, mode: str) -> PredictionResult | None:
         """The selected model's prediction for ``obs`` (None before any labelled observation)."""
@@ -382,9 +518,9 @@ class EnvironmentModels:
         self._refit_in_flight = False
         if result is None:
             return
-        self._batch = dict(result.selected)
-        self._batch_scores = dict(result.scores)
-        self._jobset_batch = dict(result.jobset_errors)
+        self.score_pending()  # what arrived during the refit is scored by the models it was predicted with
+        self._batch = dict(result.fitted)
+        self._cv = dict(result.scores)
         self.last_refit = result.finished_at
         self.refit_seconds = result.seconds
         self.refits += 1
@@ -401,31 +537,47 @@ class EnvironmentModels:
 
     # ------------------------------------------------------------------ reporting
 
+    def served(self) -> list[ServedModel]:
+        """What each mode serves, per regime, with the error it is judged by."""
+        out = []
+        for regime in REGIMES:
+            for mode in MODES:
+                c = self._selected[regime].get(mode)
+                if c is not None:
+                    out.append(ServedModel(mode=mode, regime=regime, model=c[2], category=c[1], error_pct=c[0]))
+        return out
+
     def selected(self) -> dict[str, str]:
-        """``"<mode>:<category>"`` -> the model selected for it."""
+        """``"<mode>:<category>"`` -> the candidate with the smallest error on measured job sets."""
         out = {}
         for mode in MODES:
             for cat in CATEGORIES:
-                b = self._best_for(mode, cat)
+                b = self._best("seen", mode, cat)
                 if b is not None:
-                    out[f"{mode}:{cat}"] = b[1]
+                    out[f"{mode}:{cat}"] = b[2]
         return out
 
     def leaderboard(self) -> Leaderboard:
         entries = []
-        for (mode, cat, name), r in self._errors.items():
-            if r.n:
-                entries.append(LeaderboardEntry(model=name, category=cat, mode=mode, kind="online", samples=r.n, mae=r.get()))
-        for (mode, cat, name), (e, rel, n) in self._batch_scores.items():
+        live = set(self._online) | set(self._batch) | set(self._cv)
+        keys = sorted(k for k in set(self._errors["seen"]) | set(self._errors["new"]) | live if k in live or k[2] in BASELINES)
+        for key in keys:
+            mode, cat, name = key
+            seen, new, cv = self._errors["seen"].get(key), self._errors["new"].get(key), self._cv.get(key)
+            kind = "baseline" if name in BASELINES else "online" if key in self._online else "batch"
             entries.append(
                 LeaderboardEntry(
-                    model=name, category=cat, mode=mode, kind="batch", samples=n,
-                    mae=e if math.isfinite(e) else None, relative_error=rel,
+                    model=name, category=cat, mode=mode, kind=kind,
+                    samples=seen.n if seen else 0, mae=seen.get() if seen else None,
+                    relative_error=cv[1] if cv else None,
+                    cv_mae=cv[0] if cv and math.isfinite(cv[0]) else None, cv_samples=cv[2] if cv else None,
+                    new_mae=new.get() if new else None, new_samples=new.n if new else None,
                 )
             )  # fmt: skip
         return Leaderboard(
             ts=time.time(), environment=self.environment, entries=entries, selected=self.selected(),
             observations=self.observations, last_refit=self.last_refit, selection_seconds=self.selection_seconds,
+            served=self.served(),
         )  # fmt: skip
 
     # ------------------------------------------------------------------ persistence
@@ -436,10 +588,11 @@ class EnvironmentModels:
         directory = Path(directory)
         key = persist.state_key(Path(key_dir) if key_dir else directory.parent)
         directory.mkdir(parents=True, exist_ok=True)
+        self.score_pending()
         for i, (_, model) in enumerate(self._online.items()):
             model.save(directory / "online" / f"{i}.pkl", key)
         batch_index = []
-        for i, ((mode, cat), (name, model)) in enumerate(self._batch.items()):
+        for i, ((mode, cat, name), model) in enumerate(self._batch.items()):
             model.save(directory / "batch" / str(i))
             batch_index.append([mode, cat, name, str(i)])
         state = {
@@ -451,13 +604,13 @@ class EnvironmentModels:
             "refit_seconds": self.refit_seconds,
             "refits": self.refits,
             "since_refit": self._since_refit,
+            "clipped": self.clipped,
             "online": [list(k) for k in self._online],
-            "errors": [[*k, list(r.values)] for k, r in self._errors.items()],
+            "errors": {regime: [[*k, list(r.values)] for k, r in d.items()] for regime, d in self._errors.items()},
             "batch": batch_index,
-            "batch_scores": [[*k, *v] for k, v in self._batch_scores.items()],
-            "jobset_counts": self._jobset_counts,
-            "jobset_errors": {js: [[*k, list(r.values)] for k, r in d.items()] for js, d in self._jobset_errors.items()},
-            "jobset_batch": {js: [[*k, *v] for k, v in d.items()] for js, d in self._jobset_batch.items()},
+            "cv": [[*k, *v] for k, v in self._cv.items()],
+            "baselines": self.baselines.to_json(),
+            "slot_errors": {s: [[*k, e.mean, e.n] for k, e in d.items()] for s, d in self._slot_errors.items()},
             "history": [_sample_json(s) for s in list(self.history)[-self.config.refit_rows :]],
         }
         (directory / "state.json").write_text(json.dumps(state))
@@ -468,26 +621,24 @@ class EnvironmentModels:
         directory = Path(directory)
         key = persist.state_key(Path(key_dir) if key_dir else directory.parent)
         state = json.loads((directory / "state.json").read_text())
-        cfg = dict(state["config"])
+        known = {f for f in Config.__dataclass_fields__}
+        cfg = {k: v for k, v in state["config"].items() if k in known}
         cfg["batch_models"] = tuple(cfg["batch_models"])
         cfg["online_models"] = tuple(cfg["online_models"])
         self = cls(state["environment"], seed=int(state["seed"]), config=Config(**cfg))
         self.observations = int(state["observations"])
         self.last_refit, self.refit_seconds = state["last_refit"], state["refit_seconds"]
         self.refits, self._since_refit = int(state["refits"]), int(state["since_refit"])
+        self.clipped = int(state.get("clipped", 0))
         for i, k in enumerate(state["online"]):
             self._online[(k[0], k[1], k[2])] = RiverModel.load(directory / "online" / f"{i}.pkl", key)
         w = self.config.window
-        self._errors = {(m, c, n): RollingMean(w, v) for m, c, n, v in state["errors"]}
+        self._errors = {regime: {(m, c, n): RollingMean(w, v) for m, c, n, v in rows} for regime, rows in state["errors"].items()}
         for mode, cat, name, sub in state["batch"]:
-            self._batch[(mode, cat)] = (name, load_batch(directory / "batch" / sub))
-        self._batch_scores = {(m, c, n): (e, rel, cnt) for m, c, n, e, rel, cnt in state["batch_scores"]}
-        self._jobset_counts = {k: int(v) for k, v in state["jobset_counts"].items()}
-        jw = self.config.jobset_window
-        self._jobset_errors = {
-            js: {(m, c, n): RollingMean(jw, v) for m, c, n, v in d} for js, d in state["jobset_errors"].items()
-        }
-        self._jobset_batch = {js: {(m, c, n): (e, cnt) for m, c, n, e, cnt in d} for js, d in state["jobset_batch"].items()}
+            self._batch[(mode, cat, name)] = load_batch(directory / "batch" / sub)
+        self._cv = {(m, c, n): (e, rel, cnt) for m, c, n, e, rel, cnt in state["cv"]}
+        self.baselines = Baselines.from_json(state["baselines"], self.config.median_window)
+        self._slot_errors = {s: {(m, c, n): Ewm(e, cnt) for m, c, n, e, cnt in d} for s, d in state["slot_errors"].items()}
         self.history.extend(_sample_from_json(d) for d in state["history"])
         self._select()
         return self

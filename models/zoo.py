@@ -92,10 +92,29 @@ class RiverModel:
         return model
 
 
-def _river_linear(seed: int) -> Any:
-    from river import linear_model, optim, preprocessing
+Z_MAX = 10.0
+"""Standardised inputs of the online linear learner are bounded to +-Z_MAX: early in a stream a feature's
+variance is tiny and one ordinary value is a z-score of thousands, which made the SGD weights blow up."""
 
-    return preprocessing.StandardScaler() | linear_model.LinearRegression(optimizer=optim.SGD(0.01), l2=0.001)
+
+def bound_z(x: dict[str, float]) -> dict[str, float]:
+    """Each value clipped to ``[-Z_MAX, Z_MAX]`` (a module-level function, so the pipeline pickles).
+
+    >>> bound_z({"a": 1e6, "b": -0.5})
+    {'a': 10.0, 'b': -0.5}
+    """
+    return {k: Z_MAX if v > Z_MAX else -Z_MAX if v < -Z_MAX else v for k, v in x.items()}
+
+
+def _river_linear(seed: int) -> Any:
+    from river import compose, linear_model, optim, preprocessing
+
+    # bounded inputs and a bounded loss gradient (an error of 50 points): no single observation moves it far
+    return (
+        preprocessing.StandardScaler()
+        | compose.FuncTransformer(bound_z)
+        | linear_model.LinearRegression(optimizer=optim.SGD(0.01), l2=0.001, clip_gradient=100.0)
+    )
 
 
 def _river_knn(seed: int) -> Any:

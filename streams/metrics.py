@@ -7,6 +7,7 @@ scrape time by one collector, so the hot path only bumps a dict entry.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -82,13 +83,19 @@ class _Collector:
         yield held
         error = GaugeMetricFamily(
             "aip_model_mae_points",
-            "rolling or cross-validated MAE, points of interference rate",
+            "prequential rolling MAE on measured job sets, points of interference rate",
             labels=["environment", "mode", "category", "model", "kind"],
         )
         selected = GaugeMetricFamily(
             "aip_model_selected_info",
             "1 for the model selected per environment, mode and category",
             labels=["environment", "mode", "category", "model"],
+        )
+        served = GaugeMetricFamily(
+            "aip_model_served_error_points",
+            "the error the served model was chosen by, per environment, mode and regime (seen: prequential MAE on"
+            " measured job sets; new: grouped-CV MAE); NaN before it has one",
+            labels=["environment", "mode", "regime", "model", "category"],
         )
         for env, board in sorted(m.leaderboards().items()):
             for e in board.entries:
@@ -97,8 +104,11 @@ class _Collector:
             for key, model in sorted(board.selected.items()):
                 mode, _, category = key.partition(":")
                 selected.add_metric([env, mode, category, model], 1.0)
+            for s in board.served:
+                served.add_metric([env, s.mode, s.regime, s.model, s.category], math.nan if s.error_pct is None else s.error_pct)
         yield error
         yield selected
+        yield served
 
 
 class StreamMetrics:

@@ -220,6 +220,9 @@ class Stage2:
         for result in (observed, placement):
             if result is None:
                 continue
+            self.counters[f"predictions_{result.regime}"] += 1
+            if result.clipped:
+                self.counters["predictions_clipped"] += 1
             what_if = self._what_if(models, obs) if result.mode == "placement" else []
             pred = Prediction(
                 ts=now,
@@ -236,6 +239,7 @@ class Stage2:
                 measured_pct=obs.interference_pct,
                 what_if=what_if,
                 window_end=obs.window_end,
+                regime=result.regime,
             )
             out.predictions.append(pred)
             self.latest.setdefault(obs.gpu_uuid, {}).setdefault(obs.job_id, {})[result.mode] = to_dict(pred)

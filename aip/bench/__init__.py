@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any
 
-PARTS = ("producers", "stage1", "e2e", "models", "placement", "faults")
+PARTS = ("producers", "stage1", "e2e", "models", "accuracy", "placement", "faults")
 
 
 class Progress:

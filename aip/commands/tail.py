@@ -10,7 +10,7 @@ from typing import Any
 
 from aip.common import add_kafka_args, broker_errors, settings_from, sigterm_as_interrupt
 from aip.errors import CliError
-from aip.render import fmt_ts, render
+from aip.render import fmt_ts, render, served_text
 from events import RECORD_OF, Topics, to_dict
 
 
@@ -98,6 +98,7 @@ _COLUMNS: dict[str, list[tuple[str, int, Any]]] = {
         ("time", 12, lambda r: fmt_ts(r.ts)), ("gpu", 16, lambda r: r.gpu_uuid), ("job", 18, lambda r: r.job_id),
         ("mode", 9, lambda r: r.mode), ("pred_%", 7, lambda r: _f(r.interference_pct)), ("meas_%", 7, lambda r: _f(r.measured_pct)),
         ("err_%", 6, lambda r: _f(r.expected_error_pct)), ("model", 14, lambda r: f"{r.model}/{r.category}"),
+        ("regime", 6, lambda r: r.regime or "-"),
         ("what-if", 6, lambda r: str(len(r.what_if))), ("type", 30, lambda r: r.job_type),
     ],
     "Alert": [
@@ -108,7 +109,7 @@ _COLUMNS: dict[str, list[tuple[str, int, Any]]] = {
     "Leaderboard": [
         ("time", 12, lambda r: fmt_ts(r.ts)), ("environment", 14, lambda r: r.environment), ("obs", 7, lambda r: str(r.observations)),
         ("models", 7, lambda r: str(len(r.entries))),
-        ("selected", 60, lambda r: ", ".join(f"{k}={v}" for k, v in sorted(r.selected.items()))),
+        ("served (error %)", 90, lambda r: ", ".join(served_text(s) for s in r.served)),
     ],
     "DeadLetter": [
         ("time", 12, lambda r: fmt_ts(r.ts)), ("source", 26, lambda r: r.source_topic), ("at", 12, lambda r: f"p{r.partition}@{r.offset}"),

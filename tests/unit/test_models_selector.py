@@ -11,6 +11,7 @@ import pytest
 from events import CATEGORIES, Leaderboard
 from models import persist
 from models.api import Config, EnvironmentModels, PredictionResult
+from models.live import slot
 from models.selection import grouped_folds
 
 SMALL = Config(batch_models=("LinearRegression", "DecisionTree"), refit_rows=200, refit_every=150, folds=3, jobset_min=15)
@@ -51,15 +52,21 @@ def test_learn_select_refit_and_leaderboard(stream) -> None:  # type: ignore[no-
     lb = em.leaderboard()
     assert isinstance(lb, Leaderboard) and lb.selection_seconds is not None
     kinds = {e.kind for e in lb.entries}
-    assert kinds == {"online", "batch"}
+    assert kinds == {"online", "batch", "baseline"}
     assert set(lb.selected) == {f"{m}:{c}" for m in ("observed", "placement") for c in CATEGORIES}
+    # batch models carry their grouped-CV error (what to expect on new job sets) beside the prequential one
+    assert all(e.cv_mae is not None for e in lb.entries if e.kind == "batch")
     for mode in ("observed", "placement"):
         r = em.predict(stream[350], mode)
         assert isinstance(r, PredictionResult) and math.isfinite(r.interference_pct)
-        # the served model is the one with the smallest error of its mode (or of its job set)
-        best = min(e.mae for e in lb.entries if e.mode == mode and e.mae is not None and e.samples >= em.config.min_samples)
-        assert r.expected_error_pct is not None and r.expected_error_pct >= 0
-        assert r.expected_error_pct >= best - 1e-9 or r.model
+        assert r.regime in ("seen", "new") and r.expected_error_pct is not None and r.expected_error_pct >= 0
+        served = {(s.mode, s.regime): s for s in lb.served}[(mode, r.regime)]
+        if r.regime == "new":  # judged by CV error: the smallest of the mode's CV errors
+            assert r.expected_error_pct == min(e.cv_mae for e in lb.entries if e.mode == mode and e.cv_mae is not None)
+        else:  # the environment's choice, unless the slot has enough measurements for its own
+            key = slot(stream[350].job_type, stream[350].co_job_types)
+            own = em.baselines.measured(key) >= em.config.jobset_min
+            assert own or (served.model, served.category, served.error_pct) == (r.model, r.category, r.expected_error_pct)
     # placement on the synthetic stream is learnable: selection beats predicting the mean
     ys = [o.interference_pct for o in stream[300:]]
     mean = sum(ys) / len(ys)
@@ -70,19 +77,20 @@ def test_learn_select_refit_and_leaderboard(stream) -> None:  # type: ignore[no-
 def test_jobset_selection_falls_back_until_enough(stream) -> None:  # type: ignore[no-untyped-def]
     em = EnvironmentModels("v100", config=dataclasses.replace(SMALL, jobset_min=5, min_samples=2))
     target = stream[0]
-    same = [o for o in stream if sorted([o.job_type, *o.co_job_types]) == sorted([target.job_type, *target.co_job_types])]
+    key = slot(target.job_type, target.co_job_types)
+    same = [o for o in stream if slot(o.job_type, o.co_job_types) == key]
     for o in stream[:100]:
         if o not in same:
             em.learn(o)
-    js = " + ".join(sorted([target.job_type, *target.co_job_types]))
-    assert em._choice("observed", js) == em._choice("observed")
-    for _ in range(3):
-        for o in same[:2] or [target]:
-            em.learn(o)
+    assert em._choice("observed", key) is not None and em._choice("observed", key)[0] == "new"
+    for o in ((same or [target]) * 4)[:4]:  # one short of jobset_min
+        em.learn(o)
+    assert em.baselines.measured(key) == 4
+    assert em._choice("observed", key) == ("seen", em._selected["seen"]["observed"])
     for o in (same or [target]) * 5:
         em.learn(o)
-    assert em._jobset_counts[js] >= 5
-    assert em._choice("observed", js) is not None
+    regime, (err, _cat, _name) = em._choice("observed", key)  # type: ignore[misc]
+    assert regime == "seen" and err == min(e.mean for k, e in em._slot_errors[key].items() if k[0] == "observed" and e.n >= 2)
 
 
 def test_drift_requests_a_refit(shared_data) -> None:  # type: ignore[no-untyped-def]
@@ -114,6 +122,7 @@ def test_save_load_predicts_the_same_and_refuses_foreign_files(stream, tmp_path)
         for mode in ("observed", "placement"):
             assert loaded.predict(o, mode) == em.predict(o, mode)
     assert loaded.leaderboard().selected == em.leaderboard().selected
+    assert loaded.leaderboard().served == em.leaderboard().served
     # it resumes learning
     loaded.learn(stream[300])
     assert loaded.observations == em.observations + 1

@@ -1,0 +1,178 @@
+"""``aip bench accuracy``: what schedulers get -- live predictions of a real worker against the simulator's truth.
+
+One ``aip worker`` on the embedded broker; a simulated fleet (16 GPUs, seed 3) is published paced at
+``speedup`` x real time (full: 20x for 150 s, i.e. 3,000 simulated seconds; quick: 40x for 45 s), with the
+simulator's ground truth kept in this process.  Once the worker has drained its input, every record on
+``interference.predictions`` is compared with the true slowdown of its job in its window
+(:class:`aip.bench.truth.Truth`), and every labelled observation's measured rate likewise.  Figures are for
+the second half of the simulated span (after warm-up), per mode:
+
+* ``live_mae_vs_truth``, ``live_p95_abs_error_vs_truth``, ``live_max_abs_error_vs_truth``;
+* ``seen_share`` / ``seen_mae`` and ``new_share`` / ``new_mae``: predictions for a job with co-runners the
+  worker had measured before, and for ones it had not (the prediction's ``regime``);
+* ``out_of_range``: predictions outside the physically possible ``[-100, max]``;
+* ``served``: the served-model mix (model, category, regime, predictions, MAE vs truth, claimed error).
+
+``label_mae_vs_truth`` is stage 1's measured interference against the truth, over the same half.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from aip.bench.truth import Truth, percentile
+
+MODES = ("observed", "placement")
+
+
+def summarize(
+    predictions: Iterable[Any],
+    observations: Iterable[Any],
+    truth: Truth,
+    *,
+    window_s: float,
+    since_ts: float,
+    max_pct: float,
+) -> dict[str, Any]:
+    """The benchmark's figures from decoded predictions and observations (records with the project's fields)."""
+    rows: dict[str, list[tuple[float, str, str, str, float | None, float]]] = {m: [] for m in MODES}
+    for p in predictions:
+        if p.window_end is None or p.window_end < since_ts:
+            continue
+        t = truth.interference_pct(p.job_id, p.window_end - window_s, p.window_end)
+        if t is None:
+            continue
+        rows[p.mode].append(
+            (abs(p.interference_pct - t), p.model, p.category, p.regime or "seen", p.expected_error_pct, p.interference_pct)
+        )
+    out: dict[str, Any] = {}
+    for mode, r in rows.items():
+        errors = [e for e, *_ in r]
+        if not errors:
+            out[mode] = {"predictions": 0}
+            continue
+        by_regime = {g: [e for e, _, _, reg, _, _ in r if reg == g] for g in ("seen", "new")}
+        mix: dict[tuple[str, str, str], list[tuple[float, float | None]]] = defaultdict(list)
+        for e, model, cat, reg, claimed, _ in r:
+            mix[(model, cat, reg)].append((e, claimed))
+        served = [
+            {
+                "model": model, "category": cat, "regime": reg, "predictions": len(v),
+                "mae_vs_truth": round(statistics.mean(e for e, _ in v), 3),
+                "claimed_error_pct": _mean_or_none([c for _, c in v if c is not None]),
+            }
+            for (model, cat, reg), v in sorted(mix.items(), key=lambda kv: -len(kv[1]))
+        ]  # fmt: skip
+        out[mode] = {
+            "predictions": len(errors),
+            "live_mae_vs_truth": round(statistics.mean(errors), 3),
+            "live_p95_abs_error_vs_truth": round(percentile(errors, 0.95), 3),
+            "live_max_abs_error_vs_truth": round(max(errors), 3),
+            "out_of_range": sum(1 for *_, v in r if not -100.0 <= v <= max_pct),
+            **{f"{g}_share": round(len(v) / len(errors), 3) for g, v in by_regime.items()},
+            **{f"{g}_mae": _mean_or_none(v) for g, v in by_regime.items()},
+            "served": served,
+        }
+    labels = []
+    for o in observations:
+        if o.interference_pct is None or o.window_end < since_ts:
+            continue
+        t = truth.interference_pct(o.job_id, o.window_start, o.window_end)
+        if t is not None:
+            labels.append(abs(o.interference_pct - t))
+    out["label_mae_vs_truth"] = _mean_or_none(labels)
+    out["labels"] = len(labels)
+    return out
+
+
+def _mean_or_none(values: Sequence[float]) -> float | None:
+    return round(statistics.mean(values), 3) if values else None
+
+
+def _drained(worker: Any) -> bool:
+    published = worker.counter("aip_stream_published_records_total", topic="observations")
+    consumed = worker.counter("aip_stream_consumed_records_total", topic="interference.observations")
+    return published > 0 and consumed >= published
+
+
+def _read_all(settings: Any, topic: str, idle_s: float = 3.0) -> list[Any]:
+    from transport import RecordConsumer
+
+    records: list[Any] = []
+    with RecordConsumer(settings, [topic], from_beginning=True) as c:
+        last = time.monotonic()
+        while time.monotonic() - last < idle_s:
+            items = c.poll(timeout_s=0.5)
+            if items:
+                last = time.monotonic()
+            records.extend(i.record for i in items if i.record is not None)
+    return records
+
+
+def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+    from aip.broker import EmbeddedBroker, free_port
+    from aip.faults.worker import WorkerProcess, wait_until
+    from config import Settings
+    from producers.pacing import paced
+    from producers.sim import Simulator
+    from transport import RecordProducer, ensure_project_topics
+
+    gpus, seed = 16, 3
+    speedup, wall_s = (40.0, 45.0) if quick else (20.0, 150.0)
+    with EmbeddedBroker(port=free_port()) as broker, tempfile.TemporaryDirectory() as tmp:
+        settings = Settings.from_env(
+            broker=broker.address, topic_prefix=f"a{uuid.uuid4().hex[:8]}.", partitions=4, state_dir=f"{tmp}/state"
+        )
+        ensure_project_topics(settings)
+        worker = WorkerProcess(settings, free_port(), f"{tmp}/worker.log").start()
+        try:
+            worker.wait_ready(90)
+            sim = Simulator(gpus, seed=seed, start_ts=time.time(), duration_s=wall_s * speedup)
+            truth = Truth(sim.ground_truth, sim.jobs())
+            progress(f"{gpus} simulated GPUs, {sim.duration_s:.0f} s at {speedup:g}x ({wall_s:g} s)")
+            sent, t0 = 0, time.monotonic()
+            with RecordProducer(settings, linger_ms=5) as p:
+                for topic, record in paced(sim.events(), speedup, sim.start_ts):
+                    p.send(topic, record)
+                    sent += 1
+                    if sent % 20_000 == 0:
+                        progress(f"sent {sent} events, {time.monotonic() - t0:.0f} s")
+                p.flush(60)
+            progress(f"sent {sent} events; waiting for the worker to drain")
+            time.sleep(2 * (settings.window_s + settings.lateness_s) / speedup + 2.0)
+            wait_until(lambda: _drained(worker), 300, "stage 2 to consume every observation", interval_s=0.5)
+            predictions = _read_all(settings, "interference.predictions")
+            observations = _read_all(settings, "interference.observations")
+        finally:
+            worker.stop(30)
+    progress(f"{len(predictions)} predictions, {len(observations)} observations")
+    from models.api import Config
+
+    result = summarize(
+        predictions, observations, truth,
+        window_s=settings.window_s, since_ts=sim.start_ts + sim.duration_s / 2, max_pct=Config().max_pct,
+    )  # fmt: skip
+    result["floors_met"] = floors(result)
+    result["config"] = {"gpus": gpus, "seed": seed, "speedup": speedup, "wall_s": wall_s, "sim_s": sim.duration_s}
+    return {"accuracy": result}
+
+
+def floors(result: Mapping[str, Any]) -> dict[str, bool]:
+    """The floors of the live-selection issue, per mode: MAE <= 5, p95 <= 20, none out of range, seen MAE <= 2."""
+    out = {}
+    for mode in MODES:
+        r = result.get(mode, {})
+        out[mode] = bool(
+            r.get("predictions")
+            and r["live_mae_vs_truth"] <= 5.0
+            and r["live_p95_abs_error_vs_truth"] <= 20.0
+            and r["out_of_range"] == 0
+            and (r["seen_mae"] is None or r["seen_mae"] <= 2.0)
+        )
+    return out
