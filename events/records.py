@@ -30,6 +30,8 @@ JOB_KINDS = ("started", "progress", "finished")
 ALERT_STATES = ("raised", "cleared")
 ALERT_SOURCES = ("measured", "predicted")
 MODES = ("observed", "placement")
+REGIMES = ("seen", "new")
+MODEL_KINDS = ("online", "batch", "baseline")
 
 
 def _ts(optional: bool = False) -> Any:
@@ -195,6 +197,9 @@ class Prediction:
     measured_pct: float | None = spec("float", optional=True)
     what_if: list[WhatIf] = spec("list_record", record=WhatIf, default=[])
     window_end: float | None = _ts(optional=True)
+    regime: str | None = spec("enum", choices=REGIMES, optional=True)
+    """``seen``: this job next to these co-runners was measured before (the model was chosen by its error on
+    measured job sets); ``new``: never measured (chosen by its error on job sets left out of training)."""
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -231,10 +236,29 @@ class LeaderboardEntry:
     model: str = spec("str")
     category: str = spec("enum", choices=tuple(CATEGORIES))
     mode: str = spec("enum", choices=MODES)
-    kind: str = spec("enum", choices=("online", "batch"))
+    kind: str = spec("enum", choices=MODEL_KINDS)
     samples: int = spec("int", lo=0)
+    """Prequential predictions scored on job sets measured before (``mae`` is their rolling MAE)."""
     mae: float | None = _nonneg()
     relative_error: float | None = _nonneg()
+    """The paper's relative error of the grouped cross-validation (batch models)."""
+    cv_mae: float | None = _nonneg()
+    """Grouped-CV MAE of the last refit: the error expected on job sets never measured."""
+    cv_samples: int | None = spec("int", lo=0, optional=True)
+    new_mae: float | None = _nonneg()
+    """Prequential MAE on first observations of a job set (job and co-runners never measured before)."""
+    new_samples: int | None = spec("int", lo=0, optional=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ServedModel:
+    """What a mode serves in a regime, and the error it was chosen by."""
+
+    mode: str = spec("enum", choices=MODES)
+    regime: str = spec("enum", choices=REGIMES)
+    model: str = spec("str")
+    category: str = spec("enum", choices=tuple(CATEGORIES))
+    error_pct: float | None = _nonneg()
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +276,7 @@ class Leaderboard:
     observations: int = spec("int", lo=0, default=0)
     last_refit: float | None = _ts(optional=True)
     selection_seconds: float | None = _nonneg()
+    served: list[ServedModel] = spec("list_record", record=ServedModel, default=[])
     schema_version: int = SCHEMA_VERSION
 
     @property
