@@ -357,6 +357,11 @@ def _probe(settings: Settings, sock: socket.socket, server: str) -> None:
             f"the broker at {server} does not offer SASL mechanism {mechanism} (it offers: {', '.join(offered) or 'none'}); "
             "check AIP_SASL_MECHANISM"
         )
+    if error == _UNSUPPORTED_SASL_MECHANISM:  # and yet it lists it: Tansu on a listener without SASL does this
+        raise BrokerUnavailable(
+            f"the broker at {server} refused SASL mechanism {mechanism} (UNSUPPORTED_SASL_MECHANISM): check "
+            "AIP_SASL_MECHANISM, and AIP_SECURITY_PROTOCOL (a listener without SASL takes SSL or PLAINTEXT)"
+        )
     if error:
         raise _Inconclusive(f"SaslHandshake error {error}")
     version = min(1, versions[36][1])

@@ -331,6 +331,7 @@ FAILURES: dict[str, tuple[str, dict[str, str], str]] = {
     "tls-client-at-plaintext": ("sasl_plaintext", {}, "does not speak TLS"),
     "tls-client-at-bare-broker": ("bare", {"AIP_SECURITY_PROTOCOL": "SSL"}, "does not speak TLS"),
     "wrong-password-over-tls": ("sasl_ssl", {"AIP_SASL_PASSWORD": WRONG}, "authentication failed at"),
+    "sasl-client-at-tls-without-sasl": ("ssl_only", {}, "refused SASL mechanism SCRAM-SHA-512"),
     "no-client-certificate": ("mutual", {"AIP_SECURITY_PROTOCOL": "SSL"}, "requires a client certificate"),
     "client-certificate-of-another-ca": (
         "mutual",
