@@ -2,7 +2,7 @@
 
 Real listeners, real clients: kafka-python producers and consumers, ``aip produce sim|replay``,
 ``aip tail``, ``aip worker`` (faust on aiokafka) turning a bad record into a dead letter, the
-scheduler client and ``aip up --broker``, over SASL_SSL (PLAIN, SCRAM-SHA-256/512) and SSL.
+scheduler client, ``aip extender`` and ``aip up --broker``, over SASL_SSL (PLAIN, SCRAM-SHA-256/512) and SSL.
 Every failure a client can meet at a TLS listener ends the command with exit 1 and one line.
 The certificates are made here (tests/tlscerts.py); nothing of them is committed.
 """
@@ -17,6 +17,8 @@ import socket
 import ssl
 import subprocess
 import sys
+import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -307,6 +309,44 @@ def test_scheduler_client_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path:
         client.close()
 
 
+def test_extender_scores_nodes_from_topics_read_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
+    """``aip extender`` (the scheduler client behind HTTP) reads the lifecycle and the predictions over SASL_SSL."""
+    from events import JobEvent, Prediction, WhatIf
+    from transport import RecordProducer, ensure_project_topics
+
+    env = tls_env(sasl_ssl.address, tmp_path, pki)
+    settings = settings_of(env)
+    ensure_project_topics(settings)
+    now = time.time()
+    with RecordProducer(settings) as p:
+        for host, gpu, cost in (("node-a", "GPU-a", 80.0), ("node-b", "GPU-b", 20.0)):
+            p.send("jobs.lifecycle", JobEvent(ts=now - 60, kind="started", job_id=f"{gpu}-1", job_type="LM", gpu_uuid=gpu, host=host))
+            p.send("interference.predictions", Prediction(
+                ts=now, gpu_uuid=gpu, environment="v100", job_id=f"{gpu}-1", job_type="LM", job_set=["LM"],
+                mode="placement", interference_pct=1.0, model="m", category="all",
+                what_if=[WhatIf(job_type="X", newcomer_pct=cost / 2, existing_pct=cost / 2)],
+            ))  # fmt: skip
+        p.flush(10)
+    proc = subprocess.Popen([sys.executable, "-m", "aip.cli", "extender", "--port", "0", "--from-beginning"], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline()
+        assert line.startswith("extender ready at http://127.0.0.1:"), line + proc.stderr.read()
+        url = line.split()[3]
+
+        def get(path: str) -> Any:
+            with urllib.request.urlopen(url + path, timeout=10) as resp:
+                return json.loads(resp.read())
+
+        wait_for(lambda: get("/healthz")["records_received"] >= 4, timeout_s=30, what="the extender to read the topics")
+        assert get("/score?job_type=X&nodes=node-a,node-b")["ranked"] == ["node-b", "node-a"]
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    assert_no_password(err)
+
+
 def test_up_with_a_sasl_ssl_broker(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
     """``aip up --broker``: its producer, worker and view all connect over SASL_SSL."""
     env = tls_env(sasl_ssl.address, tmp_path, pki)
@@ -344,6 +384,7 @@ COMMANDS = {
     "produce": ["produce", "sim", "--gpus", "1", "--fast", "--sim-duration", "5"],
     "tail": ["tail", "gpu.metrics", "--limit", "1"],
     "worker": ["worker"],
+    "extender": ["extender", "--port", "0"],
 }
 
 
