@@ -34,7 +34,7 @@ scheduling. Only ``events``, the client and prometheus_client: no faust, no mode
 ...     job_set=["A3C", "LM"], mode="placement", interference_pct=30.0, model="knn", category="all",
 ...     what_if=[WhatIf(job_type="GAN", newcomer_pct=40.0, existing_pct=20.0)]))
 >>> [(s.node, s.score, s.basis) for s in Scorer(client).score_nodes("GAN", ["node-a", "node-b"])]
-[('node-a', 4, 'predicted'), ('node-b', 5, 'no-predictions')]
+[('node-a', 6, 'predicted'), ('node-b', 5, 'no-predictions')]
 """
 
 from __future__ import annotations
@@ -258,13 +258,16 @@ class NodeScore:
                 "existing_pct": self.existing_pct}  # fmt: skip
 
 
-def score_of_cost(cost_pct: float, full_scale_pct: float) -> float:
-    """10 for no predicted slowdown, falling linearly to 0 at ``full_scale_pct`` and beyond.
+def score_of_cost(cost_pct: float, half_score_pct: float) -> float:
+    """10 for no predicted slowdown, 5 at ``half_score_pct``, falling towards 0 as the cost grows.
 
-    >>> score_of_cost(0.0, 100.0), score_of_cost(25.0, 100.0), score_of_cost(250.0, 100.0)
-    (10.0, 7.5, 0.0)
+    ``10 * h / (h + cost)``: every cost keeps its rank (costs of 150-200 % are common on busy
+    GPUs: a linear scale would flatten them all to 0).
+
+    >>> [round(score_of_cost(c, 100.0), 2) for c in (0.0, 25.0, 100.0, 150.0, 300.0)]
+    [10.0, 8.0, 5.0, 4.0, 2.5]
     """
-    return MAX_EXTENDER_PRIORITY * (1.0 - min(max(cost_pct, 0.0), full_scale_pct) / full_scale_pct)
+    return MAX_EXTENDER_PRIORITY * half_score_pct / (half_score_pct + max(cost_pct, 0.0))
 
 
 class ExtenderMetrics:
@@ -307,24 +310,26 @@ class Scorer:
 
     A GPU's cost is the client's: the newcomer's predicted slowdown plus the summed
     slowdown it causes to the jobs there, 0 on a GPU known to be idle. A node's score
-    is that of its best GPU; a GPU without a usable prediction counts as
-    ``neutral_score``, so a node none of whose GPUs is known scores neutral.
+    is that of its best GPU among those with a usable prediction; a node with none
+    (its GPUs unknown, running one job, or changed since their last prediction) scores
+    ``neutral_score``. Filtering is stricter about evidence: a node fails only when every
+    GPU of it has a prediction above the pod's limit.
     """
 
     def __init__(
         self,
         client: SchedulerClient,
         *,
-        full_scale_pct: float = 100.0,
+        half_score_pct: float = 100.0,
         neutral_score: int = MAX_EXTENDER_PRIORITY // 2,
         metrics: ExtenderMetrics | None = None,
     ) -> None:
-        if not full_scale_pct > 0:
-            raise ValueError("full_scale_pct must be positive")
+        if not half_score_pct > 0:
+            raise ValueError("half_score_pct must be positive")
         if not 0 <= neutral_score <= MAX_EXTENDER_PRIORITY:
             raise ValueError(f"neutral_score must be within 0..{MAX_EXTENDER_PRIORITY}")
         self.client = client
-        self.full_scale_pct = full_scale_pct
+        self.half_score_pct = half_score_pct
         self.neutral_score = neutral_score
         self.metrics = metrics or ExtenderMetrics()
 
@@ -360,10 +365,7 @@ class Scorer:
                 out.append(NodeScore(node, self.neutral_score, float(self.neutral_score), "no-predictions"))
                 continue
             gpu, (newcomer, existing) = min(entries, key=lambda e: max(0.0, e[1][0]) + max(0.0, e[1][1]))
-            exact = score_of_cost(max(0.0, newcomer) + max(0.0, existing), self.full_scale_pct)
-            if len(entries) < len(gpus) and exact < self.neutral_score:  # an unknown GPU there may be better
-                out.append(NodeScore(node, self.neutral_score, float(self.neutral_score), "no-predictions"))
-                continue
+            exact = score_of_cost(max(0.0, newcomer) + max(0.0, existing), self.half_score_pct)
             basis = "idle" if self.client.is_idle(gpu) else "predicted"
             out.append(NodeScore(node, math.floor(exact + 0.5), exact, basis, gpu, newcomer, existing))
         return out

@@ -86,12 +86,13 @@ def test_extender_ranks_nodes_from_the_topics(settings: Any, extender: tuple[str
     for cache_capable in (True, False):
         code, answer = get(url + "/prioritize", kube_args(pod({"aip.io/job-type": LM}), nodes, node_cache_capable=cache_capable))
         assert code == 200
-        assert answer == [{"Host": "node-a", "Score": 3}, {"Host": "node-b", "Score": 9},
-                          {"Host": "node-c", "Score": 7}, {"Host": "node-new", "Score": 5}]  # fmt: skip
+        # 10 * 100 / (100 + cost): costs 70, 10 and 30; no predictions: neutral 5
+        assert answer == [{"Host": "node-a", "Score": 6}, {"Host": "node-b", "Score": 9},
+                          {"Host": "node-c", "Score": 8}, {"Host": "node-new", "Score": 5}]  # fmt: skip
     code, result = get(url + "/filter", kube_args(pod({"aip.io/job-type": LM, "aip.io/max-slowdown-pct": "25"}), nodes))
     assert code == 200 and result["NodeNames"] == ["node-b", "node-c", "node-new"] and list(result["FailedNodes"]) == ["node-a"]
     code, vp = get(url + "/volcano/prioritize", volcano_prioritize(pod({"aip.io/job-type": LM}), nodes))
-    assert code == 200 and vp["nodeScore"] == {"node-a": 30.0, "node-b": 90.0, "node-c": 70.0, "node-new": 50.0}
+    assert code == 200 and vp["nodeScore"] == {"node-a": 58.824, "node-b": 90.909, "node-c": 76.923, "node-new": 50.0}
     _, vq = get(url + "/volcano/predicate", volcano_predicate(pod({"aip.io/job-type": LM, "aip.io/max-slowdown-pct": "25"}), "node-a"))
     assert vq["code"] == 2
     code, text = get(url + "/prioritize", {"Pod": "not a pod", "NodeNames": nodes})
