@@ -225,6 +225,30 @@ def test_mutual_tls_with_a_client_certificate(fronts: dict[str, EmbeddedBroker],
     round_trip(settings_of(env))
 
 
+def test_librdkafka_produces_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
+    """A client in another language's library (librdkafka, as confluent-kafka) through the same front."""
+    import confluent_kafka
+
+    from transport import RecordConsumer, ensure_topics
+
+    settings = settings_of(tls_env(sasl_ssl.address, tmp_path, pki))
+    topic = settings.topic_prefix + "gpu.metrics"
+    ensure_topics(settings, [topic])
+    errors: list[str] = []
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": sasl_ssl.address, "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "alice", "sasl.password": SECRET, "ssl.ca.location": pki.ca,
+        "error_cb": lambda err: errors.append(str(err)),
+    })  # fmt: skip
+    values = [f"librdkafka {i}".encode() for i in range(10)]
+    for v in values:
+        producer.produce(topic, value=v)
+    assert producer.flush(20) == 0, errors
+    with RecordConsumer(settings, ["gpu.metrics"], from_beginning=True) as consumer:
+        got = consumer.read(until=lambda items: len(items) >= len(values), timeout_s=20)
+    assert sorted(r.value for r in got) == sorted(values) and not errors
+
+
 def test_produce_sim_tail_and_replay_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
     env = tls_env(sasl_ssl.address, tmp_path, pki, mechanism="PLAIN")
     produced = aip("produce", "sim", "--gpus", "2", "--fast", "--sim-duration", "20", env=env)
