@@ -106,13 +106,23 @@ def ssl_only(tmp_path_factory: Any, pki: Pki) -> Iterator[CliBroker]:
 
 
 @pytest.fixture(scope="module")
+def mutual(tmp_path_factory: Any, pki: Pki) -> Iterator[CliBroker]:
+    """``aip broker --tls-cert C --tls-key K --tls-client-ca CA``: client certificates required (mutual TLS)."""
+    broker = start_cli_broker(
+        tmp_path_factory.mktemp("mutual-broker"), "--tls-cert", pki.server.cert, "--tls-key", pki.server.key, "--tls-client-ca", pki.ca
+    )
+    assert "TLS, client certificates required" in broker.output()
+    yield broker
+    assert broker.stop() == 0
+
+
+@pytest.fixture(scope="module")
 def fronts(pki: Pki) -> Iterator[dict[str, EmbeddedBroker]]:
-    """The other listeners: TLS with an expired certificate, with one for another name, with client
-    certificates required; plaintext with SASL (the front without TLS)."""
+    """The other listeners: TLS with an expired certificate, with one for another name; plaintext
+    with SASL (the front without TLS)."""
     brokers = {
         "expired": EmbeddedBroker(port=free_port(), tls_cert=pki.expired.cert, tls_key=pki.expired.key),
         "other_name": EmbeddedBroker(port=free_port(), tls_cert=pki.other_name.cert, tls_key=pki.other_name.key),
-        "mutual": EmbeddedBroker(port=free_port(), tls_cert=pki.server.cert, tls_key=pki.server.key, tls_client_ca=pki.ca),
         "sasl_plaintext": EmbeddedBroker(port=free_port(), users={"alice": SECRET}),
     }
     started: list[EmbeddedBroker] = []
@@ -219,8 +229,8 @@ def test_hostname_check_off_accepts_a_certificate_for_another_name_but_not_anoth
         check_reachable(settings_of(untrusted))
 
 
-def test_mutual_tls_with_a_client_certificate(fronts: dict[str, EmbeddedBroker], pki: Pki, tmp_path: Path) -> None:
-    env = tls_env(fronts["mutual"].address, tmp_path, pki, protocol="SSL",
+def test_mutual_tls_with_a_client_certificate(mutual: CliBroker, pki: Pki, tmp_path: Path) -> None:
+    env = tls_env(mutual.address, tmp_path, pki, protocol="SSL",
                   AIP_SSL_CERTFILE=pki.client.cert, AIP_SSL_KEYFILE=pki.client.key)  # fmt: skip
     round_trip(settings_of(env))
 
@@ -413,8 +423,10 @@ COMMANDS = {
 
 
 @pytest.fixture
-def listeners(sasl_ssl: CliBroker, ssl_only: CliBroker, fronts: dict[str, EmbeddedBroker], broker: Any) -> dict[str, str]:
-    return {"sasl_ssl": sasl_ssl.address, "ssl_only": ssl_only.address, "bare": broker.address} | {
+def listeners(
+    sasl_ssl: CliBroker, ssl_only: CliBroker, mutual: CliBroker, fronts: dict[str, EmbeddedBroker], broker: Any
+) -> dict[str, str]:
+    return {"sasl_ssl": sasl_ssl.address, "ssl_only": ssl_only.address, "mutual": mutual.address, "bare": broker.address} | {
         k: b.address for k, b in fronts.items()
     }
 
