@@ -34,7 +34,7 @@ scheduling. Only ``events``, the client and prometheus_client: no faust, no mode
 ...     job_set=["A3C", "LM"], mode="placement", interference_pct=30.0, model="knn", category="all",
 ...     what_if=[WhatIf(job_type="GAN", newcomer_pct=40.0, existing_pct=20.0)]))
 >>> [(s.node, s.score, s.basis) for s in Scorer(client).score_nodes("GAN", ["node-a", "node-b"])]
-[('node-a', 6, 'predicted'), ('node-b', 5, 'no-predictions')]
+[('node-a', 8, 'predicted'), ('node-b', 5, 'no-predictions')]
 """
 
 from __future__ import annotations
@@ -258,16 +258,16 @@ class NodeScore:
                 "existing_pct": self.existing_pct}  # fmt: skip
 
 
-def score_of_cost(cost_pct: float, half_score_pct: float) -> float:
-    """10 for no predicted slowdown, 5 at ``half_score_pct``, falling towards 0 as the cost grows.
+def score_of_cost(cost_pct: float, full_scale_pct: float) -> float:
+    """10 for no predicted slowdown, falling linearly to 0 at ``full_scale_pct`` and beyond.
 
-    ``10 * h / (h + cost)``: every cost keeps its rank (costs of 150-200 % are common on busy
-    GPUs: a linear scale would flatten them all to 0).
+    One point of score per ``full_scale_pct / 10`` points of cost: with the default 250,
+    25 points, about the predictions' error (the simulated fleet's best-GPU costs ran 121-223 %).
 
-    >>> [round(score_of_cost(c, 100.0), 2) for c in (0.0, 25.0, 100.0, 150.0, 300.0)]
-    [10.0, 8.0, 5.0, 4.0, 2.5]
+    >>> [score_of_cost(c, 250.0) for c in (0.0, 25.0, 125.0, 250.0, 400.0)]
+    [10.0, 9.0, 5.0, 0.0, 0.0]
     """
-    return MAX_EXTENDER_PRIORITY * half_score_pct / (half_score_pct + max(cost_pct, 0.0))
+    return MAX_EXTENDER_PRIORITY * (1.0 - min(max(cost_pct, 0.0), full_scale_pct) / full_scale_pct)
 
 
 class ExtenderMetrics:
@@ -320,16 +320,16 @@ class Scorer:
         self,
         client: SchedulerClient,
         *,
-        half_score_pct: float = 100.0,
+        full_scale_pct: float = 250.0,
         neutral_score: int = MAX_EXTENDER_PRIORITY // 2,
         metrics: ExtenderMetrics | None = None,
     ) -> None:
-        if not half_score_pct > 0:
-            raise ValueError("half_score_pct must be positive")
+        if not full_scale_pct > 0:
+            raise ValueError("full_scale_pct must be positive")
         if not 0 <= neutral_score <= MAX_EXTENDER_PRIORITY:
             raise ValueError(f"neutral_score must be within 0..{MAX_EXTENDER_PRIORITY}")
         self.client = client
-        self.half_score_pct = half_score_pct
+        self.full_scale_pct = full_scale_pct
         self.neutral_score = neutral_score
         self.metrics = metrics or ExtenderMetrics()
 
@@ -365,7 +365,7 @@ class Scorer:
                 out.append(NodeScore(node, self.neutral_score, float(self.neutral_score), "no-predictions"))
                 continue
             gpu, (newcomer, existing) = min(entries, key=lambda e: max(0.0, e[1][0]) + max(0.0, e[1][1]))
-            exact = score_of_cost(max(0.0, newcomer) + max(0.0, existing), self.half_score_pct)
+            exact = score_of_cost(max(0.0, newcomer) + max(0.0, existing), self.full_scale_pct)
             basis = "idle" if self.client.is_idle(gpu) else "predicted"
             out.append(NodeScore(node, math.floor(exact + 0.5), exact, basis, gpu, newcomer, existing))
         return out

@@ -100,8 +100,8 @@ class Settings:
     # scheduler extender (`aip extender`)
     extender_host: str = _setting("127.0.0.1", "extender HTTP bind address (0.0.0.0 in a container)")
     extender_port: int = _setting(8888, "extender HTTP port: /filter, /prioritize, /volcano/*, /score, /healthz, /metrics")
-    extender_half_score_pct: float = _setting(
-        100.0, "extender: a predicted cost (newcomer + existing slowdown) of this many percent scores 5 of 10"
+    extender_full_scale_pct: float = _setting(
+        250.0, "extender: a predicted cost (newcomer + existing slowdown) of this many percent or more scores 0 (of 10)"
     )
     extender_neutral_score: int = _setting(5, "extender: score (0-10) of a node without predictions or a pod without a job type")
 

@@ -24,9 +24,10 @@ def register(sub: Any) -> None:
     p.add_argument("--host", help="address to listen on (default: $AIP_EXTENDER_HOST, 127.0.0.1; 0.0.0.0 in a container)")
     p.add_argument("--port", type=int, help="port (default: $AIP_EXTENDER_PORT, 8888; 0: a free port)")
     p.add_argument(
-        "--half-score-pct",
+        "--full-scale-pct",
         type=float,
-        help="predicted cost (newcomer + existing slowdown, %%) that scores 5 of 10 (default: $AIP_EXTENDER_HALF_SCORE_PCT, 100)",
+        help="predicted cost (newcomer + existing slowdown, %%) that scores 0; the score falls linearly from 10 at 0 "
+        "(default: $AIP_EXTENDER_FULL_SCALE_PCT, 250)",
     )
     p.add_argument(
         "--neutral-score",
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         args,
         extender_host=args.host,
         extender_port=args.port,
-        extender_half_score_pct=args.half_score_pct,
+        extender_full_scale_pct=args.full_scale_pct,
         extender_neutral_score=args.neutral_score,
     )
     if not 0 <= settings.extender_port <= 65535:
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     with broker_errors(), sigterm_as_interrupt():
         client = SchedulerClient(settings, from_beginning=args.from_beginning, max_age_s=args.max_age)
         try:
-            scorer = Scorer(client, half_score_pct=settings.extender_half_score_pct, neutral_score=settings.extender_neutral_score)
+            scorer = Scorer(client, full_scale_pct=settings.extender_full_scale_pct, neutral_score=settings.extender_neutral_score)
         except ValueError as exc:
             raise CliError(str(exc)) from None
         try:

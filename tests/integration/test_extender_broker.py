@@ -69,7 +69,7 @@ def test_extender_ranks_nodes_from_the_topics(settings: Any, extender: tuple[str
             return get(url + "/healthz")[1]["records_received"] > 0
 
         wait_for(positioned, timeout_s=30, what="the extender to follow the topics")
-        fleet = {"node-a": ("GPU-a", (40.0, 30.0)), "node-b": ("GPU-b", (5.0, 5.0)), "node-c": ("GPU-c", (20.0, 10.0))}
+        fleet = {"node-a": ("GPU-a", (40.0, 130.0)), "node-b": ("GPU-b", (5.0, 5.0)), "node-c": ("GPU-c", (20.0, 60.0))}
         for host, (gpu, (newcomer, existing)) in fleet.items():
             p.send("jobs.lifecycle", ev(gpu, host, f"{gpu}-1", "A3C", "started", now - 100))
             p.send("jobs.lifecycle", ev(gpu, host, f"{gpu}-2", "GAN", "started", now - 90))
@@ -86,14 +86,14 @@ def test_extender_ranks_nodes_from_the_topics(settings: Any, extender: tuple[str
     for cache_capable in (True, False):
         code, answer = get(url + "/prioritize", kube_args(pod({"aip.io/job-type": LM}), nodes, node_cache_capable=cache_capable))
         assert code == 200
-        # 10 * 100 / (100 + cost): costs 70, 10 and 30; no predictions: neutral 5
-        assert answer == [{"Host": "node-a", "Score": 6}, {"Host": "node-b", "Score": 9},
-                          {"Host": "node-c", "Score": 8}, {"Host": "node-new", "Score": 5}]  # fmt: skip
-    code, result = get(url + "/filter", kube_args(pod({"aip.io/job-type": LM, "aip.io/max-slowdown-pct": "25"}), nodes))
+        # 10 * (1 - cost / 250): costs 170, 10 and 80; no predictions: neutral 5
+        assert answer == [{"Host": "node-a", "Score": 3}, {"Host": "node-b", "Score": 10},
+                          {"Host": "node-c", "Score": 7}, {"Host": "node-new", "Score": 5}]  # fmt: skip
+    code, result = get(url + "/filter", kube_args(pod({"aip.io/job-type": LM, "aip.io/max-slowdown-pct": "70"}), nodes))
     assert code == 200 and result["NodeNames"] == ["node-b", "node-c", "node-new"] and list(result["FailedNodes"]) == ["node-a"]
     code, vp = get(url + "/volcano/prioritize", volcano_prioritize(pod({"aip.io/job-type": LM}), nodes))
-    assert code == 200 and vp["nodeScore"] == {"node-a": 58.824, "node-b": 90.909, "node-c": 76.923, "node-new": 50.0}
-    _, vq = get(url + "/volcano/predicate", volcano_predicate(pod({"aip.io/job-type": LM, "aip.io/max-slowdown-pct": "25"}), "node-a"))
+    assert code == 200 and vp["nodeScore"] == {"node-a": 32.0, "node-b": 96.0, "node-c": 68.0, "node-new": 50.0}
+    _, vq = get(url + "/volcano/predicate", volcano_predicate(pod({"aip.io/job-type": LM, "aip.io/max-slowdown-pct": "70"}), "node-a"))
     assert vq["code"] == 2
     code, text = get(url + "/prioritize", {"Pod": "not a pod", "NodeNames": nodes})
     assert code == 400 and text.count("\n") == 1

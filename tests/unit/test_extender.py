@@ -22,10 +22,10 @@ ASK = {"aip.io/job-type": LM}
 
 # node -> GPU -> (job types running, what-if for LM as (newcomer_pct, existing_pct)); None: idle
 FLEET: dict[str, dict[str, Any]] = {
-    # the score is 10 * 100 / (100 + cost): node-a's best GPU costs 20 -> 8.3
+    # the score is 10 * (1 - cost / 250): node-a's best GPU costs 20 -> 9.2
     "node-a": {"GPU-a1": (["A3C", "GAN"], (40.0, 20.0)), "GPU-a2": (["A3C", "ResNet-18"], (12.0, 8.0))},
     "node-b": {"GPU-b1": None},  # idle -> 10
-    "node-c": {"GPU-c1": (["GAN", "Transformer"], (250.0, 150.0))},  # 400 -> 2
+    "node-c": {"GPU-c1": (["GAN", "Transformer"], (150.0, 50.0))},  # 200 -> 2
 }
 
 
@@ -80,7 +80,7 @@ def test_prioritize_answers_one_host_priority_per_node_ranked_by_the_predictions
     assert [set(h) for h in answer] == [{"Host", "Score"}] * 4  # HostPriority: Host, Score (no json tags)
     assert [h["Host"] for h in answer] == NODES
     assert all(isinstance(h["Score"], int) and 0 <= h["Score"] <= 10 for h in answer)
-    assert {h["Host"]: h["Score"] for h in answer} == {"node-b": 10, "node-a": 8, "node-d": 5, "node-c": 2}
+    assert {h["Host"]: h["Score"] for h in answer} == {"node-b": 10, "node-a": 9, "node-d": 5, "node-c": 2}
 
 
 def test_filter_with_node_names_returns_a_subset_and_failed_nodes(server: ExtenderServer) -> None:
@@ -168,7 +168,7 @@ def test_volcano_predicate_and_prioritize(server: ExtenderServer) -> None:
     assert failed["code"] == 2 and "max-slowdown-pct" in failed["status"]  # api.Unschedulable
     code, answer = call(server, "/volcano/prioritize", volcano_prioritize(pod(ASK), NODES))
     assert code == 200 and set(answer) == {"nodeScore", "errorMessage"} and answer["errorMessage"] == ""
-    assert answer["nodeScore"] == {"node-c": 20.0, "node-a": 83.333, "node-d": 50.0, "node-b": 100.0}
+    assert answer["nodeScore"] == {"node-c": 20.0, "node-a": 92.0, "node-d": 50.0, "node-b": 100.0}
     code, text = call(server, "/volcano/prioritize", {"task": {"Pod": pod(ASK)}, "nodes": [{"State": {}}]})
     assert code == 400 and "nodes[0] has no Name" in text
 
@@ -196,6 +196,6 @@ def test_a_node_is_scored_from_its_predicted_gpus_but_an_unknown_gpu_keeps_it_fr
     client.on_job_event(JobEvent(ts=T0, kind="started", job_id="solo", job_type="GAN", gpu_uuid="GPU-c2", host="node-c"))
     scorer = Scorer(client)
     scores = {s.node: (s.score, s.basis, s.gpu) for s in scorer.score_nodes(LM, ["node-c", "node-a"])}
-    assert scores == {"node-c": (2, "predicted", "GPU-c1"), "node-a": (8, "predicted", "GPU-a2")}
+    assert scores == {"node-c": (2, "predicted", "GPU-c1"), "node-a": (9, "predicted", "GPU-a2")}
     limited = pod({**ASK, "aip.io/max-slowdown-pct": "50"})
     assert scorer.filter_nodes(limited, ["node-c"]) == (["node-c"], {})  # GPU-c2 (one job, no prediction) may fit
