@@ -312,8 +312,7 @@ class Scorer:
     slowdown it causes to the jobs there, 0 on a GPU known to be idle. A node's score
     is that of its best GPU among those with a usable prediction; a node with none
     (its GPUs unknown, running one job, or changed since their last prediction) scores
-    ``neutral_score``. Filtering is stricter about evidence: a node fails only when every
-    GPU of it has a prediction above the pod's limit.
+    ``neutral_score`` and passes every filter.
     """
 
     def __init__(
@@ -376,9 +375,10 @@ class Scorer:
     def filter_nodes(self, pod: Any, nodes: Sequence[str], verb: str = "filter") -> tuple[list[str], dict[str, str]]:
         """(nodes that pass, {failed node: reason}); only ``aip.io/max-slowdown-pct`` fails a node.
 
-        A node fails when every GPU of it has a usable prediction and on each the newcomer's
-        predicted slowdown or the slowdown it causes (``existing_pct``, summed over the jobs
-        there: an upper bound of the worst) exceeds the limit. Unknown nodes and GPUs pass.
+        A node fails when on its best GPU (the same GPUs as the score: those with a usable
+        prediction) the newcomer's predicted slowdown or the slowdown it causes
+        (``existing_pct``, summed over the jobs there: an upper bound of the worst) exceeds
+        the limit. A node without predictions passes.
         """
         ask = PodAsk.of(pod)
         job_type = self._usable_job_type(ask, verb)
@@ -393,7 +393,7 @@ class Scorer:
             entries = self._gpu_entries(job_type, gpus)
             if not entries:
                 self.metrics.nodes_without_predictions.labels(verb).inc()
-            if not entries or len(entries) < len(gpus) or any(max(n, e) <= limit for _, (n, e) in entries):
+            if not entries or any(max(n, e) <= limit for _, (n, e) in entries):
                 passed.append(node)
                 continue
             gpu, (newcomer, existing) = min(entries, key=lambda e: max(e[1]))

@@ -190,7 +190,7 @@ def test_score_healthz_metrics_and_unknown_paths(server: ExtenderServer) -> None
     assert metric(server, "aip_extender_request_duration_seconds_count", verb="score") == 3
 
 
-def test_a_node_is_scored_from_its_predicted_gpus_but_an_unknown_gpu_keeps_it_from_failing() -> None:
+def test_a_node_is_scored_and_filtered_from_its_predicted_gpus() -> None:
     client = SchedulerClient(clock=lambda: T0 + 5, history_complete=True)
     feed(client)
     client.on_job_event(JobEvent(ts=T0, kind="started", job_id="solo", job_type="GAN", gpu_uuid="GPU-c2", host="node-c"))
@@ -198,4 +198,5 @@ def test_a_node_is_scored_from_its_predicted_gpus_but_an_unknown_gpu_keeps_it_fr
     scores = {s.node: (s.score, s.basis, s.gpu) for s in scorer.score_nodes(LM, ["node-c", "node-a"])}
     assert scores == {"node-c": (2, "predicted", "GPU-c1"), "node-a": (9, "predicted", "GPU-a2")}
     limited = pod({**ASK, "aip.io/max-slowdown-pct": "50"})
-    assert scorer.filter_nodes(limited, ["node-c"]) == (["node-c"], {})  # GPU-c2 (one job, no prediction) may fit
+    passed, failed = scorer.filter_nodes(limited, ["node-c"])  # GPU-c2 (one job, no prediction) does not count
+    assert passed == [] and "GPU-c1" in failed["node-c"]
