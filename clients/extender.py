@@ -398,7 +398,7 @@ class Scorer:
                 continue
             gpu, (newcomer, existing) = min(entries, key=lambda e: max(e[1]))
             failed[node] = (
-                f"aip: {job_type} would exceed {MAX_SLOWDOWN_ANNOTATION}={limit:g} on every GPU "
+                f"aip: {job_type} would exceed {MAX_SLOWDOWN_ANNOTATION}={limit:g} on every GPU with a prediction "
                 f"(best {gpu}: newcomer {newcomer:.1f} %, jobs there {existing:.1f} %)"
             )
             self.metrics.nodes_failed.labels(verb).inc()
