@@ -127,7 +127,7 @@ class Config:
     heavy_stride: int = 12
     """Each heavy online learner (KNN, Hoeffding tree, AMF) x mode x category learns every ``heavy_stride``-th
     observation, staggered so that about two heavy updates happen per observation."""
-    score_batch_every: int = 128
+    score_batch_every: int = 256
     """Observations scored by the batch candidates in one vectorised pass (and at every refit and save)."""
     max_pct: float = 1000.0
     """Predictions are bounded to ``[-100, max_pct]``; bounded ones are counted."""
@@ -142,7 +142,9 @@ class Config:
     more distinct feature rows than that (observed mode); every row is still scored out of fold.  None: no cap."""
     final_fits: int | None = 3
     """Per mode x category, the refit fits on all rows the ``final_fits`` batch models with the smallest CV
-    error: they are the batch candidates until the next refit.  None: every batch model."""
+    error: they are the batch candidates until the next refit (up to 12 per mode).  None: every batch model.
+    CV error only decides which models are fitted, not which is served.  Measured on 10,000 observations:
+    3 instead of 1 made the refit 4.2 -> 5.9 s (median of 3 alternating runs, 2 workers)."""
     history: int = 10_000
     folds: int = 3
     workers: int | None = None

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from events import Alert, Leaderboard, Observation, Prediction, WhatIf, to_dict
-from models.api import EnvironmentModels
+from models.api import Config, EnvironmentModels
 from streams.dedupe import SeenSet
 from streams.hysteresis import AlertStates
 
@@ -53,12 +53,14 @@ class Stage2:
         clear_pct: float = 35.0,
         *,
         state_dir: str | Path | None = None,
-        models_factory: Callable[[str], EnvironmentModels] = EnvironmentModels,
+        models_factory: Callable[[str], EnvironmentModels] | None = None,
         clock: Callable[[], float] = time.time,
         dedupe_capacity: int = 200_000,
+        max_pct: float = Config.max_pct,
     ) -> None:
         self.models: dict[str, EnvironmentModels] = {}
-        self.models_factory = models_factory
+        self.max_pct = max_pct
+        self.models_factory = models_factory or (lambda env: EnvironmentModels(env, config=Config(max_pct=max_pct)))
         self.state_dir = Path(state_dir) if state_dir else None
         self.clock = clock
         self.seen = SeenSet(dedupe_capacity)
@@ -78,7 +80,11 @@ class Stage2:
     def models_for(self, environment: str) -> EnvironmentModels:
         m = self.models.get(environment)
         if m is None:
-            m = self._load(environment) or self.models_factory(environment)
+            m = self._load(environment)
+            if m is not None:
+                m.config.max_pct = self.max_pct  # the setting in force, also for models saved under another
+            else:
+                m = self.models_factory(environment)
             self.models[environment] = m
         return m
 

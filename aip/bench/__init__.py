@@ -26,9 +26,12 @@ class Progress:
             print(f"[bench {self.part} {time.monotonic() - self.t0:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-def run_part(part: str, quick: bool, progress: bool = True) -> dict[str, Any]:
+def run_part(part: str, quick: bool, progress: bool = True, plot_dir: str | None = None) -> dict[str, Any]:
+    """Run one part; ``plot_dir`` goes to the parts that draw (their ``run`` takes it)."""
     import importlib
+    import inspect
 
     module = importlib.import_module(f"aip.bench.{part}")
-    result: dict[str, Any] = module.run(quick=quick, progress=Progress(part, progress))
+    extra = {"plot_dir": plot_dir} if plot_dir and "plot_dir" in inspect.signature(module.run).parameters else {}
+    result: dict[str, Any] = module.run(quick=quick, progress=Progress(part, progress), **extra)
     return result

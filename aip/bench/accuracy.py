@@ -31,6 +31,45 @@ from aip.bench.truth import Truth, percentile
 MODES = ("observed", "placement")
 
 
+def pairs(predictions: Iterable[Any], truth: Truth, *, window_s: float, since_ts: float) -> list[tuple[str, str, float, float]]:
+    """(mode, regime, true %, predicted %) of every prediction of the second half that the truth covers."""
+    out = []
+    for p in predictions:
+        if p.window_end is None or p.window_end < since_ts:
+            continue
+        t = truth.interference_pct(p.job_id, p.window_end - window_s, p.window_end)
+        if t is not None:
+            out.append((p.mode, p.regime or "seen", t, p.interference_pct))
+    return out
+
+
+def plot(points: Sequence[tuple[str, str, float, float]], path: Any) -> None:
+    """Predicted against true slowdown, one panel per mode, coloured by regime."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5), sharex=True, sharey=True)
+    top = max([max(t, p) for _, _, t, p in points] + [10.0])
+    for ax, mode in zip(axes, MODES, strict=True):
+        for regime, colour in (("seen", "tab:blue"), ("new", "tab:orange")):
+            xs = [t for m, g, t, _ in points if m == mode and g == regime]
+            ys = [p for m, g, _, p in points if m == mode and g == regime]
+            if xs:
+                mae = statistics.mean(abs(x - y) for x, y in zip(xs, ys, strict=True))
+                ax.scatter(xs, ys, s=6, alpha=0.5, color=colour, label=f"{regime}: {len(xs)} predictions, MAE {mae:.2f}")
+        ax.plot([-5, top], [-5, top], color="grey", lw=0.8)
+        ax.set_title(f"{mode} mode")
+        ax.set_xlabel("true slowdown of the job in its window (%)")
+        ax.legend(loc="upper left", fontsize=8)
+    axes[0].set_ylabel("published prediction (%)")
+    fig.suptitle("Live predictions against the simulator's truth (second half of the run)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def summarize(
     predictions: Iterable[Any],
     observations: Iterable[Any],
@@ -115,7 +154,7 @@ def _read_all(settings: Any, topic: str, idle_s: float = 3.0) -> list[Any]:
     return records
 
 
-def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+def run(quick: bool, progress: Callable[[str], None], plot_dir: str | None = None) -> dict[str, Any]:
     from aip.broker import EmbeddedBroker, free_port
     from aip.faults.worker import WorkerProcess, wait_until
     from config import Settings
@@ -159,6 +198,14 @@ def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
         window_s=settings.window_s, since_ts=sim.start_ts + sim.duration_s / 2, max_pct=Config().max_pct,
     )  # fmt: skip
     result["floors_met"] = floors(result)
+    if plot_dir:
+        from pathlib import Path
+
+        path = Path(plot_dir) / "accuracy.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        since = sim.start_ts + sim.duration_s / 2
+        plot(pairs(predictions, truth, window_s=settings.window_s, since_ts=since), path)
+        result["plot"] = str(path)
     result["config"] = {"gpus": gpus, "seed": seed, "speedup": speedup, "wall_s": wall_s, "sim_s": sim.duration_s}
     return {"accuracy": result}
 

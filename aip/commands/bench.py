@@ -16,6 +16,7 @@ def register(sub: Any) -> None:
     p.add_argument("part", nargs="?", default="all", choices=(*PARTS, "all"), help="which part (default all)")
     p.add_argument("--quick", action="store_true", help="about a minute per part")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.add_argument("--plot-dir", metavar="DIR", help="parts that draw (accuracy) write their PNG here")
     p.set_defaults(func=run)
 
 
@@ -24,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {"quick": args.quick, "machine": f"{platform.machine()} {platform.processor() or ''}".strip()}
     t0 = time.monotonic()
     for part in parts:
-        result.update(run_part(part, args.quick))
+        result.update(run_part(part, args.quick, plot_dir=args.plot_dir))
     result["bench_seconds"] = round(time.monotonic() - t0, 1)
     if args.json:
         print(json.dumps(result))

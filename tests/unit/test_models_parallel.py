@@ -70,10 +70,10 @@ def test_refit_on_the_pool_selects_and_fits_as_in_process() -> None:
     one = run_refit(samples, Config(workers=1, batch_models=models), 0)
     two = run_refit(samples, Config(workers=2, pool_min_rows=0, batch_models=models), 0)
     assert two.pool_fallbacks == 0 and one.scores == two.scores
-    assert {k: v[0] for k, v in one.selected.items()} == {k: v[0] for k, v in two.selected.items()}
+    assert one.fitted.keys() == two.fitted.keys()
     x = samples[0].features("observed", "all")
-    for key, (_, model) in one.selected.items():
-        assert two.selected[key][1].predict_one(x) == pytest.approx(model.predict_one(x), rel=1e-9)
+    for key, model in one.fitted.items():
+        assert two.fitted[key].predict_one(x) == pytest.approx(model.predict_one(x), rel=1e-9)
 
 
 @pytest.mark.parametrize("fn", [_die_in_worker, _stuck_in_worker])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 
@@ -284,6 +285,27 @@ def test_stage2_dedupes_predicts_and_alerts() -> None:
     assert all(x != y for x, y in itertools.pairwise(states))  # alternates: no repeats
     assert outs[0].leaderboard is not None and stage.leaderboards["v100"].observations >= 1
     assert stage.latest["GPU-A"]["j1"].keys() == {"observed", "placement"}
+
+
+def test_stage2_predictions_say_their_regime_and_stay_in_range(tmp_path) -> None:
+    stage = Stage2(clock=lambda: BASE, max_pct=20.0, state_dir=tmp_path)
+    outs = [stage.on_observation(o) for o in observations()]
+    preds = [p for out in outs for p in out.predictions]
+    assert {p.regime for p in preds} == {"seen"}  # one job set, measured from the first observation on
+    last = observations()[-1]
+    newcomer = dataclasses.replace(
+        last, job_id="j-new", job_type="gan", window_start=last.window_start + 100, window_end=last.window_end + 100
+    )
+    fresh = stage.on_observation(newcomer).predictions
+    assert fresh and {p.regime for p in fresh} == {"new"}  # this job next to these co-runners: never measured
+    preds += fresh
+    assert all(-100.0 <= p.interference_pct <= 20.0 for p in preds)
+    assert all(-100.0 <= w.newcomer_pct <= 20.0 for p in preds for w in p.what_if)
+    assert stage.counters["predictions_clipped"] > 0  # measured slowdowns go above 20 %
+    assert stage.counters["predictions_seen"] + stage.counters["predictions_new"] == len(preds)
+    stage.save()
+    again = Stage2(state_dir=tmp_path, max_pct=500.0)  # the setting in force wins over the saved one
+    assert again.models_for("v100").config.max_pct == 500.0
 
 
 def test_stage2_without_persistence_still_runs(tmp_path) -> None:
