@@ -82,6 +82,9 @@ class Settings:
     )
     alert_threshold_pct: float = _setting(50.0, "raise an alert when interference reaches this")
     alert_clear_pct: float = _setting(35.0, "clear it when interference falls below this")
+    prediction_max_pct: float = _setting(
+        1000.0, "predictions are bounded to [-100, this]; bounded ones are counted (stage2 kind predictions_clipped)"
+    )
     state_dir: str = _setting("", "worker state: models and profiles (default: ~/.cache/aip/state)")
     group_instance_id: str = _setting(
         "",
@@ -104,7 +107,6 @@ class Settings:
         250.0, "extender: a predicted cost (newcomer + existing slowdown) of this many percent or more scores 0 (of 10)"
     )
     extender_neutral_score: int = _setting(5, "extender: score (0-10) of a node without predictions or a pod without a job type")
-
 
     # ------------------------------------------------------------------
     @classmethod
@@ -140,6 +142,8 @@ class Settings:
             raise SettingsError("broker (AIP_BROKER): no address given; use host:port")
         if self.alert_clear_pct > self.alert_threshold_pct:
             raise SettingsError("alert_clear_pct must not exceed alert_threshold_pct")
+        if not self.prediction_max_pct > 0:
+            raise SettingsError("prediction_max_pct must be positive (a slowdown in %, e.g. 1000)")
         if self.window_s <= 0 or self.lateness_s < 0:
             raise SettingsError("window_s must be positive and lateness_s non-negative")
 
