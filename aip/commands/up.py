@@ -136,12 +136,10 @@ def _start_broker(workdir: Path) -> Any:
             raise CliError(str(exc), code=1) from None
 
 
-def _say_broker(address: str, *, embedded: bool) -> None:
+def _say_broker(address: str) -> None:
     from config import EMBEDDED_HOST, EMBEDDED_PORT
 
-    if not embedded:
-        where = "given"
-    elif address == f"{EMBEDDED_HOST}:{EMBEDDED_PORT}":
+    if address == f"{EMBEDDED_HOST}:{EMBEDDED_PORT}":
         where = "embedded; other commands find it by default, e.g. `aip tail interference.predictions` in another shell"
     else:
         where = f"embedded; {EMBEDDED_PORT} was taken, so in other shells pass --broker {address} or set AIP_BROKER={address}"
@@ -163,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.broker and not os.environ.get("AIP_BROKER"):
         broker = _start_broker(workdir)
         settings = settings.replace(broker=broker.address)
-    _say_broker(settings.broker, embedded=broker is not None)
+        _say_broker(settings.broker)
     topics = Topics(settings.topic_prefix)
     worker = external = None
     stop = threading.Event()
