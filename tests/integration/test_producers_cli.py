@@ -30,8 +30,9 @@ def aip(settings, *argv: str, timeout: int = 60) -> subprocess.CompletedProcess:
 def test_produce_sim_publishes_metrics_and_the_whole_lifecycle(settings, tmp_path) -> None:
     truth = tmp_path / "truth.jsonl"
     proc = aip(
-        settings, "produce", "sim", "--gpus", "3", "--fast", "--duration", "400", "--seed", "2", "--ground-truth", str(truth)
-    )
+        settings, "produce", "sim", "--gpus", "3", "--gpus-per-host", "2", "--fast", "--duration", "400", "--seed", "2",
+        "--ground-truth", str(truth),
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["left_in_spool"] == 0 and summary["sent"] == summary["gpu.metrics"] + summary["jobs.lifecycle"]
@@ -42,6 +43,8 @@ def test_produce_sim_publishes_metrics_and_the_whole_lifecycle(settings, tmp_pat
     gpus = {i.record.gpu_uuid for i in items if i.topic.endswith("gpu.metrics")}
     kinds = Counter(i.record.kind for i in items if i.topic.endswith("jobs.lifecycle"))
     assert len(gpus) == 3 and kinds["started"] and kinds["progress"] and kinds["finished"]
+    hosts = {i.record.host for i in items}
+    assert summary["hosts"] == 2 and hosts == {"sim2-host00", "sim2-host01"}  # 3 GPUs, 2 per host
     rows = [json.loads(x) for x in truth.read_text().splitlines()]
     assert rows and {r["gpu_uuid"] for r in rows} <= gpus
 
