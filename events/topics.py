@@ -18,7 +18,10 @@ ALERTS = "interference.alerts"
 LEADERBOARD = "models.leaderboard"
 DEADLETTER = "aip.deadletter"
 PROFILES = "interference.profiles"
-COMPACTED = (PROFILES,)
+STAGE1_CHANGELOG = "aip.stage1.changelog"
+INTERNAL = (STAGE1_CHANGELOG,)
+"""Topics the workers keep their own state in (no record class: not for other readers)."""
+COMPACTED = (PROFILES, STAGE1_CHANGELOG)
 """Topics whose records are the latest value per key (``cleanup.policy=compact``)."""
 
 RECORD_OF: dict[str, type] = {
@@ -78,8 +81,15 @@ class Topics:
     def profiles(self) -> str:
         return self.prefix + PROFILES
 
+    @property
+    def stage1_changelog(self) -> str:
+        return self.prefix + STAGE1_CHANGELOG
+
     def all(self) -> tuple[str, ...]:
         return tuple(self.prefix + name for name in ALL)
+
+    def internal(self) -> tuple[str, ...]:
+        return tuple(self.prefix + name for name in INTERNAL)
 
     def name(self, base: str) -> str:
         """Full name of a base topic name; a name that already has the prefix is kept."""

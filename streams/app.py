@@ -24,12 +24,14 @@ from faust.types import TP
 from config import Settings
 from events import JobEvent, MetricSample, Observation, RecordError, SoloProfile, Topics, decode, encode
 from events.topics import LIFECYCLE, METRICS
+from streams import changelog
 from streams.deadletters import dead_letter
 from streams.metrics import StreamMetrics, dead_letter_reason
 from streams.profiles import LOCAL
 from streams.readers import PartitionReader, TopicFollower
 from streams.stage1 import LateEvent, Stage1
 from streams.stage2 import Stage2
+from streams.windows import GpuState
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +173,7 @@ class Streams:
         self.inputs = app.topic(t.metrics, t.lifecycle, key_serializer="raw", value_serializer="raw")
         self.observations = app.topic(t.observations, key_serializer="raw", value_serializer="raw")
         self.profiles_topic = app.topic(t.profiles, key_serializer="raw", value_serializer="raw")
+        self.changelog_topic = app.topic(t.stage1_changelog, key_serializer="raw", value_serializer="raw")
         self.out = {
             name: app.topic(getattr(t, name), key_serializer="raw", value_serializer="raw")
             for name in ("predictions", "alerts", "leaderboard", "deadletter")
@@ -202,6 +205,12 @@ class Streams:
         self._tps: dict[tuple[str, int], tuple[TP, str]] = {}  # (base topic, partition) -> (TP, positions key)
         self._bases: dict[str, str] = {}  # full topic name -> base name
         self.checkpoints = 0
+        self._touched: set[str] = set()  # GPUs whose state changed since the last changelog write
+        self._logged_positions: dict[int, dict[str, int]] = {}  # input positions last written to the changelog
+        self._restoring: dict[int, asyncio.Future[int]] = {}  # input partitions whose state is being read
+        self._ready: set[int] = set()  # input partitions whose changelog was read since they were assigned here
+        self.changelog_enabled = False  # set when the worker starts (unit tests drive stage 1 without a broker)
+        self.writer_id = f"{group_instance_id(settings) or socket.gethostname()}-{os.getpid()}"
         self._refit_futures: set[asyncio.Future[None]] = set()
         self._register(stage2)
 
@@ -285,15 +294,91 @@ class Streams:
         return self.follower
 
     def on_commit_initiated(self) -> None:
-        """Before faust commits offsets (our timers, a rebalance, a clean stop): save the state they cover."""
+        """Before faust commits offsets (our timers, a rebalance, a clean stop): save the state they cover
+        (the changelog and profiles are flushed by faust before the offsets are committed)."""
         self.publish_profiles()
         self.checkpoint()
         if not self._own_commit:  # a commit of every topic: observations too
             self.stage2.save()
+        self.publish_changelog()
 
     async def commit(self, topics: set[str]) -> bool:
         """Commit the acked offsets of ``topics`` (the state they cover was just saved by the caller)."""
         self._own_commit = True
+    # -------------------------------------------------------- stage-1 changelog
+    def publish_changelog(self) -> int:
+        """Write the GPUs touched since the last call, then each owned partition's input positions, to the
+        changelog partition of their input partition (see :mod:`streams.changelog`); return the records sent."""
+        sent = 0
+        partitions: set[int] = set()
+        for gpu in self._touched:
+            partition = self.gpu_partition.get(gpu)
+            st = self.stage1.gpus.get(gpu)
+            if partition is None or st is None:
+                continue
+            key, value = changelog.gpu_record(gpu, st.to_dict())
+            self.changelog_topic.send_soon(key=key, value=value, partition=partition)
+            partitions.add(partition)
+            sent += 1
+        self._touched.clear()
+        for partition in sorted(partitions | self._assigned):
+            mine = {k: v for k, v in self.positions.items() if int(k.rpartition(":")[2]) == partition}
+            if mine and mine != self._logged_positions.get(partition):
+                key, value = changelog.positions_record(mine, self.stage1.window_s, self.writer_id)
+                self.changelog_topic.send_soon(key=key, value=value, partition=partition)
+                self._logged_positions[partition] = mine
+                sent += 1
+        self.metrics.published["stage1_changelog"] += sent
+        return sent
+
+    async def restore_partition(self, partition: int) -> int:
+        """Continue input partition ``partition``'s GPUs from the changelog when it is beyond this worker's own
+        state of them (a partition another worker had); return the GPUs restored."""
+        loop = asyncio.get_running_loop()
+        try:
+            state = await loop.run_in_executor(
+                None, changelog.read_partition, self.settings, self.topics.stage1_changelog, partition, self.writer_id
+            )
+        except Exception as exc:  # the partition's GPUs then start afresh, as before the changelog
+            log.warning("could not read the stage-1 changelog of partition %d: %s", partition, exc)
+            self.stage1.counters["changelog_restore_failed"] += 1
+            return 0
+        finally:
+            self._restoring.pop(partition, None)
+            self._ready.add(partition)
+        local = {k: v for k, v in self.positions.items() if int(k.rpartition(":")[2]) == partition}
+        if not state.newer_than(local) or state.window_s != self.stage1.window_s:
+            log.warning("stage 1 keeps its own state of partition %d (changelog %s, own %s)", partition, state.positions, local)
+            return 0
+        stale = [g for g, p in self.gpu_partition.items() if p == partition]
+        self.stage1.forget(stale)
+        for g in stale:
+            del self.gpu_partition[g]
+        for gpu, data in state.gpus.items():
+            self.stage1.gpus[gpu] = GpuState.from_dict(data)
+            self.gpu_partition[gpu] = partition
+        self.positions.update(state.positions)
+        self.replay_until.update(state.positions)
+        self._logged_positions[partition] = dict(state.positions)
+        self.stage1.counters["changelog_restored_gpus"] += len(state.gpus)
+        log.warning(
+            "stage 1 continues %d GPUs of partition %d from the changelog (positions %s)",
+            *(len(state.gpus), partition, state.positions),
+        )
+        return len(state.gpus)
+
+    def _restore_task(self, partition: int) -> asyncio.Future[int]:
+        future = self._restoring.get(partition)
+        if future is None:
+            future = self._restoring[partition] = asyncio.ensure_future(self.restore_partition(partition))
+        return future
+
+    async def restored(self, partitions: Iterable[int]) -> None:
+        """Read the changelog of these input partitions where not done since they were assigned here: no event of
+        a partition is applied before (faust may hand over events before its assignment signal)."""
+        for p in sorted(set(partitions) - self._ready):
+            await asyncio.shield(self._restore_task(p))
+
         try:
             return bool(await self.app.consumer.commit(topics))
         finally:
@@ -320,6 +405,9 @@ class Streams:
         self._assigned = mine
         if not lost:
             return
+        for p in sorted(mine - self._assigned) if self.changelog_enabled else ():
+            self._restore_task(p)  # start reading its changelog now; stage 1 waits for it before the first event
+        self._ready -= lost
         gone = [g for g, p in self.gpu_partition.items() if p in lost]
         if gone:
             log.info("forgetting %d GPUs of partitions %s, now assigned elsewhere", len(gone), sorted(lost))
@@ -332,6 +420,8 @@ class Streams:
 
     def lifecycle_pending(self, partition: int) -> bool:
         """Whether the lifecycle partition ``partition`` has records stage 1 has not applied yet.
+        for p in lost:
+            self._logged_positions.pop(p, None)
 
         A GPU's samples and lifecycle events share a key (gpu_uuid), so they sit in
         partitions of the same number.  While that lifecycle partition is behind (fetched
@@ -413,10 +503,12 @@ class Streams:
                 return self.stage1.on_metric(sample, self.lifecycle_pending(m.partition)), None
             if base == LIFECYCLE:
                 job = decode(JobEvent, event.value)
+                self._touched.add(sample.gpu_uuid)
                 self.gpu_partition[job.gpu_uuid] = m.partition
                 return self.stage1.on_job(job, self.lifecycle_pending(m.partition)), None
             return [], f"unexpected topic {event.message.topic}"
         except RecordError as exc:
+                self._touched.add(job.gpu_uuid)
             return [], f"invalid {base} record: {exc}"
         except LateEvent as exc:
             if replay:
@@ -448,7 +540,8 @@ class Streams:
             stage2 = app.agent(self.observations, name="stage2")(stage2)
 
         @app.task
-        async def profiles() -> None:
+        async def shared_state() -> None:
+            self.changelog_enabled = True
             self.follow_profiles()
 
         @app.timer(s.checkpoint_interval_s)
@@ -487,6 +580,8 @@ class Streams:
         obs, error = self.handle_input(event)
         if error is not None:
             await self.send_dead_letter(event, error, "stage1")
+        if self.changelog_enabled and event.message.partition not in self._ready:
+            await self.restored([event.message.partition])
         elif obs:
             for o in obs:
                 self.emit_observation(o)
@@ -497,6 +592,9 @@ class Streams:
         for event in batch:
             obs, error = self.handle_input(event)
             if error is not None:
+        if self.changelog_enabled:
+            batch = list(batch)
+            await self.restored(e.message.partition for e in batch)
                 await self.send_dead_letter(event, error, "stage1")
             elif obs:
                 observations.extend(obs)

@@ -456,7 +456,8 @@ def ensure_topics(settings: Settings, names: Iterable[str], partitions: int | No
 
 
 def ensure_project_topics(settings: Settings) -> list[str]:
-    return ensure_topics(settings, Topics(settings.topic_prefix).all())
+    topics = Topics(settings.topic_prefix)
+    return ensure_topics(settings, topics.all() + topics.internal())
 
 
 class RecordProducer:

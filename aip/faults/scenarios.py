@@ -1011,14 +1011,18 @@ def rebalance(
             "labelled_observations": labelled,
             "learned_final": learned,
             "rebuilds": sum(int(w.counter("aip_stream_stage_events_total", stage="stage2", kind="rebuilds")) for w in remaining),
+            "changelog_restored_gpus": sum(
+                int(w.counter("aip_stream_stage_events_total", stage="stage1", kind="changelog_restored_gpus")) for w in remaining
+            ),
             "profiles_agree": agree,
             "solo_profiles": len(_profiles(remaining[0]) or {}),
+            "missing_examples": sorted(missing)[:5],
         }
         progress(str(result))
         _attach(result)
         check(agree, "the remaining workers' solo profiles differ")
         check(learned == labelled, f"the stage-2 worker learned {learned} of {labelled} labelled observations")
-        check(not missing, f"{len(missing)} of {len(expected)} windows without an observation")
+        check(not missing, f"{len(missing)} of {len(expected)} windows without an observation, e.g. {sorted(missing)[:3]}")
         return result
     finally:
         obs.close()
