@@ -202,15 +202,15 @@ class Streams:
         self._refitting: set[str] = set()
         self._own_commit = False
         self._assigned: set[int] = set()  # input partitions assigned to this process
-        self._tps: dict[tuple[str, int], tuple[TP, str]] = {}  # (base topic, partition) -> (TP, positions key)
-        self._bases: dict[str, str] = {}  # full topic name -> base name
-        self.checkpoints = 0
         self._touched: set[str] = set()  # GPUs whose state changed since the last changelog write
         self._logged_positions: dict[int, dict[str, int]] = {}  # input positions last written to the changelog
         self._restoring: dict[int, asyncio.Future[int]] = {}  # input partitions whose state is being read
         self._ready: set[int] = set()  # input partitions whose changelog was read since they were assigned here
         self.changelog_enabled = False  # set when the worker starts (unit tests drive stage 1 without a broker)
         self.writer_id = f"{group_instance_id(settings) or socket.gethostname()}-{os.getpid()}"
+        self._tps: dict[tuple[str, int], tuple[TP, str]] = {}  # (base topic, partition) -> (TP, positions key)
+        self._bases: dict[str, str] = {}  # full topic name -> base name
+        self.checkpoints = 0
         self._refit_futures: set[asyncio.Future[None]] = set()
         self._register(stage2)
 
@@ -297,14 +297,11 @@ class Streams:
         """Before faust commits offsets (our timers, a rebalance, a clean stop): save the state they cover
         (the changelog and profiles are flushed by faust before the offsets are committed)."""
         self.publish_profiles()
+        self.publish_changelog()
         self.checkpoint()
         if not self._own_commit:  # a commit of every topic: observations too
             self.stage2.save()
-        self.publish_changelog()
 
-    async def commit(self, topics: set[str]) -> bool:
-        """Commit the acked offsets of ``topics`` (the state they cover was just saved by the caller)."""
-        self._own_commit = True
     # -------------------------------------------------------- stage-1 changelog
     def publish_changelog(self) -> int:
         """Write the GPUs touched since the last call, then each owned partition's input positions, to the
@@ -379,6 +376,9 @@ class Streams:
         for p in sorted(set(partitions) - self._ready):
             await asyncio.shield(self._restore_task(p))
 
+    async def commit(self, topics: set[str]) -> bool:
+        """Commit the acked offsets of ``topics`` (the state they cover was just saved by the caller)."""
+        self._own_commit = True
         try:
             return bool(await self.app.consumer.commit(topics))
         finally:
@@ -402,12 +402,12 @@ class Streams:
         inputs = {self.topics.metrics, self.topics.lifecycle}
         mine = {tp.partition for tp in assigned if tp.topic in inputs}
         lost = self._assigned - mine
-        self._assigned = mine
-        if not lost:
-            return
         for p in sorted(mine - self._assigned) if self.changelog_enabled else ():
             self._restore_task(p)  # start reading its changelog now; stage 1 waits for it before the first event
         self._ready -= lost
+        self._assigned = mine
+        if not lost:
+            return
         gone = [g for g, p in self.gpu_partition.items() if p in lost]
         if gone:
             log.info("forgetting %d GPUs of partitions %s, now assigned elsewhere", len(gone), sorted(lost))
@@ -417,11 +417,11 @@ class Streams:
         for key in [k for k in self.positions if int(k.rpartition(":")[2]) in lost]:
             del self.positions[key]
             self.replay_until.pop(key, None)
+        for p in lost:
+            self._logged_positions.pop(p, None)
 
     def lifecycle_pending(self, partition: int) -> bool:
         """Whether the lifecycle partition ``partition`` has records stage 1 has not applied yet.
-        for p in lost:
-            self._logged_positions.pop(p, None)
 
         A GPU's samples and lifecycle events share a key (gpu_uuid), so they sit in
         partitions of the same number.  While that lifecycle partition is behind (fetched
@@ -500,15 +500,15 @@ class Streams:
             if base == METRICS:
                 sample = decode(MetricSample, event.value)
                 self.gpu_partition[sample.gpu_uuid] = m.partition
+                self._touched.add(sample.gpu_uuid)
                 return self.stage1.on_metric(sample, self.lifecycle_pending(m.partition)), None
             if base == LIFECYCLE:
                 job = decode(JobEvent, event.value)
-                self._touched.add(sample.gpu_uuid)
                 self.gpu_partition[job.gpu_uuid] = m.partition
+                self._touched.add(job.gpu_uuid)
                 return self.stage1.on_job(job, self.lifecycle_pending(m.partition)), None
             return [], f"unexpected topic {event.message.topic}"
         except RecordError as exc:
-                self._touched.add(job.gpu_uuid)
             return [], f"invalid {base} record: {exc}"
         except LateEvent as exc:
             if replay:
@@ -577,11 +577,11 @@ class Streams:
 
     async def stage1_event(self, event: Any) -> None:
         """Stage 1 for one event (``stage1_batch`` 1)."""
+        if self.changelog_enabled and event.message.partition not in self._ready:
+            await self.restored([event.message.partition])
         obs, error = self.handle_input(event)
         if error is not None:
             await self.send_dead_letter(event, error, "stage1")
-        if self.changelog_enabled and event.message.partition not in self._ready:
-            await self.restored([event.message.partition])
         elif obs:
             for o in obs:
                 self.emit_observation(o)
@@ -589,12 +589,12 @@ class Streams:
 
     async def stage1_batch(self, batch: Iterable[Any]) -> None:
         observations: list[Observation] = []
-        for event in batch:
-            obs, error = self.handle_input(event)
-            if error is not None:
         if self.changelog_enabled:
             batch = list(batch)
             await self.restored(e.message.partition for e in batch)
+        for event in batch:
+            obs, error = self.handle_input(event)
+            if error is not None:
                 await self.send_dead_letter(event, error, "stage1")
             elif obs:
                 observations.extend(obs)
