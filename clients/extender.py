@@ -495,8 +495,9 @@ def _handler(api: Api) -> type[BaseHTTPRequestHandler]:
     metrics = api.scorer.metrics
 
     class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+        protocol_version = "HTTP/1.1"  # keep-alive, as kube-scheduler's Go client uses it
         server_version = "aip-extender"
+        _consumed = False
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s " + format, self.address_string(), *args)
@@ -509,6 +510,7 @@ def _handler(api: Api) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self, method: str) -> None:
             t0 = time.perf_counter()
+            self._consumed = False
             url = urlsplit(self.path)
             path = url.path.rstrip("/") or "/"
             verb = VERBS.get((method, path))
@@ -541,6 +543,8 @@ def _handler(api: Api) -> type[BaseHTTPRequestHandler]:
                 log.exception("extender: %s %s failed", method, path)
                 code = 500
                 self._send(500, f"internal error: {type(exc).__name__}: {exc}\n".encode(), "text/plain; charset=utf-8")
+            if code != 200 and method == "POST" and not self._consumed:
+                self.close_connection = True  # an unread body would be taken for the next request
             label = verb or "other"
             metrics.requests.labels(label, str(code)).inc()
             metrics.latency.labels(label).observe(time.perf_counter() - t0)
@@ -553,10 +557,13 @@ def _handler(api: Api) -> type[BaseHTTPRequestHandler]:
             if length > MAX_BODY_BYTES:
                 self.close_connection = True
                 raise HttpError(413, f"the body is {length} bytes; at most {MAX_BODY_BYTES} are read")
+            self._consumed = True
             return self.rfile.read(length)
 
         def _send(self, code: int, data: bytes, content_type: str) -> None:
             self.send_response(code)
+            if code != 200 and self.command == "POST" and not self._consumed:
+                self.send_header("Connection", "close")
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()

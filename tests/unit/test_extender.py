@@ -200,3 +200,19 @@ def test_a_node_is_scored_and_filtered_from_its_predicted_gpus() -> None:
     limited = pod({**ASK, "aip.io/max-slowdown-pct": "50"})
     passed, failed = scorer.filter_nodes(limited, ["node-c"])  # GPU-c2 (one job, no prediction) does not count
     assert passed == [] and "GPU-c1" in failed["node-c"]
+
+
+def test_keep_alive_survives_a_refused_request_with_a_body(server: ExtenderServer) -> None:
+    import http.client
+
+    host, port = server.address
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        conn.request("POST", "/bind", body=json.dumps(kube_args(pod(ASK), NODES)), headers={"Content-Type": "application/json"})
+        first = conn.getresponse()
+        assert first.status == 404 and first.read().decode().count("\n") == 1
+        conn.request("POST", "/prioritize", body=json.dumps(kube_args(pod(ASK), ["node-b"])))  # the same client, next request
+        second = conn.getresponse()
+        assert second.status == 200 and json.loads(second.read()) == [{"Host": "node-b", "Score": 10}]
+    finally:
+        conn.close()
