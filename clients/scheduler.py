@@ -58,7 +58,7 @@ class GpuView:
     as_of: float = 0.0
     """Event time its job set describes: the prediction's ``window_end`` (else its ``ts``)."""
     running: dict[str, str] = field(default_factory=dict)
-    """job_id -> job_type of jobs seen starting on ``jobs.lifecycle`` and not seen finishing."""
+    """job_id -> job_type of jobs seen starting (or reporting progress) on ``jobs.lifecycle`` and not seen finishing."""
     unnamed: dict[str, int] = field(default_factory=dict)
     """job type -> count of jobs known to run from a prediction's job set, whose start the client never saw."""
     complete: bool = False
@@ -233,6 +233,12 @@ class SchedulerClient:
                 if event.ts <= view.as_of and view.unnamed.get(event.job_type):
                     view.unnamed[event.job_type] -= 1  # a job of the prediction's set, now with its id
                 view.running[event.job_id] = event.job_type
+            elif event.kind == "progress" and event.job_id not in view.running:  # a running job the client had not named
+                if view.unnamed.get(event.job_type):
+                    view.unnamed[event.job_type] -= 1
+                elif view.complete:
+                    view.complete = False  # a job the client never knew of: its history was not whole after all
+                view.running[event.job_id] = event.job_type
             elif event.kind == "finished":
                 if event.job_id in view.running:
                     del view.running[event.job_id]
@@ -277,7 +283,8 @@ class SchedulerClient:
         return self.unknown_cost_pct if entry is None else placement_cost_pct(*entry)
 
     def running_jobs(self, gpu_uuid: str) -> int | None:
-        """How many jobs run on the GPU; None when unknown."""
+        """How many jobs run on the GPU: exact once its job set is known, else an estimate
+        (the last prediction's set and the changes since, or the jobs seen); None when nothing is known."""
         with self._lock:
             view = self._gpus.get(gpu_uuid)
             if view is None:
@@ -287,6 +294,12 @@ class SchedulerClient:
             if view.what_if:
                 return max(len(view.running), len(view.job_set) + _net_change(view.changes))
             return len(view.running) or None
+
+    def is_idle(self, gpu_uuid: str) -> bool:
+        """Known to run nothing."""
+        with self._lock:
+            view = self._gpus.get(gpu_uuid)
+            return view is not None and view.idle
 
     def job_types(self) -> set[str]:
         """Every job type some GPU holds a fresh what-if entry for."""
