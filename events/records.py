@@ -32,6 +32,9 @@ ALERT_SOURCES = ("measured", "predicted")
 MODES = ("observed", "placement")
 REGIMES = ("seen", "new")
 MODEL_KINDS = ("online", "batch", "baseline")
+RW_SOURCES = ("dram_bw_util_pct", "pcie_kbps")
+"""Where an observation's R and W came from: GPM DRAM bandwidth utilisation (%, one counter for both
+directions) where the samples carry it, else the PCIe RX/TX counters (KB/s)."""
 
 
 def _ts(optional: bool = False) -> Any:
@@ -48,8 +51,15 @@ def _nonneg(optional: bool = True) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class GpuProcess:
+    """One compute process on a GPU.  ``sm_util_pct`` and ``mem_util_pct`` are its own SM and memory
+    utilisation over the last sampling interval (``nvmlDeviceGetProcessUtilization``): null when the
+    driver had no sample in the interval, or does not support the call (then named in the sample's
+    ``unavailable`` as ``processes.sm_util_pct``, ``processes.mem_util_pct``)."""
+
     pid: int = spec("int", lo=0)
     used_mem_mb: float | None = _nonneg()
+    sm_util_pct: float | None = _pct()
+    mem_util_pct: float | None = _pct()
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +67,12 @@ class MetricSample:
     """One NVML sample of one GPU (or MIG instance).  Topic ``gpu.metrics``, key ``gpu_uuid``.
 
     ``seq`` counts samples per (producer, gpu_uuid) from 0 so consumers detect gaps
-    and duplicates; ``producer_id`` tells producer restarts apart.
+    and duplicates; ``producer_id`` tells producer restarts apart.  ``unavailable`` names
+    the fields (``processes.<field>`` for per-process ones) the device does not support.
+
+    GPM metrics (Hopper and later, over the interval since the previous sample):
+    ``dram_bw_util_pct``, ``sm_occupancy_pct`` (active warps vs the maximum),
+    ``gpm_sm_util_pct`` (busy SMs) and ``pcie_rx_bytes_per_s`` / ``pcie_tx_bytes_per_s``.
     """
 
     ts: float = _ts()
@@ -80,6 +95,10 @@ class MetricSample:
     producer_id: str | None = spec("str", optional=True)
     parent_uuid: str | None = spec("str", optional=True)
     unavailable: list[str] | None = spec("list_str", optional=True)
+    sm_occupancy_pct: float | None = _pct()
+    gpm_sm_util_pct: float | None = _pct()
+    pcie_rx_bytes_per_s: float | None = _nonneg()
+    pcie_tx_bytes_per_s: float | None = _nonneg()
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -150,6 +169,14 @@ class Observation:
     interference_pct: float | None = spec("float", lo=-100.0, optional=True)
     throughput_steps_per_s: float | None = _nonneg()
     samples: int = spec("int", lo=0, default=0)
+    proc_sm_util_pct: float | None = _pct()
+    """The job's own SM utilisation in the window (mean of its process's per-process samples)."""
+    proc_mem_util_pct: float | None = _pct()
+    """The job's own memory utilisation in the window, likewise."""
+    sm_share_pct: float | None = _pct()
+    """The job's share of the SM utilisation of all the window's jobs (null unless every job has its own)."""
+    rw_source: str | None = spec("enum", choices=RW_SOURCES, optional=True)
+    """What ``R_pct``/``W_pct`` and ``window_means`` R/W were computed from (see :data:`RW_SOURCES`)."""
     schema_version: int = SCHEMA_VERSION
 
     @property

@@ -5,14 +5,22 @@ The NVML module is an argument (``nvml=``); the default is nvidia-ml-py's
 ``nvmlDeviceGetTotalEnergyConsumption`` (mJ), ``nvmlDeviceGetTemperatureV``
 (falling back to ``nvmlDeviceGetTemperature``), ``nvmlDeviceGetUtilizationRates``
 (.gpu, .memory), ``nvmlDeviceGetMemoryInfo`` (bytes), ``nvmlDeviceGetPcieThroughput``
-(RX, TX in KB/s) and ``nvmlDeviceGetComputeRunningProcesses``.
+(RX, TX in KB/s), ``nvmlDeviceGetComputeRunningProcesses`` with each process's own SM and
+memory utilisation from ``nvmlDeviceGetProcessUtilization``, and the GPM metrics of
+:mod:`producers.gpm` where ``nvmlGpmQueryDeviceSupport`` says the device has them.
+
+Per-process utilisation: each round asks for the samples newer than the last one seen (at most
+``process_lookback_s`` old).  A process gets the mean of its samples; a running process without a
+sample had none above zero (NVML returns only processes with non-zero utilisation), so it reads
+0; when NVML has no new sample at all (``NVMLError_NotFound``) every process's utilisation is null
+for that round.  Not supported (MIG instances, older GPUs) -> null, with ``processes.sm_util_pct``
+and ``processes.mem_util_pct`` in ``unavailable``.
 
 Errors, per field: ``NVMLError_NotSupported`` -> the field is null and named in
 ``unavailable`` (never 0); any other NVML error -> null, counted by kind in
 ``aip_producer_nvml_errors_total``; ``NVMLError_GpuIsLost`` also stops reading
 that device for this round.  The sample is published with what could be read
-and the other GPUs are sampled as usual.  ``dram_bw_util_pct`` (GPM) is not
-sampled yet and is always listed as unavailable.
+and the other GPUs are sampled as usual.
 """
 
 from __future__ import annotations
@@ -28,10 +36,11 @@ from typing import Any
 
 from events import GpuProcess, MetricSample
 from events.topics import LIFECYCLE, METRICS
+from producers.gpm import GpmReader
 from producers.metrics import ProducerMetrics
 
 MIB = 1024.0 * 1024.0
-NOT_SAMPLED = ("dram_bw_util_pct",)
+PROCESS_UTIL_FIELDS = ("processes.sm_util_pct", "processes.mem_util_pct")
 
 
 class NvmlUnavailable(RuntimeError):
@@ -45,6 +54,8 @@ class Device:
     index: int
     name: str
     parent_uuid: str | None = None
+    parent_handle: Any = None  # of a MIG instance: its GPU (GPM is read through it)
+    gpu_instance_id: int | None = None  # of a MIG instance
 
 
 def error_kind(exc: BaseException) -> str:
@@ -78,10 +89,16 @@ class _Reader:
         except self.nvml.NVMLError_NotSupported:
             self.unavailable.extend(fields)
         except self.nvml.NVMLError as exc:
-            self.metrics.nvml_errors.labels(kind=error_kind(exc)).inc()
-            if isinstance(exc, self.nvml.NVMLError_GpuIsLost):
-                self.lost = True
+            self.count(exc)
         return None
+
+    def count(self, exc: BaseException) -> None:
+        self.count_kind(error_kind(exc))
+        if isinstance(exc, self.nvml.NVMLError_GpuIsLost):
+            self.lost = True
+
+    def count_kind(self, kind: str) -> None:
+        self.metrics.nvml_errors.labels(kind=kind).inc()
 
 
 class NvmlSampler:
@@ -96,6 +113,7 @@ class NvmlSampler:
         clock: Callable[[], float] = time.time,
         metrics: ProducerMetrics | None = None,
         rediscover_s: float = 60.0,
+        process_lookback_s: float = 2.0,
     ) -> None:
         self.nvml = nvml if nvml is not None else importlib.import_module("pynvml")
         self.host = host or socket.gethostname()
@@ -103,8 +121,11 @@ class NvmlSampler:
         self.clock = clock
         self.metrics = metrics or ProducerMetrics()
         self.rediscover_s = rediscover_s
+        self.process_lookback_s = process_lookback_s
         self.devices: list[Device] = []
+        self.gpm = GpmReader(self.nvml)
         self._seq: dict[str, int] = {}
+        self._process_seen_us: dict[str, int] = {}  # gpu_uuid -> newest per-process sample timestamp (us)
         self._discovered_at = -1e18
 
     # ------------------------------------------------------------------ setup
@@ -122,6 +143,7 @@ class NvmlSampler:
         return self
 
     def close(self) -> None:
+        self.gpm.close()
         try:
             self.nvml.nvmlShutdown()
         except self.nvml.NVMLError:
@@ -146,6 +168,9 @@ class NvmlSampler:
             devices.append(parent)
             devices.extend(self._mig_instances(parent))
         self.devices = devices
+        self.gpm.retain(d.uuid for d in devices)
+        for d in devices:
+            self.gpm.prime(d, _Reader(nv, self.metrics))
         self._discovered_at = time.monotonic()
         return devices
 
@@ -169,8 +194,20 @@ class NvmlSampler:
                 self.metrics.nvml_errors.labels(kind=error_kind(exc)).inc()
                 continue
             uuid = r.call((), nv.nvmlDeviceGetUUID, handle)
-            if uuid is not None:
-                out.append(Device(handle, _text(uuid), parent.index, f"{parent.name} MIG", parent_uuid=parent.uuid))
+            if uuid is None:
+                continue
+            gi = r.call((), nv.nvmlDeviceGetGpuInstanceId, handle) if hasattr(nv, "nvmlDeviceGetGpuInstanceId") else None
+            out.append(
+                Device(
+                    handle,
+                    _text(uuid),
+                    parent.index,
+                    f"{parent.name} MIG",
+                    parent_uuid=parent.uuid,
+                    parent_handle=parent.handle,
+                    gpu_instance_id=int(gi) if gi is not None else None,
+                )
+            )
         return out
 
     # ------------------------------------------------------------------ sampling
@@ -196,6 +233,8 @@ class NvmlSampler:
         rx = r.call(("pcie_rx_kbps",), nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
         tx = r.call(("pcie_tx_kbps",), nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES)
         procs = r.call(("processes",), nv.nvmlDeviceGetComputeRunningProcesses, h)
+        proc_util = self._process_util(d, r) if procs is not None else None
+        gpm = self.gpm.read(d, r)
         seq = self._seq.get(d.uuid, 0)
         self._seq[d.uuid] = seq + 1
         return MetricSample(
@@ -214,12 +253,42 @@ class NvmlSampler:
             pcie_rx_kbps=float(rx) if rx is not None else None,
             pcie_tx_kbps=float(tx) if tx is not None else None,
             energy_mj=float(energy) if energy is not None else None,
-            dram_bw_util_pct=None,
-            processes=[_process(p) for p in procs] if procs is not None else None,
+            processes=[_process(p, proc_util) for p in procs] if procs is not None else None,
             producer_id=self.producer_id,
             parent_uuid=d.parent_uuid,
-            unavailable=sorted({*r.unavailable, *NOT_SAMPLED}),
+            unavailable=sorted(set(r.unavailable)),
+            dram_bw_util_pct=gpm["dram_bw_util_pct"],
+            sm_occupancy_pct=gpm["sm_occupancy_pct"],
+            gpm_sm_util_pct=gpm["gpm_sm_util_pct"],
+            pcie_rx_bytes_per_s=gpm["pcie_rx_bytes_per_s"],
+            pcie_tx_bytes_per_s=gpm["pcie_tx_bytes_per_s"],
         )
+
+    def _process_util(self, d: Device, r: _Reader) -> dict[int, tuple[float | None, float | None]] | None:
+        """pid -> (SM %, memory %), the mean of each process's samples since the last round (a running
+        process missing from it reads 0); None when unknown: unsupported, an error, or no new sample."""
+        nv = self.nvml
+        floor_us = int((self.clock() - self.process_lookback_s) * 1e6)
+        since_us = max(self._process_seen_us.get(d.uuid, floor_us), floor_us)
+
+        def get() -> list[Any] | None:
+            try:
+                return list(nv.nvmlDeviceGetProcessUtilization(d.handle, since_us))
+            except nv.NVMLError_NotFound:
+                return None  # no sample newer than since_us: nothing measured this round
+
+        samples = r.call(PROCESS_UTIL_FIELDS, get)
+        if not samples:
+            return None
+        sums: dict[int, list[float]] = {}
+        for s in samples:
+            acc = sums.setdefault(int(s.pid), [0.0, 0.0, 0.0, 0.0])
+            for i, v in ((0, s.smUtil), (2, s.memUtil)):
+                if 0 <= v <= 100:  # out-of-range readings are dropped, never clamped to a number
+                    acc[i] += float(v)
+                    acc[i + 1] += 1
+        self._process_seen_us[d.uuid] = max(int(s.timeStamp) for s in samples)
+        return {pid: (a[0] / a[1] if a[1] else None, a[2] / a[3] if a[3] else None) for pid, a in sums.items()}
 
     def _temperature(self, handle: Any) -> Any:
         nv = self.nvml
@@ -232,9 +301,16 @@ class NvmlSampler:
         return nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)
 
 
-def _process(p: Any) -> GpuProcess:
+def _process(p: Any, util: dict[int, tuple[float | None, float | None]] | None) -> GpuProcess:
     used = getattr(p, "usedGpuMemory", None)
-    return GpuProcess(pid=int(p.pid), used_mem_mb=used / MIB if isinstance(used, int | float) and used >= 0 else None)
+    pid = int(p.pid)
+    sm, mem = (None, None) if util is None else util.get(pid, (0.0, 0.0))
+    return GpuProcess(
+        pid=pid,
+        used_mem_mb=used / MIB if isinstance(used, int | float) and used >= 0 else None,
+        sm_util_pct=sm,
+        mem_util_pct=mem,
+    )
 
 
 def run_sampler(

@@ -8,13 +8,18 @@ import threading
 
 from events import MetricSample, decode, encode
 from producers.discovery import ProcessTracker
-from producers.fakenvml import FakeGpu, FakeNvml, NVMLError_Timeout, NVMLError_Unknown, fleet, mig_instance
+from producers.fakenvml import FakeGpu, FakeNvml, NVMLError_Timeout, NVMLError_Unknown, fleet, hopper_gpm, mig_instance
+from producers.gpm import GPM_FIELDS
 from producers.metrics import ProducerMetrics
-from producers.nvml import NvmlSampler, NvmlUnavailable, run_sampler
+from producers.nvml import PROCESS_UTIL_FIELDS, NvmlSampler, NvmlUnavailable, run_sampler
+
+MIB = 1024.0 * 1024.0
+NOW_S = 1_700_000_000.0
 
 
 def sampler(nv: FakeNvml, **kw) -> NvmlSampler:
-    return NvmlSampler(nv, host="h1", producer_id="p1", clock=lambda: 1_700_000_000.0, metrics=ProducerMetrics(), **kw).open()
+    kw.setdefault("metrics", ProducerMetrics())
+    return NvmlSampler(nv, host="h1", producer_id="p1", clock=lambda: NOW_S, **kw).open()
 
 
 def test_healthy_gpus_map_nvml_units_to_record_fields() -> None:
@@ -26,7 +31,8 @@ def test_healthy_gpus_map_nvml_units_to_record_fields() -> None:
     assert (a.mem_used_mb, a.mem_total_mb) == (8192.0, 81920.0)
     assert (a.pcie_rx_kbps, a.pcie_tx_kbps) == (120_000.0, 30_000.0)
     assert [(p.pid, p.used_mem_mb) for p in a.processes] == [(42, 512.0)]
-    assert a.gpu_model == "NVIDIA H200" and a.producer_id == "p1" and a.unavailable == ["dram_bw_util_pct"]
+    assert a.gpu_model == "NVIDIA H200" and a.producer_id == "p1" and a.unavailable == sorted(GPM_FIELDS)  # no GPM
+    assert a.dram_bw_util_pct is None and a.sm_occupancy_pct is None
     assert decode(MetricSample, encode(a)) == a
 
 
@@ -42,7 +48,7 @@ def test_not_supported_field_is_null_and_named_others_intact() -> None:
     (s,) = NvmlSampler(FakeNvml([gpu]), host="h", metrics=m).open().sample()
     assert s.power_w is None and s.pcie_rx_kbps is None and s.pcie_tx_kbps is None
     assert s.power_w != 0 and s.temp_c == 55.0 and s.sm_util_pct == 70.0 and s.energy_mj == 1_000_000.0
-    assert set(s.unavailable) == {"power_w", "pcie_rx_kbps", "pcie_tx_kbps", "dram_bw_util_pct"}
+    assert set(s.unavailable) == {"power_w", "pcie_rx_kbps", "pcie_tx_kbps", *GPM_FIELDS}
     assert m.value("aip_producer_nvml_errors_total", kind="NotSupported") == 0  # not an error
 
 
@@ -133,3 +139,127 @@ def test_cli_without_driver_exits_2_with_one_line() -> None:
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "libnvidia-ml" in lines[0] and "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ per-process utilisation
+def test_process_utilisation_is_attached_to_each_process_by_pid() -> None:
+    gpu = FakeGpu("GPU-x", processes=[(7, 1024**3), (8, None), (9, None)], process_util={7: (60, 30), 8: (25, 10)})
+    nv = FakeNvml([gpu])
+    m = ProducerMetrics()
+    s = sampler(nv, metrics=m, process_lookback_s=2.0)
+    (a,) = s.sample()
+    by = {p.pid: p for p in a.processes}
+    assert (by[7].sm_util_pct, by[7].mem_util_pct, by[7].used_mem_mb) == (60.0, 30.0, 1024.0)
+    assert (by[8].sm_util_pct, by[8].mem_util_pct) == (25.0, 10.0)
+    assert (by[9].sm_util_pct, by[9].mem_util_pct) == (0.0, 0.0)  # running, no non-zero sample: measured idle
+    assert not set(PROCESS_UTIL_FIELDS) & set(a.unavailable)
+    assert decode(MetricSample, encode(a)) == a
+    (b,) = s.sample()
+    first_since, second_since = nv.process_util_since
+    assert first_since == int((NOW_S - 2.0) * 1e6)  # the first round looks back process_lookback_s
+    assert second_since > first_since  # then only samples newer than the last one seen
+    assert {p.pid: p.sm_util_pct for p in b.processes} == {7: 60.0, 8: 25.0, 9: 0.0}
+    assert m.value("aip_producer_nvml_errors_total", kind="NotFound") == 0
+
+
+def test_no_new_process_sample_leaves_utilisation_null_not_zero() -> None:
+    m = ProducerMetrics()
+    (a,) = sampler(FakeNvml([FakeGpu("GPU-x", processes=[(7, None)])]), metrics=m).sample()  # NVML: NotFound
+    assert a.processes[0].sm_util_pct is None and a.processes[0].mem_util_pct is None
+    assert not set(PROCESS_UTIL_FIELDS) & set(a.unavailable)  # supported, just nothing measured this round
+    assert m.value("aip_producer_nvml_errors_total", kind="NotFound") == 0
+
+
+def test_process_utilisation_not_supported_is_null_and_named() -> None:
+    gpu = FakeGpu("GPU-x", processes=[(7, 1024**3)], process_util={7: (50, 5)}, unsupported={"nvmlDeviceGetProcessUtilization"})
+    m = ProducerMetrics()
+    (a,) = sampler(FakeNvml([gpu]), metrics=m).sample()
+    assert a.processes[0].sm_util_pct is None and a.processes[0].sm_util_pct != 0 and a.processes[0].used_mem_mb == 1024.0
+    assert set(PROCESS_UTIL_FIELDS) <= set(a.unavailable)
+    assert m.value("aip_producer_nvml_errors_total", kind="NotSupported") == 0
+
+
+def test_process_utilisation_error_is_counted_not_unsupported() -> None:
+    gpu = FakeGpu(
+        "GPU-x", processes=[(7, None)], process_util={7: (50, 5)}, errors={"nvmlDeviceGetProcessUtilization": NVMLError_Unknown()}
+    )
+    m = ProducerMetrics()
+    (a,) = sampler(FakeNvml([gpu]), metrics=m).sample()
+    assert a.processes[0].sm_util_pct is None and not set(PROCESS_UTIL_FIELDS) & set(a.unavailable)
+    assert m.value("aip_producer_nvml_errors_total", kind="Unknown") == 1
+
+
+# ------------------------------------------------------------------ GPM
+def test_gpm_metrics_on_a_supported_gpu_from_the_first_round() -> None:
+    nv = FakeNvml([FakeGpu("GPU-h", gpm=hopper_gpm())])
+    s = sampler(nv)
+    for _ in range(3):
+        (a,) = s.sample()
+        assert (a.dram_bw_util_pct, a.sm_occupancy_pct, a.gpm_sm_util_pct) == (42.25, 31.5, 64.0)
+        assert (a.pcie_rx_bytes_per_s, a.pcie_tx_bytes_per_s) == (8 * MIB, 2 * MIB)  # GPM's MiB/s in bytes/s
+        assert not set(GPM_FIELDS) & set(a.unavailable)
+        assert a.pcie_rx_kbps == 120_000.0  # the PCIe counters are still read
+    assert decode(MetricSample, encode(a)) == a
+    assert sum(not x.freed for x in nv.gpm_samples) == 1  # only the previous sample is kept
+    s.close()
+    assert all(x.freed for x in nv.gpm_samples)
+
+
+def test_gpu_without_gpm_has_null_gpm_fields_named_unavailable() -> None:
+    m = ProducerMetrics()
+    plain = FakeGpu("GPU-v100", name="Tesla V100")  # isSupportedDevice 0
+    old_driver = FakeGpu("GPU-old", gpm=hopper_gpm(), errors={"nvmlGpmQueryDeviceSupport": FakeNvml.NVMLError_FunctionNotFound()})
+    nv = FakeNvml([plain, old_driver])
+    for x in sampler(nv, metrics=m).sample():
+        assert all(getattr(x, f) is None for f in GPM_FIELDS)
+        assert set(GPM_FIELDS) <= set(x.unavailable)
+    assert nv.gpm_samples == []
+    assert m.value("aip_producer_nvml_errors_total", kind="FunctionNotFound") == 0
+
+
+def test_gpm_metric_not_supported_alone_is_null_and_the_rest_read() -> None:
+    (a,) = sampler(FakeNvml([FakeGpu("GPU-h", gpm={"DRAM_BW_UTIL": 50.0, "SM_OCCUPANCY": 20.0})])).sample()
+    assert a.dram_bw_util_pct == 50.0 and a.sm_occupancy_pct == 20.0
+    assert a.pcie_rx_bytes_per_s is None and a.gpm_sm_util_pct is None
+    assert {"pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s", "gpm_sm_util_pct"} <= set(a.unavailable)
+    assert "dram_bw_util_pct" not in a.unavailable
+
+
+def test_gpm_error_is_counted_and_no_sample_leaks() -> None:
+    gpu = FakeGpu("GPU-h", gpm=hopper_gpm(), errors={"nvmlGpmMetricsGet": NVMLError_Timeout()})
+    nv = FakeNvml([gpu])
+    m = ProducerMetrics()
+    s = sampler(nv, metrics=m)
+    for _ in range(2):
+        (a,) = s.sample()
+        assert a.dram_bw_util_pct is None and not set(GPM_FIELDS) & set(a.unavailable)
+        assert a.power_w == 250.0
+    assert m.value("aip_producer_nvml_errors_total", kind="Timeout") == 2
+    assert sum(not x.freed for x in nv.gpm_samples) == 1
+    del gpu.errors["nvmlGpmMetricsGet"]
+    (a,) = s.sample()
+    assert a.dram_bw_util_pct == 42.25  # recovers on the next round
+
+
+def test_mig_gpm_through_the_parent_and_no_per_process_utilisation() -> None:
+    migs = [
+        mig_instance("MIG-a", gpu_instance_id=1),
+        mig_instance("MIG-b", gpu_instance_id=2),
+    ]
+    migs[0].processes = [(7, 1024**3)]
+    migs[0].process_util = {7: (80, 20)}  # what NVML would not report per process under MIG
+    migs[1].gpm = {"SM_UTIL": 5.0, "SM_OCCUPANCY": 2.0, "DRAM_BW_UTIL": 1.5}
+    parent = FakeGpu("GPU-parent", gpm=hopper_gpm(), mig=migs)
+    by = {x.gpu_uuid: x for x in sampler(FakeNvml([parent])).sample()}
+    a, b = by["MIG-a"], by["MIG-b"]
+    assert a.processes[0].sm_util_pct is None and set(PROCESS_UTIL_FIELDS) <= set(a.unavailable)
+    assert (a.dram_bw_util_pct, a.sm_occupancy_pct, a.gpm_sm_util_pct) == (12.5, 10.0, 20.0)
+    assert (b.dram_bw_util_pct, b.sm_occupancy_pct) == (1.5, 2.0)  # each instance its own GPU instance id
+    assert a.pcie_rx_bytes_per_s is None and {"pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"} <= set(a.unavailable)
+    assert by["GPU-parent"].dram_bw_util_pct == 42.25
+
+
+def test_mig_on_a_parent_without_gpm_lists_gpm_unavailable() -> None:
+    parent = FakeGpu("GPU-parent", mig=[mig_instance("MIG-a", gpu_instance_id=1)])  # parent: no GPM
+    by = {x.gpu_uuid: x for x in sampler(FakeNvml([parent])).sample()}
+    assert by["MIG-a"].dram_bw_util_pct is None and set(GPM_FIELDS) <= set(by["MIG-a"].unavailable)
