@@ -57,6 +57,26 @@ def observed_features(pcts: Mapping[str, float | None], category: str = "all") -
     return out
 
 
+ATTRIBUTION_KEYS = ("proc_sm_util_pct", "sm_share_pct")
+"""Per-process attribution, a feature candidate: the job's own SM utilisation in the window and its share
+of the co-located jobs' summed SM utilisation (Observation fields).  In no category: GPUs that cannot
+attribute (MIG, older drivers) leave them null, and every existing feature set stays as it is."""
+
+
+def attribution_features(values: Mapping[str, object]) -> dict[str, float]:
+    """The attribution candidates present in ``values`` (an observation's fields); missing ones left out.
+
+    >>> attribution_features({"proc_sm_util_pct": 45.0, "sm_share_pct": None, "E_pct": 3.0})
+    {'proc_sm_util_pct': 45.0}
+    """
+    out: dict[str, float] = {}
+    for k in ATTRIBUTION_KEYS:
+        v = values.get(k)
+        if isinstance(v, int | float) and math.isfinite(v):
+            out[k] = float(v)
+    return out
+
+
 def restrict(features: Mapping[str, float], category: str) -> dict[str, float]:
     """Drop the features of parameters outside ``category`` (``E_pct``, ``solo_E``, ``other_solo_E``, ...).
 

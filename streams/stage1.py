@@ -15,7 +15,7 @@ from typing import Any
 from events import JobEvent, MetricSample, Observation, SoloProfile
 from streams.features import KEYS, interference_rate, means, percent_change, throughput
 from streams.profiles import LOCAL, SoloProfiles
-from streams.windows import NKEYS, GpuState, Job, add_sample, new_acc, window_index
+from streams.windows import NKEYS, GpuState, Job, add_extras, add_sample, extra_mean, job_utilisation, new_acc, window_index
 
 
 class LateEvent(Exception):
@@ -74,6 +74,9 @@ class Stage1:
         self.gpus: dict[str, GpuState] = {}
         self.counters: Counter[str] = Counter()
         self.dirty: set[str] = set()  # GPUs whose windows closed since the last checkpoint
+        # environment -> where R/W come from (RW_SOURCES), set by its first window: a window from the
+        # other source gets no R/W (counted), so one profile never mixes DRAM % with PCIe KB/s
+        self.rw_sources: dict[str, str] = {}
 
     # ------------------------------------------------------------------ state
     def to_dict(self) -> dict[str, Any]:
@@ -130,6 +133,7 @@ class Stage1:
         if acc is None:
             acc = st.windows[k] = new_acc()
         add_sample(acc, sample)
+        add_extras(st.extras, k, sample)
         if st.metrics_wm is None or sample.ts > st.metrics_wm:
             st.metrics_wm = sample.ts
             return self._advance(sample.gpu_uuid, st, lifecycle_pending)
@@ -152,6 +156,8 @@ class Stage1:
             return []
         if job is None:
             job = st.jobs[event.job_id] = Job(event.job_type)
+        if event.pid is not None:
+            job.pid = event.pid
         if event.kind == "started":
             job.start = event.ts if job.start is None else min(job.start, event.ts)
         elif event.kind == "finished":
@@ -181,6 +187,7 @@ class Stage1:
             if st.windows or st.closed is not None:
                 st.closed = max([st.closed or 0, *(k + 1 for k in st.windows)])
             st.windows.clear()
+            st.extras.clear()
         return out
 
     def _late_reason(self, st: GpuState, ts: float) -> str:
@@ -203,6 +210,7 @@ class Stage1:
 
     def _close(self, gpu: str, st: GpuState, k: int) -> list[Observation]:
         acc = st.windows.pop(k)
+        ext = st.extras.pop(k, None) or {}
         if acc[0] < self.min_samples or st.environment is None:
             self.counters["windows_empty"] += 1
             return []
@@ -217,6 +225,7 @@ class Stage1:
             return []
         env = st.environment
         window_means = means(acc[1 : 1 + NKEYS], [int(c) for c in acc[1 + NKEYS :]])
+        rw_source = self._rw(env, window_means, extra_mean(ext, "D"))
         since = st.set_since(start)
         rates = {j: throughput(st.jobs[j].rate_reports(start, end, since)) for j in full}
         if len(full) == 1:
@@ -227,6 +236,7 @@ class Stage1:
             self.profiles.add(env, job_type, {**window_means, "throughput": rates[job_id]}, source=source, ts=end)
             return self._release(env, job_type)
         self.counters["windows_colocated"] += 1
+        util = job_utilisation(full, st.jobs, ext)
         out = []
         for job_id in full:
             others = [j for j in full if j != job_id]
@@ -242,6 +252,10 @@ class Stage1:
                 "window_means": window_means,
                 "throughput_steps_per_s": rates[job_id],
                 "samples": int(acc[0]),
+                "proc_sm_util_pct": util[job_id][0],
+                "proc_mem_util_pct": util[job_id][1],
+                "sm_share_pct": util[job_id][2],
+                "rw_source": rw_source,
             }
             obs = self._observation(window)
             if obs is None:
@@ -251,6 +265,22 @@ class Stage1:
                 out.append(obs)
         self.counters["observations"] += len(out)
         return out
+
+    def _rw(self, env: str, window_means: dict[str, float | None], dram: float | None) -> str | None:
+        """Set the window's R and W from GPM DRAM bandwidth where its samples had it (else the PCIe
+        counters stay); return the source used, None when there is none or it is not the environment's."""
+        if dram is not None:
+            source: str | None = "dram_bw_util_pct"
+            window_means["R"] = window_means["W"] = dram
+        else:
+            source = "pcie_kbps" if window_means["R"] is not None or window_means["W"] is not None else None
+        if source is None:
+            return None
+        if self.rw_sources.setdefault(env, source) != source:
+            self.counters["rw_source_mismatch"] += 1
+            window_means["R"] = window_means["W"] = None
+            return None
+        return source
 
     # ------------------------------------------------------- held job-windows
     def _observation(self, w: Mapping[str, Any]) -> Observation | None:
@@ -282,6 +312,10 @@ class Stage1:
             interference_pct=interference_rate(solo["throughput"], w["throughput_steps_per_s"]),
             throughput_steps_per_s=w["throughput_steps_per_s"],
             samples=int(w["samples"]),
+            proc_sm_util_pct=w.get("proc_sm_util_pct"),
+            proc_mem_util_pct=w.get("proc_mem_util_pct"),
+            sm_share_pct=w.get("sm_share_pct"),
+            rw_source=w.get("rw_source"),
         )
 
     def _hold(self, window: dict[str, Any]) -> None:

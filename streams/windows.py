@@ -51,6 +51,74 @@ def add_sample(acc: list[float], sample: Any) -> None:
             acc[1 + NKEYS + i] += 1
 
 
+def add_extras(extras: dict[int, dict[str, list[float]]], k: int, sample: Any) -> None:
+    """Add a sample's GPM DRAM bandwidth and per-process utilisation to window ``k``'s extra sums.
+
+    Keys: ``D`` DRAM bandwidth utilisation, ``s<pid>`` / ``m<pid>`` a process's SM / memory
+    utilisation; each ``[sum, count]`` over the samples that had it (nulls skipped).
+
+    >>> from events import GpuProcess, MetricSample
+    >>> ext = {}
+    >>> add_extras(ext, 3, MetricSample(ts=1e9, host="h", gpu_uuid="G", gpu_index=0, gpu_model="m", seq=0,
+    ...            dram_bw_util_pct=40.0, processes=[GpuProcess(pid=7, sm_util_pct=30.0)]))
+    >>> ext
+    {3: {'D': [40.0, 1.0], 's7': [30.0, 1.0]}}
+    """
+    dram = sample.dram_bw_util_pct
+    procs = sample.processes
+    if dram is None and not procs:
+        return
+    w = extras.get(k)
+    if w is None:
+        w = extras[k] = {}
+    if dram is not None:
+        _sum(w, "D", dram)
+    for p in procs or ():
+        if p.sm_util_pct is not None:
+            _sum(w, f"s{p.pid}", p.sm_util_pct)
+        if p.mem_util_pct is not None:
+            _sum(w, f"m{p.pid}", p.mem_util_pct)
+
+
+def _sum(w: dict[str, list[float]], key: str, value: float) -> None:
+    acc = w.get(key)
+    if acc is None:
+        w[key] = [float(value), 1.0]
+    else:
+        acc[0] += value
+        acc[1] += 1
+
+
+def extra_mean(w: Mapping[str, list[float]], key: str) -> float | None:
+    """Mean of one extra sum (None when no sample had it)."""
+    acc = w.get(key)
+    return acc[0] / acc[1] if acc and acc[1] else None
+
+
+def job_utilisation(
+    job_ids: list[str], jobs: Mapping[str, Job], w: Mapping[str, list[float]]
+) -> dict[str, tuple[float | None, float | None, float | None]]:
+    """Each job's own (SM %, memory %, share of the jobs' summed SM %) in a window, from its pid.
+
+    A job without a pid, or sharing its pid with another job of the window, has none; the share
+    needs every job's SM utilisation and a non-zero sum.
+
+    >>> jobs = {"a": Job("x", pid=7), "b": Job("y", pid=8)}
+    >>> job_utilisation(["a", "b"], jobs, {"s7": [120.0, 2.0], "s8": [40.0, 2.0], "m7": [10.0, 2.0]})
+    {'a': (60.0, 5.0, 75.0), 'b': (20.0, None, 25.0)}
+    """
+    pids = [jobs[j].pid for j in job_ids]
+    own: dict[str, tuple[float | None, float | None]] = {}
+    for j, pid in zip(job_ids, pids, strict=True):
+        if pid is None or pids.count(pid) > 1:
+            own[j] = (None, None)
+        else:
+            own[j] = (extra_mean(w, f"s{pid}"), extra_mean(w, f"m{pid}"))
+    sms = [sm for sm, _ in own.values()]
+    total = sum(v for v in sms if v is not None) if all(v is not None for v in sms) else 0.0
+    return {j: (sm, mem, sm / total * 100.0 if total and sm is not None else None) for j, (sm, mem) in own.items()}
+
+
 def watermark(metrics_wm: float, lifecycle_wm: float | None, hold_s: float) -> float:
     """Event time up to which both streams of a GPU are complete.
 
@@ -102,6 +170,7 @@ class Job:
     start: float | None = None
     end: float | None = None
     progress: list[list[float | None]] = field(default_factory=list)  # [ts, steps, step_time_s], by ts
+    pid: int | None = None  # from its lifecycle events: the process whose per-process utilisation is the job's
 
     def add_progress(self, ts: float, steps: int | None, step_time_s: float | None) -> None:
         entry: list[float | None] = [ts, None if steps is None else float(steps), step_time_s]
@@ -146,11 +215,14 @@ class Job:
             del p[: i - 1]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"t": self.job_type, "s": self.start, "e": self.end, "p": self.progress}
+        out = {"t": self.job_type, "s": self.start, "e": self.end, "p": self.progress}
+        if self.pid is not None:
+            out["pid"] = self.pid
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Job:
-        return cls(d["t"], d["s"], d["e"], [list(x) for x in d["p"]])
+        return cls(d["t"], d["s"], d["e"], [list(x) for x in d["p"]], d.get("pid"))
 
 
 @dataclass
@@ -166,6 +238,7 @@ class GpuState:
     seqs: dict[str, list[float]] = field(default_factory=dict)  # producer_id -> [last seq, latest ts]
     retired: dict[str, float] = field(default_factory=dict)  # recently pruned job -> its end (resends are duplicates)
     progress_end: float | None = None  # when the last job that reported progress finished
+    extras: dict[int, dict[str, list[float]]] = field(default_factory=dict)  # window -> add_extras sums
 
     def duplicate_sample(self, producer_id: str | None, seq: int, ts: float) -> bool:
         """True for a sample already seen (a resend after a crash or reconnect); else remember it.
@@ -251,6 +324,7 @@ class GpuState:
             "seqs": self.seqs,
             "ret": self.retired,
             "pe": self.progress_end,
+            **({"ext": {str(k): v for k, v in self.extras.items()}} if self.extras else {}),
         }
 
     @classmethod
@@ -265,6 +339,7 @@ class GpuState:
             seqs={p: list(v) for p, v in d.get("seqs", {}).items()},
             retired={j: float(v) for j, v in d.get("ret", {}).items()},
             progress_end=d.get("pe"),
+            extras={int(k): {n: list(a) for n, a in v.items()} for k, v in d.get("ext", {}).items()},
         )
 
 
