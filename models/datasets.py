@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import dataclasses
 import itertools
 import json
 import math
@@ -47,6 +48,20 @@ class Sample:
     pcts: Mapping[str, float | None] = field(default_factory=dict)
     solo: Mapping[str, float | None] = field(default_factory=dict)
     co_solos: tuple[Mapping[str, float | None], ...] = ()
+    job_family: str = ""
+    """The job type without its batch size (``ResNet-50``); empty: the job type itself."""
+    co_job_families: tuple[str, ...] = ()
+    """The co-runners' families, in the order of ``co_job_types``; empty: their job types."""
+
+    @property
+    def families(self) -> frozenset[str]:
+        """Every family this row involves (its own and its co-runners'): what ``--holdout family`` holds out.
+
+        >>> sorted(Sample("a (batch size 8)", ("b",), 0.0, "g", job_family="a").families)
+        ['a', 'b']
+        """
+        co = self.co_job_families if len(self.co_job_families) == len(self.co_job_types) else self.co_job_types
+        return frozenset((self.job_family or self.job_type, *co))
 
     def features(self, mode: str, category: str = "all") -> dict[str, float]:
         if mode == "observed":
@@ -158,7 +173,12 @@ def load_gavel(path: Path, gpu: str = "v100", *, scale: int = 1, miso: bool = Tr
             group = " + ".join(sorted((a, b)))
             for job, other, thr in ((a, b, value[0]), (b, a, value[1])):
                 target = 100.0 * (1.0 - float(thr) / solo[job]["throughput"])
-                samples.append(Sample(job, (other,), target, group, gpu, {}, solo[job], (solo[other],)))
+                samples.append(
+                    Sample(
+                        job, (other,), target, group, gpu, {}, solo[job], (solo[other],),
+                        parse_job_type(job)[0], (parse_job_type(other)[0],),
+                    )
+                )
     if not samples:
         raise DatasetError(f"{path}: no co-located pairs at scale {scale} for {gpu!r}")
     return Dataset(f"gavel:{gpu}", samples, "lost_throughput_pct", ("placement",))
@@ -203,7 +223,8 @@ def load_csv(path: Path, gpu: str | None = None) -> Dataset:
         modes.append("placement")
     if not modes:
         raise DatasetError(f"{path}: no feature columns (E_pct..W_pct or solo_<P>/other_solo_<P>)")
-    samples = []
+    samples: list[Sample] = []
+    labels: list[tuple[str, str]] = []
     for i, r in enumerate(rows):
         try:
             target = _float(r.get("interference_pct"))
@@ -220,12 +241,46 @@ def load_csv(path: Path, gpu: str | None = None) -> Dataset:
             other = {k: _float(r.get(f"other_solo_{k}")) for k in keys}
         except DatasetError as exc:
             raise DatasetError(f"{path}: row {i + 2}: {exc}") from exc
-        group = r.get("group") or " + ".join(sorted((job, *co)))
         env = r.get(env_col) or ""
-        samples.append(Sample(job, co, target, f"{env}|{group}", env, pcts, solo, (other,) if co else ()))
+        family = (r.get("job_family") or "").strip()
+        co_families = tuple(t for t in (r.get("co_job_families") or "").split(";") if t)
+        if co_families and len(co_families) != len(co):
+            raise DatasetError(f"{path}: row {i + 2}: {len(co_families)} co_job_families for {len(co)} co_job_types")
+        job_set = f"{env}|{' + '.join(sorted((job, *co)))}"
+        labels.append((job_set, f"{env}|group={r['group']}" if r.get("group") else job_set))
+        samples.append(Sample(job, co, target, job_set, env, pcts, solo, (other,) if co else (), family, co_families))
     if len(samples) < 4:
         raise DatasetError(f"{path}: only {len(samples)} labelled rows; need at least 4")
+    groups = merge_groups(labels)
+    samples = [dataclasses.replace(smp, group=g) for smp, g in zip(samples, groups, strict=True)]
     return Dataset(Path(path).name, samples, "interference_pct", tuple(modes))
+
+
+def merge_groups(labels: Sequence[tuple[str, ...]]) -> list[str]:
+    """One group per row: rows sharing any label (their job set, or a ``group`` column) are in one group.
+
+    A ``group`` column can only join rows, never split a job set: two rows of one job set with different
+    ``group`` values would otherwise sit in training and test at once.
+
+    >>> merge_groups([("ab", "g1"), ("cd", "g1"), ("ab", "g2"), ("ef", "g3")])
+    ['ab', 'ab', 'ab', 'ef']
+    """
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for row in labels:
+        for other in row[1:]:
+            a, b = find(row[0]), find(other)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    return [find(row[0]) for row in labels]
+
 
 
 def load(path: Path | str, gpu: str | None = None) -> Dataset:

@@ -1,10 +1,19 @@
 """Offline evaluation in the paper's method: error of every model per category, the AIP choice,
-and that choice's held-out error.
+and that choice's held-out error, interval and baselines.
 
-Held-out error is *nested*: for each outer fold (grouped), AIP selects a model x
-category by grouped cross-validation on the outer training part only, fits it
-there and predicts the outer test part.  So the reported ``mae`` includes the
-cost of choosing, and no group is ever both trained on and tested.
+Held-out error is *nested* and cannot leak: for each outer fold of the holdout scheme (``pair``: no job set
+in training and test; ``family``: every row involving a held-out job family out of training), AIP selects
+among the candidates by cross-validation **of the same scheme** on the outer training rows only, fits the
+choice there and predicts the outer test rows.  The candidates are the batch models per category, their
+average (the three best by inner CV), and the two baselines (the training median and a random forest on
+job identities), so the choice is never worse than a baseline on the inner folds.  The 90 % interval of a
+prediction is split-conformal: the 5 % and 95 % quantiles of the chosen candidate's inner out-of-fold
+residuals (errors on rows held out *the same way*), added to the prediction.
+
+Everything the outer fold ``i`` fits or selects on goes through :func:`fit_candidate` and
+:func:`candidate_scores` with the outer training rows alone (``tests/unit/test_evaluate.py`` checks it).
+The paper's table (:attr:`Evaluation.scores`) is a cross-validation on all rows: a report, never used for
+the held-out figures.
 """
 
 from __future__ import annotations
@@ -22,10 +31,17 @@ import pandas as pd
 from events import CATEGORIES
 from models.datasets import Dataset, Sample
 from models.features import restrict
-from models.selection import Score, cross_validate, grouped_folds, mae, relative_error, select
+from models.selection import Score, cross_validate, holdout_folds, mae, relative_error, select
 from models.zoo import BATCH, make_batch
 
 Progress = Callable[[str], None]
+Predictor = Callable[[Sequence[Sample]], np.ndarray]
+
+MEDIAN = "baseline.median"
+IDENTITY = "baseline.identity"
+AVERAGE = "Average"
+COVERAGE = 0.9
+"""Nominal coverage of the prediction intervals."""
 
 
 @dataclass
@@ -45,18 +61,44 @@ class Evaluation:
     seconds: float
     outer_choices: list[str] = field(default_factory=list)
     actual: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    holdout: str = "pair"
+    folds: int = 0
+    median_baseline_mae: float | None = None
+    interval_lo: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    interval_hi: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    fold_picks: list[tuple[np.ndarray, np.ndarray, str, str]] = field(default_factory=list, repr=False)
+    """Per outer fold: (train rows, test rows, chosen model, category)."""
+
+    @property
+    def interval_coverage(self) -> float | None:
+        """Share of held-out rows whose measured value lies inside its interval."""
+        if not len(self.interval_lo):
+            return None
+        return float(np.mean((self.actual >= self.interval_lo) & (self.actual <= self.interval_hi)))
+
+    @property
+    def interval_width_mean(self) -> float | None:
+        return float(np.mean(self.interval_hi - self.interval_lo)) if len(self.interval_lo) else None
 
     def summary(self) -> dict[str, Any]:
+        def r(v: float | None, n: int = 3) -> float | None:
+            return None if v is None else round(v, n)
+
         return {
             "dataset": self.dataset,
             "target": self.target,
             "mode": self.mode,
+            "holdout": self.holdout,
+            "folds": self.folds,
             "selected": self.selected.model,
             "category": self.selected.category,
             "cv_mae": round(self.selected.mae, 3),
             "mae": round(self.mae, 3),
-            "relative_error": None if self.relative_error is None else round(self.relative_error, 4),
-            "baseline_mae": None if self.baseline_mae is None else round(self.baseline_mae, 3),
+            "relative_error": r(self.relative_error, 4),
+            "median_baseline_mae": r(self.median_baseline_mae),
+            "baseline_mae": r(self.baseline_mae),
+            "interval_coverage": r(self.interval_coverage, 4),
+            "interval_width_mean": r(self.interval_width_mean),
             "selection_seconds": round(self.selection_seconds, 2),
             "seconds": round(self.seconds, 2),
             "rows": self.rows,
@@ -65,62 +107,174 @@ class Evaluation:
         }
 
 
-def baseline_onehot(samples: Sequence[Sample], k: int = 5, seed: int = 0) -> float | None:
-    """The comparison baseline: a random forest on one-hot job identities, same grouped folds."""
-    from sklearn.ensemble import RandomForestRegressor
+def _identity_frame(samples: Sequence[Sample]) -> pd.DataFrame:
+    rows = [{f"job={s.job_type}": 1.0, **{f"co={c}": 1.0 for c in s.co_job_types}} for s in samples]
+    return pd.DataFrame(rows).fillna(0.0)
 
-    X = pd.DataFrame([{f"job={s.job_type}": 1.0, **{f"co={c}": 1.0 for c in s.co_job_types}} for s in samples]).fillna(0.0)
-    y = np.array([s.target for s in samples])
-    folds = grouped_folds([s.group for s in samples], k, seed)
+
+def fit_candidate(name: str, category: str, train: Sequence[Sample], mode: str, seed: int = 0) -> Predictor:
+    """Fit one candidate on ``train`` and return its predictor (a function of samples).
+
+    ``name``: a batch model of the zoo, :data:`MEDIAN` (the training median), :data:`IDENTITY` (a random forest
+    on one-hot job identities, the baseline) or ``Average[m:c,...]`` (the mean of the listed candidates).
+
+    >>> train = [Sample("a", ("b",), y, "g") for y in (1.0, 2.0, 9.0)]
+    >>> fit_candidate(MEDIAN, "all", train, "placement")(train).tolist()
+    [2.0, 2.0, 2.0]
+    """
+    y = np.array([s.target for s in train], dtype=float)
+    if name == MEDIAN:
+        med = float(np.median(y))
+        return lambda test: np.full(len(test), med)
+    if name == IDENTITY:
+        from sklearn.ensemble import RandomForestRegressor
+
+        X = _identity_frame(train)
+        rf = RandomForestRegressor(n_estimators=100, random_state=seed, n_jobs=1).fit(X, y)
+        return lambda test: rf.predict(_identity_frame(test).reindex(columns=X.columns, fill_value=0.0).fillna(0.0))
+    if name.startswith(AVERAGE + "["):
+        parts = [fit_candidate(m, c, train, mode, seed) for m, c in _members(name)]
+        return lambda test: np.mean([p(test) for p in parts], axis=0)
+    model = make_batch(name, seed).fit(pd.DataFrame([restrict(s.features(mode, "all"), category) for s in train]), y)
+    return lambda test: np.asarray(model.predict(pd.DataFrame([restrict(s.features(mode, "all"), category) for s in test])))
+
+
+def _members(name: str) -> list[tuple[str, str]]:
+    inner = name[len(AVERAGE) + 1 : -1]
+    return [(m.rsplit(":", 1)[0], m.rsplit(":", 1)[1]) for m in inner.split(",")]
+
+
+def _oof(name: str, samples: Sequence[Sample], folds: Sequence[tuple[np.ndarray, np.ndarray]], mode: str, seed: int) -> np.ndarray:
+    out = np.full(len(samples), np.nan)
+    for train, test in folds:
+        out[test] = fit_candidate(name, "all", [samples[i] for i in train], mode, seed)([samples[i] for i in test])
+    return out
+
+
+def candidate_scores(
+    samples: Sequence[Sample],
+    mode: str,
+    *,
+    models: Sequence[str] = BATCH,
+    k: int = 3,
+    seed: int = 0,
+    holdout: str = "pair",
+    average: int = 3,
+    baselines: bool = True,
+) -> list[Score]:
+    """Cross-validated error (``holdout`` scheme) of every candidate on ``samples``: the batch models per
+    category, the average of the ``average`` best of them, and the baselines.  Empty when the scheme cannot
+    make two folds (too few groups or families)."""
+    y = np.array([s.target for s in samples], dtype=float)
+    scores = cross_validate(samples, [mode], models=models, k=k, seed=seed, holdout=holdout)
+    if not scores:
+        return []
+    folds = holdout_folds(samples, k, seed, holdout)
+    ranked = sorted((s for s in scores if math.isfinite(s.mae)), key=lambda s: (s.mae, s.model, s.category))
+    if average > 1 and len(ranked) >= average:
+        top = ranked[:average]
+        o = np.mean([s.oof for s in top], axis=0)
+        name = f"{AVERAGE}[{','.join(f'{s.model}:{s.category}' for s in top)}]"
+        scores.append(Score(name, "all", mode, mae(o, y), relative_error(o, y), len(y), 0.0, o))
+    if baselines:
+        for name in (MEDIAN, IDENTITY):
+            o = _oof(name, samples, folds, mode, seed)
+            scores.append(Score(name, "all", mode, mae(o, y), relative_error(o, y), len(y), 0.0, o))
+    return scores
+
+
+def baseline_onehot(samples: Sequence[Sample], k: int = 5, seed: int = 0, holdout: str = "pair") -> float | None:
+    """The job-identity baseline alone: :data:`IDENTITY`'s held-out MAE on the scheme's folds."""
+    folds = holdout_folds(samples, k, seed, holdout)
     if not folds:
         return None
-    oof = np.zeros(len(y))
-    for train, test in folds:
-        rf = RandomForestRegressor(n_estimators=100, random_state=seed, n_jobs=1).fit(X.iloc[train], y[train])
-        oof[test] = rf.predict(X.iloc[test])
-    return mae(oof, y)
+    return mae(_oof(IDENTITY, samples, folds, "placement", seed), [s.target for s in samples])
+
+
+def conformal_offsets(residuals: Sequence[float] | np.ndarray, coverage: float = COVERAGE) -> tuple[float, float]:
+    """Split-conformal interval offsets from held-out residuals (``actual - predicted``): the prediction's
+    interval is ``[pred + lo, pred + hi]``, each tail holding ``(1 - coverage) / 2`` with the finite-sample
+    correction (the ``ceil((n + 1) q) / n`` quantile).
+
+    >>> conformal_offsets(np.arange(-50, 51, dtype=float))
+    (-46.0, 46.0)
+    """
+    r = np.sort(np.asarray(residuals, dtype=float)[np.isfinite(residuals)])
+    n = len(r)
+    if n == 0:
+        return -math.inf, math.inf
+    tail = (1.0 - coverage) / 2.0
+    k_hi = math.ceil((n + 1) * (1.0 - tail))
+    k_lo = math.floor((n + 1) * tail)
+    hi = math.inf if k_hi > n else float(r[k_hi - 1])
+    lo = -math.inf if k_lo < 1 else float(r[k_lo - 1])
+    return lo, hi
 
 
 def evaluate(
     dataset: Dataset,
     mode: str,
     *,
-    k: int = 5,
+    k: int | None = None,
     inner_k: int = 3,
     seed: int = 0,
     models: Sequence[str] = BATCH,
     baseline: bool = True,
+    holdout: str = "pair",
+    coverage: float = COVERAGE,
+    report_table: bool = True,
     progress: Progress | None = None,
 ) -> Evaluation:
+    """Nested held-out evaluation (see the module docstring).  ``k`` outer folds (default: 5 for ``pair``, one
+    per family for ``family``, i.e. leave one family out); ``inner_k`` folds of the same scheme inside."""
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     samples = dataset.samples
     y = np.array([s.target for s in samples], dtype=float)
-    say(f"{len(samples)} rows, {len(set(dataset.groups))} groups; cross-validating {len(models)} models x 4 categories")
+    n_fam = len(set().union(*(s.families for s in samples)))
+    if k is None:
+        k = n_fam if holdout == "family" else 5
+    folds = holdout_folds(samples, k, seed, holdout)
+    if not folds:
+        raise ValueError(f"too few {'families' if holdout == 'family' else 'groups'} for {holdout} holdout")
+    say(f"{len(samples)} rows, {len(set(dataset.groups))} groups, {n_fam} families; {holdout} holdout, {len(folds)} outer folds")
     ts = time.perf_counter()
-    scores = cross_validate(samples, [mode], models=models, k=k, seed=seed, progress=say)
-    chosen = select(scores, mode)
+    scores = cross_validate(samples, [mode], models=models, k=k, seed=seed, holdout=holdout, progress=say) if report_table else []
     selection_seconds = time.perf_counter() - ts
-    if chosen is None:
-        raise ValueError("no model could be cross-validated (too few groups?)")
-    say(f"selected {chosen.model} (category {chosen.category}), CV MAE {chosen.mae:.2f}; nested held-out check")
-    heldout = np.zeros(len(y))
-    outer_choices = []
-    full = [s.features(mode, "all") for s in samples]
-    for i, (train, test) in enumerate(grouped_folds([s.group for s in samples], k, seed)):
-        inner = cross_validate([samples[j] for j in train], [mode], models=models, k=inner_k, seed=seed + 1)
-        pick = select(inner, mode) or chosen
-        outer_choices.append(f"{pick.model}:{pick.category}")
-        X = pd.DataFrame([restrict(f, pick.category) for f in full])
-        model = make_batch(pick.model, seed).fit(X.iloc[train], y[train])
-        heldout[test] = model.predict(X.iloc[test])
-        say(f"outer fold {i + 1}/{k}: chose {pick.model}:{pick.category}, fold MAE {mae(heldout[test], y[test]):.2f}")
-    base = baseline_onehot(samples, k, seed) if baseline else None
+    heldout = np.full(len(y), np.nan)
+    lo, hi = np.full(len(y), np.nan), np.full(len(y), np.nan)
+    med_pred, id_pred = np.full(len(y), np.nan), np.full(len(y), np.nan)
+    outer_choices: list[str] = []
+    picks: list[tuple[np.ndarray, np.ndarray, str, str]] = []
+    for i, (train, test) in enumerate(folds):
+        tr, te = [samples[j] for j in train], [samples[j] for j in test]
+        inner = candidate_scores(tr, mode, models=models, k=inner_k, seed=seed + 1, holdout=holdout)
+        pick = select(inner, mode)
+        if pick is None:  # too few groups/families inside: the training median, its residuals on the training rows
+            residuals = y[train] - float(np.median(y[train]))
+            name, cat = MEDIAN, "all"
+        else:
+            residuals = y[train] - pick.oof
+            name, cat = pick.model, pick.category
+        heldout[test] = fit_candidate(name, cat, tr, mode, seed)(te)
+        off_lo, off_hi = conformal_offsets(residuals, coverage)
+        lo[test], hi[test] = heldout[test] + off_lo, heldout[test] + off_hi
+        med_pred[test] = fit_candidate(MEDIAN, "all", tr, mode, seed)(te)
+        if baseline:
+            id_pred[test] = fit_candidate(IDENTITY, "all", tr, mode, seed)(te)
+        outer_choices.append(f"{name}:{cat}")
+        picks.append((train, test, name, cat))
+        say(f"outer fold {i + 1}/{len(folds)}: chose {name}:{cat}, fold MAE {mae(heldout[test], y[test]):.2f}")
+    chosen = select(scores, mode) if scores else None
+    if chosen is None:  # no report table: the most frequent outer choice stands for "the selected model"
+        top = max(set(outer_choices), key=outer_choices.count)
+        chosen = Score(top.rsplit(":", 1)[0], top.rsplit(":", 1)[1], mode, math.nan, None, 0, 0.0)
     return Evaluation(
         dataset=dataset.name, target=dataset.target_name, mode=mode, rows=len(samples), groups=len(set(dataset.groups)),
         scores=scores, selected=chosen, heldout_pred=heldout, mae=mae(heldout, y), relative_error=relative_error(heldout, y),
-        baseline_mae=base, selection_seconds=selection_seconds, seconds=time.perf_counter() - t0,
-        outer_choices=outer_choices, actual=y,
+        baseline_mae=mae(id_pred, y) if baseline else None, selection_seconds=selection_seconds,
+        seconds=time.perf_counter() - t0, outer_choices=outer_choices, actual=y, holdout=holdout, folds=len(folds),
+        median_baseline_mae=mae(med_pred, y), interval_lo=lo, interval_hi=hi, fold_picks=picks,
     )  # fmt: skip
 
 
@@ -145,21 +299,20 @@ def table(ev: Evaluation) -> str:
     return "\n".join(lines)
 
 
-def learning_curve(ev: Evaluation, samples: Sequence[Sample], *, k: int = 5, seed: int = 0) -> list[tuple[int, float]]:
-    """Held-out MAE of the selected model x category against the number of training rows."""
+def learning_curve(ev: Evaluation, samples: Sequence[Sample], *, seed: int = 0) -> list[tuple[int, float]]:
+    """Held-out MAE against the number of training rows: each outer fold refits *its own* choice (made on its
+    training rows) on a share of those rows and predicts its test rows."""
     y = np.array([s.target for s in samples])
-    X = pd.DataFrame([restrict(s.features(ev.mode, "all"), ev.selected.category) for s in samples])
-    folds = grouped_folds([s.group for s in samples], k, seed)
     rng = np.random.default_rng(seed)
     out = []
     for frac in (0.2, 0.4, 0.6, 0.8, 1.0):
         errs, n_train = [], 0
-        for train, test in folds:
-            sub = train if frac == 1.0 else rng.choice(train, max(3, int(len(train) * frac)), replace=False)
-            model = make_batch(ev.selected.model, seed).fit(X.iloc[sub], y[sub])
-            errs.append(mae(model.predict(X.iloc[test]), y[test]))
+        for train, test, name, cat in ev.fold_picks:
+            sub = train if frac == 1.0 else np.sort(rng.choice(train, max(3, int(len(train) * frac)), replace=False))
+            pred = fit_candidate(name, cat, [samples[j] for j in sub], ev.mode, seed)([samples[j] for j in test])
+            errs.append(mae(pred, y[test]))
             n_train += len(sub)
-        out.append((n_train // max(1, len(folds)), float(np.mean(errs))))
+        out.append((n_train // max(1, len(ev.fold_picks)), float(np.mean(errs))))
     return out
 
 
@@ -222,7 +375,7 @@ def write_report(ev: Evaluation, samples: Sequence[Sample], directory: Path) -> 
     ax.plot([c[0] for c in curve], [c[1] for c in curve], "o-")
     ax.set_xlabel("training rows per fold")
     ax.set_ylabel("held-out MAE (points)")
-    ax.set_title(f"Learning curve: {ev.selected.model}, category {ev.selected.category}")
+    ax.set_title("Learning curve: each outer fold's own choice")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     files.append(directory / "learning_curve.png")
@@ -235,8 +388,12 @@ def write_report(ev: Evaluation, samples: Sequence[Sample], directory: Path) -> 
         "",
         f"- mode: {ev.mode}; target: {ev.target}; rows: {ev.rows}; groups: {ev.groups} (cross-validation never splits a group)",
         f"- selected: **{s['selected']}**, category {s['category']} (grouped-CV MAE {s['cv_mae']})",
+        f"- holdout: {ev.holdout} ({ev.folds} outer folds; selection inside each by the same scheme)",
         f"- nested held-out MAE of the AIP choice: **{s['mae']}** points; relative error {s['relative_error']}",
-        f"- baseline (random forest on one-hot job identities, same folds): {s['baseline_mae']}",
+        f"- baselines on the same folds: training median {s['median_baseline_mae']}, "
+        f"random forest on one-hot job identities {s['baseline_mae']}",
+        f"- {round(100 * COVERAGE)} % conformal intervals: coverage {s['interval_coverage']}, "
+        f"mean width {s['interval_width_mean']} points",
         f"- selection took {s['selection_seconds']} s; whole evaluation {s['seconds']} s",
         "",
         "## Error per model x category (MAE in points, relative error in brackets, * = selected)",

@@ -66,6 +66,51 @@ def grouped_folds(groups: Sequence[str], k: int, seed: int = 0) -> list[tuple[np
     return [(np.flatnonzero(f != i), np.flatnonzero(f == i)) for i in range(k)]
 
 
+HOLDOUTS = ("pair", "family")
+"""Holdout schemes (DESIGN.md): ``pair``, no job set (group) in both training and test; ``family``, every row
+that involves a held-out job family is out of training."""
+
+
+def family_folds(families: Sequence[frozenset[str]], k: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``k`` folds over job families (fewer if there are fewer families): fold ``i`` holds out its families.
+
+    A row is trained on in fold ``i`` only if it involves none of fold ``i``'s families; it is tested in exactly
+    one fold, the first whose families it involves.  So every row is predicted once, by a model that never saw
+    a row with one of its families (a row of two held-out families is in neither training set).
+
+    >>> fams = [frozenset("a"), frozenset("ab"), frozenset("b"), frozenset("c"), frozenset("bc")]
+    >>> folds = family_folds(fams, 3)
+    >>> all(fams[i] - set().union(*(fams[j] for j in tr)) for tr, te in folds for i in te)  # a family unseen
+    True
+    >>> sorted(int(i) for _, te in folds for i in te)
+    [0, 1, 2, 3, 4]
+    """
+    uniq = sorted(set().union(*families)) if families else []
+    k = min(k, len(uniq))
+    if k < 2:
+        return []
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(uniq))
+    fold_of = {uniq[g]: i % k for i, g in enumerate(order)}
+    member = np.array([[any(fold_of[f] == i for f in fam) for i in range(k)] for fam in families], dtype=bool)
+    first = member.argmax(axis=1)
+    out = []
+    for i in range(k):
+        train, test = np.flatnonzero(~member[:, i]), np.flatnonzero(first == i)
+        if len(train) and len(test):
+            out.append((train, test))
+    return out if len(out) >= 2 else []
+
+
+def holdout_folds(samples: Sequence[Sample], k: int, seed: int = 0, holdout: str = "pair") -> list[tuple[np.ndarray, np.ndarray]]:
+    """The folds of a holdout scheme: :func:`grouped_folds` by ``Sample.group`` or :func:`family_folds`."""
+    if holdout == "pair":
+        return grouped_folds([s.group for s in samples], k, seed)
+    if holdout == "family":
+        return family_folds([s.families for s in samples], k, seed)
+    raise ValueError(f"unknown holdout {holdout!r} (choose from {', '.join(HOLDOUTS)})")
+
+
 @dataclass
 class Score:
     model: str
@@ -131,6 +176,7 @@ def cross_validate(
     max_rows: int | None = None,
     frames: Mapping[str, Mapping[str, pd.DataFrame]] | None = None,
     progress: Callable[[str], None] | None = None,
+    holdout: str = "pair",
 ) -> list[Score]:
     """Out-of-fold predictions and errors of every model x category x mode, grouped by ``Sample.group``.
 
@@ -141,13 +187,16 @@ def cross_validate(
     distinct ones), so a mode with few distinct rows (placement) trains on all of them.  ``Score.trained``
     says how many rows each fold trained on, summed over the folds / ``k - 1``.
 
+    ``holdout`` is the scheme of the folds (:func:`holdout_folds`): ``pair`` by ``Sample.group``, ``family``
+    by job family.
+
     The fits (model x category x mode x fold) are independent: with ``workers`` > 1 (None: all cores) they run
     on :mod:`models.parallel`'s process pool, or on ``fits`` when given (which then keeps the arrays published
     as ``x_<mode>_<category>`` and ``y`` for :func:`final_fit`).  Results do not depend on ``workers``.
     """
     y = np.array([s.target for s in samples], dtype=float)
     groups = [s.group for s in samples]
-    folds = grouped_folds(groups, k, seed)
+    folds = holdout_folds(samples, k, seed, holdout)
     if not folds:
         return []
     jobs: list[tuple[str, str, list[str]]] = []

@@ -21,7 +21,15 @@ def register(sub: Any) -> None:
     p.add_argument("dataset", help="path to the dataset file")
     p.add_argument("--gpu", help="GPU type / environment to evaluate (Gavel: k80, p100, v100; default v100)")
     p.add_argument("--mode", choices=("observed", "placement"), help="feature mode (default: what the dataset has)")
-    p.add_argument("--folds", type=int, default=5, help="grouped cross-validation folds (default 5)")
+    p.add_argument(
+        "--holdout", choices=("pair", "family"), default="pair",
+        help="pair: no job set in training and test; family: every row involving a held-out job family "
+        "(the job type without its batch size) left out of training (default pair)",
+    )  # fmt: skip
+    p.add_argument(
+        "--folds", type=int, default=None,
+        help="outer folds (default: 5 for pair, one per family for family, i.e. leave one family out)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--models", help="comma-separated subset of the batch zoo (default: all)")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
@@ -48,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     mode = args.mode or dataset.modes[0]
     if mode not in dataset.modes:
         raise CliError(f"{args.dataset}: no {mode}-mode features (has: {', '.join(dataset.modes)})", 2)
-    if args.folds < 2:
+    if args.folds is not None and args.folds < 2:
         raise CliError("--folds must be at least 2", 2)
     from models.zoo import BATCH
 
@@ -58,16 +66,21 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(BATCH)}", 2)
     say = _progress(t0)
     try:
-        ev = evaluate(dataset, mode, k=args.folds, seed=args.seed, models=models, progress=say)
+        ev = evaluate(dataset, mode, k=args.folds, seed=args.seed, models=models, holdout=args.holdout, progress=say)
     except ValueError as exc:
         raise CliError(f"{args.dataset}: {exc}", 2) from exc
     summary = ev.summary()
-    print(f"{ev.dataset}  mode={mode}  target={ev.target}  rows={ev.rows}  groups={ev.groups}")
-    print("grouped CV MAE in points (relative error), * = AIP's choice")
+    print(f"{ev.dataset}  mode={mode}  holdout={ev.holdout}  target={ev.target}  rows={ev.rows}  groups={ev.groups}")
+    print(f"CV MAE in points ({ev.holdout} holdout, all rows; relative error), * = AIP's choice on all rows")
     print(table(ev))
     print(
-        f"selected: {ev.selected.model} (category {ev.selected.category})  held-out MAE {ev.mae:.2f}"
-        f"  relative error {summary['relative_error']}  baseline (one-hot RF) {summary['baseline_mae']}"
+        f"selected: {ev.selected.model} (category {ev.selected.category})  nested held-out MAE {ev.mae:.2f}"
+        f"  relative error {summary['relative_error']}  baselines: median {summary['median_baseline_mae']},"
+        f" job identity (one-hot RF) {summary['baseline_mae']}"
+    )
+    print(
+        f"outer folds chose: {', '.join(ev.outer_choices)}\n"
+        f"90 % conformal intervals: coverage {summary['interval_coverage']}, mean width {summary['interval_width_mean']}"
     )
     print(f"selection {ev.selection_seconds:.2f} s, total {ev.seconds:.2f} s")
     if args.report:

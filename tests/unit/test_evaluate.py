@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from aip.cli import main
-from models.datasets import load, load_gavel
-from models.selection import cross_validate, grouped_folds
+from models.datasets import Dataset, Sample, load, load_gavel
+from models.selection import cross_validate, grouped_folds, holdout_folds
 
 
 def test_gavel_features_beat_one_hot_baseline(shared_data) -> None:  # type: ignore[no-untyped-def]
@@ -39,7 +39,7 @@ def _csv(path, rows: int = 40) -> None:  # type: ignore[no-untyped-def]
         y = rng.uniform(0, 100)
         pct = [0.5 * y + rng.normal(0, 2) for _ in range(6)]
         lines.append(
-            f"h200,job{i % 5},job{(i + 1) % 5};job{(i + 2) % 5},{y:.2f}," + ",".join(f"{p:.2f}" for p in pct) + f",g{i // 2}"
+            f"h200,job{i % 10},job{(i + 1) % 10};job{(i + 2) % 10},{y:.2f}," + ",".join(f"{p:.2f}" for p in pct) + f",g{i % 10}"
         )
     path.write_text("\n".join(lines) + "\n")
 
@@ -101,3 +101,119 @@ def test_mode_not_in_dataset(tmp_path, capsys) -> None:  # type: ignore[no-untyp
     assert main(["evaluate", str(data), "--mode", "placement"]) == 2
     assert "no placement-mode features" in capsys.readouterr().err
     assert load(data).modes == ("observed",)
+
+
+# --------------------------------------------------------------------------- leaks, holdout schemes, intervals
+
+
+def _pairs(families: int, per_family: int = 2, seed: int = 0, noise: float = 0.0) -> Dataset:
+    """Pairs of job types (``f<i> (batch size <b>)``), both rows of a pair in one group.  The target is a random
+    number per pair and the only feature that tells pairs apart is a pair id (``solo_throughput``): a model can
+    only predict a row well if that very pair reached its training set."""
+    rng = np.random.default_rng(seed)
+    types = [f"f{f} (batch size {2 ** b})" for f in range(families) for b in range(per_family)]
+    samples = []
+    for n, (a, b) in enumerate((a, b) for i, a in enumerate(types) for b in types[i:]):
+        y = float(rng.uniform(0, 100))
+        group = " + ".join(sorted((a, b)))
+        for job, other in ((a, b), (b, a)):
+            fam, co = job.split(" ")[0], other.split(" ")[0]
+            solo = {"throughput": float(n), "M": 1000.0}
+            samples.append(Sample(job, (other,), y + float(rng.normal(0, noise)), group, "gpu", {}, solo, (solo,), fam, (co,)))
+    return Dataset("pairs", samples, "lost_throughput_pct", ("placement",))
+
+
+@pytest.mark.parametrize(("holdout", "families"), [("pair", 4), ("family", 5), ("family", 2)])
+def test_no_test_row_reaches_selection_or_fitting(monkeypatch, holdout, families) -> None:  # type: ignore[no-untyped-def]
+    """Everything an outer fold fits or cross-validates sees its training rows only, under either scheme, also
+    when the inner selection has too few families (2 families: one left inside, no inner CV, the training median)."""
+    import models.evaluate as ev_mod
+
+    ds = _pairs(families)
+    rid = {id(s): i for i, s in enumerate(ds.samples)}
+    log: list[tuple[str, frozenset[int]]] = []
+    real_fit, real_cv = ev_mod.fit_candidate, ev_mod.cross_validate
+
+    def fit(name, category, train, mode, seed=0):  # type: ignore[no-untyped-def]
+        log.append(("fit", frozenset(rid[id(s)] for s in train)))
+        return real_fit(name, category, train, mode, seed)
+
+    def cv(samples, *args, **kw):  # type: ignore[no-untyped-def]
+        log.append(("cv", frozenset(rid[id(s)] for s in samples)))
+        return real_cv(samples, *args, **kw)
+
+    monkeypatch.setattr(ev_mod, "fit_candidate", fit)
+    monkeypatch.setattr(ev_mod, "cross_validate", cv)
+    marks: list[int] = []
+    ev = ev_mod.evaluate(
+        ds, "placement", models=("DecisionTree", "KNN"), holdout=holdout, report_table=False,
+        progress=lambda m: marks.append(len(log)) if m.startswith("outer fold") else None,
+    )  # fmt: skip
+    folds = holdout_folds(ds.samples, 5 if holdout == "pair" else families, 0, holdout)
+    assert len(folds) == len(marks) == ev.folds >= 2
+    start = 0
+    for (train, test), end in zip(folds, marks, strict=True):
+        allowed = set(train.tolist())
+        assert log[start:end], "each fold fits something"
+        for kind, rows in log[start:end]:
+            assert rows <= allowed and not rows & set(test.tolist()), kind
+        if holdout == "family":  # and the training rows never involve a family only the test rows have
+            seen = set().union(*(ds.samples[j].families for j in train))
+            assert all(ds.samples[j].families - seen for j in test)
+        start = end
+    if families == 2:
+        assert set(ev.outer_choices) == {"baseline.median:all"}
+    # a leak would let the tree read each test pair's target off its id; honest, no candidate can
+    assert ev.mae > 0.7 * ev.median_baseline_mae  # type: ignore[operator]
+
+
+def test_family_holdout_json_keys_and_baselines_are_candidates(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(1)
+    lines = ["environment,job_type,co_job_types,job_family,co_job_families,interference_pct,solo_S,other_solo_S,solo_M"]
+    fams = [f"net{f}" for f in range(5)]
+    for a in range(10):
+        for b in range(a, 10):
+            for job, other in ((a, b), (b, a)):
+                y = 0.6 * (10 * other) + rng.normal(0, 1)
+                lines.append(
+                    f"h200,{fams[job // 2]}_bs{2 ** (job % 2)},{fams[other // 2]}_bs{2 ** (other % 2)},"
+                    f"{fams[job // 2]},{fams[other // 2]},{y:.2f},{10 * job},{10 * other},100"
+                )
+    data = tmp_path / "obs.csv"
+    data.write_text("\n".join(lines) + "\n")
+    rc = main(["evaluate", str(data), "--holdout", "family", "--models", "LinearRegression,DecisionTree", "--json"])
+    assert rc == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"mae", "relative_error", "median_baseline_mae", "baseline_mae", "interval_coverage", "interval_width_mean"} <= set(last)
+    assert last["holdout"] == "family" and last["folds"] == 5  # one per job_family (not per job type: 10)
+    # the co-runner's solo S decides the slowdown, also for families never trained on: well below both baselines
+    # (not near 0: a linear fit reads a held-out family's all-zero family indicators as a shifted intercept)
+    assert last["mae"] < 0.6 * last["median_baseline_mae"] and last["mae"] < last["baseline_mae"]
+
+
+def test_csv_group_column_never_splits_a_job_set(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    lines = ["environment,job_type,co_job_types,interference_pct,E_pct,group"]
+    lines += [f"h200,a,b,{i},{i},g{i}" for i in range(4)]  # one job set, four group labels
+    lines += [f"h200,c,d,{i},{i},g9" for i in range(4)] + ["h200,e,f,1,1,g9", "h200,x,y,1,1,"]
+    data = tmp_path / "obs.csv"
+    data.write_text("\n".join(lines) + "\n")
+    groups = load(data).groups
+    assert len(set(groups[:4])) == 1  # the job set a+b stays whole whatever its group labels say
+    assert len(set(groups[4:9])) == 1 and groups[0] != groups[4] != groups[9]  # a shared label joins c+d and e+f
+
+
+def test_conformal_intervals_cover_90_percent_where_the_noise_is_known() -> None:
+    """y = 2 x + N(0, 5): the 90 % interval is about 2 x 1.645 x 5 = 16.4 points wide and covers 90 % of new rows."""
+    from models.evaluate import evaluate
+
+    rng = np.random.default_rng(2)
+    samples = []
+    for i in range(300):
+        x = float(rng.uniform(0, 50))
+        solo = {"S": x, "M": 1.0, "throughput": 1.0}
+        samples.append(Sample(f"j{i % 60}", (f"j{(i + 7) % 60}",), 2 * x + float(rng.normal(0, 5)), f"g{i % 60}", "h", {}, solo, ({},)))
+    ds = Dataset("linear", samples, "interference_pct", ("placement",))
+    ev = evaluate(ds, "placement", models=("LinearRegression",), baseline=False, report_table=False)
+    assert ev.interval_coverage is not None and 0.85 <= ev.interval_coverage <= 0.95
+    assert ev.interval_width_mean is not None and 13.0 <= ev.interval_width_mean <= 20.0
+    assert ev.mae < 5.0  # about 0.8 x 5 for the right model
