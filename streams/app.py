@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import os
@@ -24,35 +25,21 @@ from faust.types import TP
 from config import Settings
 from events import JobEvent, MetricSample, Observation, RecordError, SoloProfile, Topics, decode, encode
 from events.topics import LIFECYCLE, METRICS
-from streams import changelog
+from streams import changelog, views
 from streams.deadletters import dead_letter
 from streams.metrics import StreamMetrics, dead_letter_reason
 from streams.profiles import LOCAL
 from streams.readers import PartitionReader, TopicFollower
+from streams.refits import Refits
 from streams.stage1 import LateEvent, Stage1
 from streams.stage2 import Stage2
-from streams.windows import GpuState
+from streams.state import Stage1State
 
 log = logging.getLogger(__name__)
 
 
 AUTO_COMMIT_OFF_S = 10.0**9  # faust's periodic commit timer: effectively never
 AUTO_COMMIT_OFF_EVERY = 2**62  # faust's commit every N acked messages: never
-
-try:  # orjson where installed (several times faster for the checkpoint)
-    import orjson as _orjson
-
-    def _dumps(obj: Any) -> bytes:
-        return _orjson.dumps(obj)
-
-    _loads = _orjson.loads
-except ImportError:  # pragma: no cover
-    import json as _jsonlib
-
-    def _dumps(obj: Any) -> bytes:
-        return _jsonlib.dumps(obj, separators=(",", ":")).encode()
-
-    _loads = _jsonlib.loads
 
 
 class WorkerMonitor(Monitor):
@@ -186,11 +173,15 @@ class Streams:
             source_of=self._source_of,
         )
         self.follower: TopicFollower | None = None
-        self.checkpoint_path = state_dir(settings) / "stage1.json"
-        self.gpu_partition: dict[str, int] = {}  # GPU -> input partition it was last read from
-        self.positions: dict[str, int] = {}  # "topic:partition" -> last input offset applied to stage 1
-        self.replay_until: dict[str, int] = {}  # after a restart: offsets up to these were applied before
-        self.load_checkpoint()
+        self.writer_id = f"{group_instance_id(settings) or socket.gethostname()}-{os.getpid()}"
+        self.state = Stage1State(
+            self.stage1,
+            state_dir(settings) / "stage1.json",
+            send=lambda key, value, partition: self.changelog_topic.send_soon(key=key, value=value, partition=partition),
+            read=functools.partial(changelog.read_partition, settings, t.stage1_changelog, writer=self.writer_id),
+            writer_id=self.writer_id,
+        )
+        self.state.load_checkpoint()
         self.stage2 = Stage2(settings.alert_threshold_pct, settings.alert_clear_pct, state_dir=state_dir(settings), clock=clock)
         self.metrics = StreamMetrics(
             self.stage1.counters,
@@ -199,69 +190,42 @@ class Streams:
             highwater=self._highwater,
             held=lambda: self.stage1.held_count(),
         )
-        self._refitting: set[str] = set()
+        self.refits = Refits(self.stage2, lambda env, board: self.send("leaderboard", env, board))
         self._own_commit = False
-        self._assigned: set[int] = set()  # input partitions assigned to this process
-        self._touched: set[str] = set()  # GPUs whose state changed since the last changelog write
-        self._logged_positions: dict[int, dict[str, int]] = {}  # input positions last written to the changelog
-        self._restoring: dict[int, asyncio.Future[int]] = {}  # input partitions whose state is being read
-        self._ready: set[int] = set()  # input partitions whose changelog was read since they were assigned here
-        self.changelog_enabled = False  # set when the worker starts (unit tests drive stage 1 without a broker)
-        self.writer_id = f"{group_instance_id(settings) or socket.gethostname()}-{os.getpid()}"
         self._tps: dict[tuple[str, int], tuple[TP, str]] = {}  # (base topic, partition) -> (TP, positions key)
         self._bases: dict[str, str] = {}  # full topic name -> base name
-        self.checkpoints = 0
-        self._refit_futures: set[asyncio.Future[None]] = set()
         self._register(stage2)
 
-    # ------------------------------------------------------------------ state
-    # Stage-1 state (per-GPU windows, job sets, dedup positions, solo profiles) is checkpointed
-    # to a local file, and input offsets are committed only right after a checkpoint (faust's
-    # periodic auto-commit is off): the committed offsets never run ahead of the saved state.
-    # After a crash the worker loads the checkpoint, faust seeks to the committed offsets, and
-    # the events read again are dropped as duplicates (seq per producer, lifecycle resends).
+    # stage 1's bookkeeping lives in ``self.state`` (streams/state.py); these names stay for tests and views
+    @property
+    def positions(self) -> dict[str, int]:
+        return self.state.positions
+
+    @positions.setter
+    def positions(self, value: dict[str, int]) -> None:
+        self.state.positions = value
+
+    @property
+    def gpu_partition(self) -> dict[str, int]:
+        return self.state.gpu_partition
+
+    @property
+    def replay_until(self) -> dict[str, int]:
+        return self.state.replay_until
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.state.checkpoint_path
+
+    @property
+    def checkpoints(self) -> int:
+        return self.state.checkpoints
+
     def load_checkpoint(self) -> bool:
-        """Restore stage 1 from ``state_dir/stage1.json`` (False when there is none or it is unreadable)."""
-        try:
-            data = _loads(self.checkpoint_path.read_bytes())
-        except FileNotFoundError:
-            return False
-        except Exception as exc:  # a damaged file must not stop the worker: start afresh
-            log.warning("ignoring unreadable stage-1 checkpoint %s: %s", self.checkpoint_path, exc)
-            return False
-        self.stage1.restore(data.get("stage1", {}))
-        self.gpu_partition = {g: int(p) for g, p in data.get("partitions", {}).items() if g in self.stage1.gpus}
-        self.positions = {k: int(v) for k, v in data.get("positions", {}).items()}
-        self.stage1.counters["restored_gpus"] += len(self.stage1.gpus)
-        self.stage1.counters["restored_profiles"] += len(self.stage1.profiles)
-        self.replay_until = dict(self.positions)
-        log.info(
-            "stage 1 restored %d GPUs and %d solo profiles from %s",
-            len(self.stage1.gpus),
-            len(self.stage1.profiles),
-            self.checkpoint_path,
-        )
-        return True
+        return self.state.load_checkpoint()
 
     def checkpoint(self) -> None:
-        """Write stage 1's state atomically (temporary file, fsync, rename)."""
-        body = _dumps(
-            {
-                "version": 1,
-                "saved_at": time.time(),
-                "stage1": self.stage1.to_dict(),
-                "partitions": self.gpu_partition,
-                "positions": self.positions,
-            }
-        )
-        tmp = self.checkpoint_path.with_suffix(".json.tmp")
-        with open(tmp, "wb") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.checkpoint_path)
-        self.stage1.dirty.clear()
-        self.checkpoints += 1
+        self.state.checkpoint()
 
     def _source_of(self, gpu: str) -> str:
         """The share of solo profiles a GPU's solo windows feed: its input partition (one owner at a time)."""
@@ -302,79 +266,10 @@ class Streams:
         if not self._own_commit:  # a commit of every topic: observations too
             self.stage2.save()
 
-    # -------------------------------------------------------- stage-1 changelog
     def publish_changelog(self) -> int:
-        """Write the GPUs touched since the last call, then each owned partition's input positions, to the
-        changelog partition of their input partition (see :mod:`streams.changelog`); return the records sent."""
-        sent = 0
-        partitions: set[int] = set()
-        for gpu in self._touched:
-            partition = self.gpu_partition.get(gpu)
-            st = self.stage1.gpus.get(gpu)
-            if partition is None or st is None:
-                continue
-            key, value = changelog.gpu_record(gpu, st.to_dict())
-            self.changelog_topic.send_soon(key=key, value=value, partition=partition)
-            partitions.add(partition)
-            sent += 1
-        self._touched.clear()
-        for partition in sorted(partitions | self._assigned):
-            mine = {k: v for k, v in self.positions.items() if int(k.rpartition(":")[2]) == partition}
-            if mine and mine != self._logged_positions.get(partition):
-                key, value = changelog.positions_record(mine, self.stage1.window_s, self.writer_id)
-                self.changelog_topic.send_soon(key=key, value=value, partition=partition)
-                self._logged_positions[partition] = mine
-                sent += 1
+        sent = self.state.publish_changelog()
         self.metrics.published["stage1_changelog"] += sent
         return sent
-
-    async def restore_partition(self, partition: int) -> int:
-        """Continue input partition ``partition``'s GPUs from the changelog when it is beyond this worker's own
-        state of them (a partition another worker had); return the GPUs restored."""
-        loop = asyncio.get_running_loop()
-        try:
-            state = await loop.run_in_executor(
-                None, changelog.read_partition, self.settings, self.topics.stage1_changelog, partition, self.writer_id
-            )
-        except Exception as exc:  # the partition's GPUs then start afresh, as before the changelog
-            log.warning("could not read the stage-1 changelog of partition %d: %s", partition, exc)
-            self.stage1.counters["changelog_restore_failed"] += 1
-            return 0
-        finally:
-            self._restoring.pop(partition, None)
-            self._ready.add(partition)
-        local = {k: v for k, v in self.positions.items() if int(k.rpartition(":")[2]) == partition}
-        if not state.newer_than(local) or state.window_s != self.stage1.window_s:
-            log.warning("stage 1 keeps its own state of partition %d (changelog %s, own %s)", partition, state.positions, local)
-            return 0
-        stale = [g for g, p in self.gpu_partition.items() if p == partition]
-        self.stage1.forget(stale)
-        for g in stale:
-            del self.gpu_partition[g]
-        for gpu, data in state.gpus.items():
-            self.stage1.gpus[gpu] = GpuState.from_dict(data)
-            self.gpu_partition[gpu] = partition
-        self.positions.update(state.positions)
-        self.replay_until.update(state.positions)
-        self._logged_positions[partition] = dict(state.positions)
-        self.stage1.counters["changelog_restored_gpus"] += len(state.gpus)
-        log.warning(
-            "stage 1 continues %d GPUs of partition %d from the changelog (positions %s)",
-            *(len(state.gpus), partition, state.positions),
-        )
-        return len(state.gpus)
-
-    def _restore_task(self, partition: int) -> asyncio.Future[int]:
-        future = self._restoring.get(partition)
-        if future is None:
-            future = self._restoring[partition] = asyncio.ensure_future(self.restore_partition(partition))
-        return future
-
-    async def restored(self, partitions: Iterable[int]) -> None:
-        """Read the changelog of these input partitions where not done since they were assigned here: no event of
-        a partition is applied before (faust may hand over events before its assignment signal)."""
-        for p in sorted(set(partitions) - self._ready):
-            await asyncio.shield(self._restore_task(p))
 
     async def commit(self, topics: set[str]) -> bool:
         """Commit the acked offsets of ``topics`` (the state they cover was just saved by the caller)."""
@@ -393,32 +288,9 @@ class Streams:
         self.stage2.counters["models_saved_committed"] += 1  # saved, and the offsets it covers committed
 
     def on_partitions_assigned(self, _sender: Any, assigned: Any = (), **_: Any) -> None:
-        """Forget GPUs of input partitions that moved from this worker to another (which starts them afresh).
-
-        Only partitions this process held and lost count: GPUs restored from the checkpoint whose
-        partitions are not (yet) assigned are kept, because a restarted worker's first assignment
-        can be partial while the group still counts the killed member (it gets them back a rebalance later).
-        """
+        """Read the changelog of input partitions new here, forget GPUs of those now assigned elsewhere."""
         inputs = {self.topics.metrics, self.topics.lifecycle}
-        mine = {tp.partition for tp in assigned if tp.topic in inputs}
-        lost = self._assigned - mine
-        for p in sorted(mine - self._assigned) if self.changelog_enabled else ():
-            self._restore_task(p)  # start reading its changelog now; stage 1 waits for it before the first event
-        self._ready -= lost
-        self._assigned = mine
-        if not lost:
-            return
-        gone = [g for g, p in self.gpu_partition.items() if p in lost]
-        if gone:
-            log.info("forgetting %d GPUs of partitions %s, now assigned elsewhere", len(gone), sorted(lost))
-            self.stage1.forget(gone)
-            for g in gone:
-                del self.gpu_partition[g]
-        for key in [k for k in self.positions if int(k.rpartition(":")[2]) in lost]:
-            del self.positions[key]
-            self.replay_until.pop(key, None)
-        for p in lost:
-            self._logged_positions.pop(p, None)
+        self.state.assign({tp.partition for tp in assigned if tp.topic in inputs})
 
     def lifecycle_pending(self, partition: int) -> bool:
         """Whether the lifecycle partition ``partition`` has records stage 1 has not applied yet.
@@ -500,12 +372,12 @@ class Streams:
             if base == METRICS:
                 sample = decode(MetricSample, event.value)
                 self.gpu_partition[sample.gpu_uuid] = m.partition
-                self._touched.add(sample.gpu_uuid)
+                self.state.touched.add(sample.gpu_uuid)
                 return self.stage1.on_metric(sample, self.lifecycle_pending(m.partition)), None
             if base == LIFECYCLE:
                 job = decode(JobEvent, event.value)
                 self.gpu_partition[job.gpu_uuid] = m.partition
-                self._touched.add(job.gpu_uuid)
+                self.state.touched.add(job.gpu_uuid)
                 return self.stage1.on_job(job, self.lifecycle_pending(m.partition)), None
             return [], f"unexpected topic {event.message.topic}"
         except RecordError as exc:
@@ -519,7 +391,7 @@ class Streams:
             log.exception("stage 1 failed on %s p%s@%s", event.message.topic, event.message.partition, event.message.offset)
             return [], f"stage 1 error: {type(exc).__name__}: {exc}"
 
-    def _register(self, with_stage2: bool = True) -> None:
+    def _register(self, with_stage2: bool = True, with_views: bool = True) -> None:
         app = self.app
         s = self.settings
 
@@ -541,7 +413,7 @@ class Streams:
 
         @app.task
         async def shared_state() -> None:
-            self.changelog_enabled = True
+            self.state.enabled = True
             self.follow_profiles()
 
         @app.timer(s.checkpoint_interval_s)
@@ -552,33 +424,25 @@ class Streams:
         async def save_models() -> None:
             await self.save_models_and_commit()
 
-        @app.page("/predictions/{gpu_uuid}")
-        async def predictions(web: Any, request: Any, gpu_uuid: str) -> Any:
-            return web.json({"gpu_uuid": gpu_uuid, "jobs": self.stage2.latest.get(gpu_uuid, {})})
-
-        @app.page("/leaderboard")
-        async def leaderboard(web: Any, request: Any) -> Any:
-            from events import to_dict
-
-            return web.json({env: to_dict(b) for env, b in self.stage2.leaderboards.items()})
-
-        @app.page("/profiles")
-        async def profiles_view(web: Any, request: Any) -> Any:
-            return web.json(self.stage1.profiles.view())
-
-        @app.page("/metrics")
-        async def metrics(web: Any, request: Any) -> Any:
-            body, content_type = self.metrics.render()
-            return web.bytes(body, content_type=content_type)
+        if with_views:
+            views.register(app, self)
 
         app.on_partitions_assigned.connect(self.on_partitions_assigned)
 
         self.agents = (stage1, stage2)
 
+    def _publish_released(self) -> None:
+        """Observations of job-windows adopted from a partition's last owner whose solo profile is known here."""
+        released, self.state.released = self.state.released, []
+        for o in released:
+            self.emit_observation(o)
+        self.metrics.published["observations"] += len(released)
+
     async def stage1_event(self, event: Any) -> None:
         """Stage 1 for one event (``stage1_batch`` 1)."""
-        if self.changelog_enabled and event.message.partition not in self._ready:
-            await self.restored([event.message.partition])
+        if self.state.pending([event.message.partition]):
+            await self.state.restored([event.message.partition])
+            self._publish_released()
         obs, error = self.handle_input(event)
         if error is not None:
             await self.send_dead_letter(event, error, "stage1")
@@ -589,9 +453,12 @@ class Streams:
 
     async def stage1_batch(self, batch: Iterable[Any]) -> None:
         observations: list[Observation] = []
-        if self.changelog_enabled:
+        if self.state.enabled:
             batch = list(batch)
-            await self.restored(e.message.partition for e in batch)
+            partitions = {e.message.partition for e in batch}
+            if self.state.pending(partitions):
+                await self.state.restored(partitions)
+                self._publish_released()
         for event in batch:
             obs, error = self.handle_input(event)
             if error is not None:
@@ -626,14 +493,7 @@ class Streams:
         self.stage2.applied(partition, end - 1)
         read_s = time.monotonic() - t0
         for env in sorted(envs):  # "it refits, then serves"
-            models = self.stage2.models_for(env)
-            if env not in self._refitting and models.refit_due():
-                self._refitting.add(env)
-                try:
-                    result = await loop.run_in_executor(None, models.refit_task())
-                    self.stage2.apply_refit(env, result)
-                finally:
-                    self._refitting.discard(env)
+            await self.refits.now(env)
             board = self.stage2.leaderboard_of(env)
             if board is not None:
                 await self.send("leaderboard", env, board)
@@ -677,28 +537,7 @@ class Streams:
 
     def start_refits(self) -> None:
         """Run due refits in an executor; apply each on the event loop when it finishes."""
-        for env, task in self.stage2.refits_due():
-            if env in self._refitting:
-                continue
-            self._refitting.add(env)
-            future = asyncio.ensure_future(self._refit(env, task))
-            self._refit_futures.add(future)
-            future.add_done_callback(self._refit_futures.discard)
-
-    async def _refit(self, env: str, task: Any) -> None:
-        # An executor thread, not a daemon thread: a daemon thread still inside torch or OpenMP
-        # when the interpreter exits aborts the process (SIGABRT, measured); stopping waits
-        # for a refit in progress instead (seconds: large refits run on the pool).
-        loop = asyncio.get_running_loop()
-        try:
-            result = await loop.run_in_executor(None, task)
-            board = self.stage2.apply_refit(env, result)
-            if board is not None:
-                await self.send("leaderboard", env, board)
-        except Exception:
-            log.exception("refit of %s failed", env)
-        finally:
-            self._refitting.discard(env)
+        self.refits.start_due()
 
 
 def create_app(settings: Settings, **kwargs: Any) -> Streams:

@@ -3,7 +3,8 @@
 ``aip.stage1.changelog`` has one partition per input partition; the owner of input
 partition ``p`` writes to changelog partition ``p`` (explicitly, not by key hash) at each
 checkpoint, right before its offsets are committed: one record per GPU it touched since
-(``gpu:<uuid>``: open windows, watermarks, job set, dedup positions) and then the
+(``gpu:<uuid>``: open windows, watermarks, job set, dedup positions, and the
+job-windows held for a solo profile not yet known) and then the
 partition's input positions (``positions``).  A worker handed partition ``p`` reads
 changelog partition ``p`` from the beginning before stage 1 touches ``p``'s events,
 keeps the latest record per key, and continues those GPUs where the last owner's
@@ -33,8 +34,10 @@ POSITIONS = "positions"
 FENCE = "fence"
 
 
-def gpu_record(gpu_uuid: str, state: Mapping[str, Any]) -> tuple[bytes, bytes]:
-    return (GPU_PREFIX + gpu_uuid).encode(), json.dumps(state, separators=(",", ":")).encode()
+def gpu_record(gpu_uuid: str, state: Mapping[str, Any], held: Iterable[Mapping[str, Any]] = ()) -> tuple[bytes, bytes]:
+    """One GPU's state and the job-windows held for a solo profile that has not arrived yet."""
+    body = {"state": state, "held": list(held)}
+    return (GPU_PREFIX + gpu_uuid).encode(), json.dumps(body, separators=(",", ":")).encode()
 
 
 def positions_record(positions: Mapping[str, int], window_s: float, writer: str) -> tuple[bytes, bytes]:
@@ -60,11 +63,11 @@ class PartitionState:
 def fold(records: Iterable[tuple[bytes | None, bytes | None]]) -> PartitionState:
     """The latest value per key of a changelog partition's records, in log order.
 
-    >>> k, v = gpu_record("GPU-1", {"closed": 3})
+    >>> k, v = gpu_record("GPU-1", {"closed": 3})  # GPU state (and held job-windows)
     >>> p, q = positions_record({"gpu.metrics:0": 41}, 10.0, "w")
     >>> s = fold([(k, v), (p, q), (b"fence", b"{}")])
     >>> s.gpus, s.positions, s.window_s
-    ({'GPU-1': {'closed': 3}}, {'gpu.metrics:0': 41}, 10.0)
+    ({'GPU-1': {'state': {'closed': 3}, 'held': []}}, {'gpu.metrics:0': 41}, 10.0)
     """
     gpus: dict[str, dict[str, Any]] = {}
     positions: dict[str, int] = {}

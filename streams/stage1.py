@@ -345,6 +345,38 @@ class Stage1:
             return []
         return self._release(record.environment, record.job_type)
 
+    def held_by_gpu(self, gpus: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+        """The held job-windows of these GPUs (they move with the GPU's partition)."""
+        wanted = set(gpus)
+        out: dict[str, list[dict[str, Any]]] = {}
+        for windows in self.held.values():
+            for w in windows:
+                if w["gpu_uuid"] in wanted:
+                    out.setdefault(w["gpu_uuid"], []).append(w)
+        return out
+
+    def adopt_held(self, windows: Iterable[dict[str, Any]]) -> list[Observation]:
+        """Hold job-windows another worker held for GPUs now read here; return those whose profile is already known."""
+        keys = set()
+        for w in windows:
+            self._hold(dict(w))
+            keys.add((w["environment"], w["job_type"]))
+        out: list[Observation] = []
+        for env, jt in sorted(keys):
+            if self.profiles.get(env, jt) is not None:
+                out.extend(self._release(env, jt))
+        return out
+
+    def drop_held(self, gpus: Iterable[str]) -> None:
+        """Drop the held job-windows of GPUs now read elsewhere (their new owner holds them)."""
+        gone = set(gpus)
+        for key in list(self.held):
+            kept = deque(w for w in self.held[key] if w["gpu_uuid"] not in gone)
+            if kept:
+                self.held[key] = kept
+            else:
+                del self.held[key]
+
     def held_count(self) -> int:
         """Job-windows waiting for a solo profile."""
         return sum(len(h) for h in self.held.values())

@@ -1,0 +1,233 @@
+"""Stage 1's bookkeeping around :class:`streams.stage1.Stage1`: where each GPU is read from, the input
+positions applied, the local checkpoint, and the changelog in Kafka (:mod:`streams.changelog`).
+
+Stage-1 state (per-GPU windows, job sets, dedup positions, solo profiles) is checkpointed to a
+local file, and input offsets are committed only right after a checkpoint (faust's periodic
+auto-commit is off): the committed offsets never run ahead of the saved state.  After a crash
+the worker loads the checkpoint, faust seeks to the committed offsets, and the events read
+again are dropped as duplicates (seq per producer, lifecycle resends).  The same state, per
+input partition, goes to the changelog, so that a partition's next owner continues its GPUs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from streams import changelog
+from streams.stage1 import Stage1
+from streams.windows import GpuState
+
+log = logging.getLogger(__name__)
+
+try:  # orjson where installed (several times faster for the checkpoint)
+    import orjson as _orjson
+
+    def _dumps(obj: Any) -> bytes:
+        return _orjson.dumps(obj)
+
+    _loads = _orjson.loads
+except ImportError:  # pragma: no cover
+    import json as _jsonlib
+
+    def _dumps(obj: Any) -> bytes:
+        return _jsonlib.dumps(obj, separators=(",", ":")).encode()
+
+    _loads = _jsonlib.loads
+
+
+def _partition_of(position_key: str) -> int:
+    """``"gpu.metrics:3"`` -> 3."""
+    return int(position_key.rpartition(":")[2])
+
+
+class Stage1State:
+    """Which input partition each GPU is read from, the positions applied, the checkpoint and the changelog.
+
+    ``send(key, value, partition)`` writes a changelog record (the worker: faust's producer, flushed
+    before its commits); ``read(partition)`` reads a changelog partition up to a fence (blocking; run in
+    an executor).  Both are I/O boundaries, arguments so that tests can drive the rest without Kafka.
+    """
+
+    def __init__(
+        self,
+        stage1: Stage1,
+        checkpoint_path: Path,
+        *,
+        send: Callable[[bytes, bytes, int], Any] | None = None,
+        read: Callable[[int], changelog.PartitionState] | None = None,
+        writer_id: str = "",
+    ) -> None:
+        self.stage1 = stage1
+        self.checkpoint_path = checkpoint_path
+        self.send = send
+        self.read = read
+        self.writer_id = writer_id
+        self.gpu_partition: dict[str, int] = {}  # GPU -> input partition it was last read from
+        self.positions: dict[str, int] = {}  # "topic:partition" -> last input offset applied to stage 1
+        self.replay_until: dict[str, int] = {}  # after a restart or a move: offsets up to these were applied before
+        self.assigned: set[int] = set()  # input partitions assigned to this process
+        self.touched: set[str] = set()  # GPUs whose state changed since the last changelog write
+        self.enabled = False  # the changelog is used once the worker runs (unit tests drive stage 1 without a broker)
+        self.checkpoints = 0
+        self.released: list[Any] = []  # observations of adopted held job-windows whose profile was known: to publish
+        self._logged: dict[int, dict[str, int]] = {}  # input positions last written to the changelog
+        self._restoring: dict[int, asyncio.Future[int]] = {}  # input partitions whose changelog is being read
+        self._ready: set[int] = set()  # input partitions whose changelog was read since they were assigned here
+
+    def positions_of(self, partition: int) -> dict[str, int]:
+        return {k: v for k, v in self.positions.items() if _partition_of(k) == partition}
+
+    # ------------------------------------------------------------ local file
+    def load_checkpoint(self) -> bool:
+        """Restore stage 1 from the checkpoint file (False when there is none or it is unreadable)."""
+        try:
+            data = _loads(self.checkpoint_path.read_bytes())
+        except FileNotFoundError:
+            return False
+        except Exception as exc:  # a damaged file must not stop the worker: start afresh
+            log.warning("ignoring unreadable stage-1 checkpoint %s: %s", self.checkpoint_path, exc)
+            return False
+        self.stage1.restore(data.get("stage1", {}))
+        self.gpu_partition = {g: int(p) for g, p in data.get("partitions", {}).items() if g in self.stage1.gpus}
+        self.positions = {k: int(v) for k, v in data.get("positions", {}).items()}
+        self.stage1.counters["restored_gpus"] += len(self.stage1.gpus)
+        self.stage1.counters["restored_profiles"] += len(self.stage1.profiles)
+        self.replay_until = dict(self.positions)
+        log.info(
+            "stage 1 restored %d GPUs and %d solo profiles from %s",
+            *(len(self.stage1.gpus), len(self.stage1.profiles), self.checkpoint_path),
+        )
+        return True
+
+    def checkpoint(self) -> None:
+        """Write stage 1's state atomically (temporary file, fsync, rename)."""
+        body = _dumps(
+            {
+                "version": 1,
+                "saved_at": time.time(),
+                "stage1": self.stage1.to_dict(),
+                "partitions": self.gpu_partition,
+                "positions": self.positions,
+            }
+        )
+        tmp = self.checkpoint_path.with_suffix(".json.tmp")
+        with open(tmp, "wb") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.checkpoint_path)
+        self.stage1.dirty.clear()
+        self.checkpoints += 1
+
+    # -------------------------------------------------------------- changelog
+    def publish_changelog(self) -> int:
+        """Write the GPUs touched since the last call, then each owned partition's input positions, to the
+        changelog partition of their input partition; return the records sent."""
+        if self.send is None:
+            self.touched.clear()
+            return 0
+        sent = 0
+        partitions: set[int] = set()
+        held = self.stage1.held_by_gpu(self.touched) if self.stage1.held else {}
+        for gpu in self.touched:
+            partition = self.gpu_partition.get(gpu)
+            st = self.stage1.gpus.get(gpu)
+            if partition is None or st is None:
+                continue
+            self.send(*changelog.gpu_record(gpu, st.to_dict(), held.get(gpu, ())), partition)
+            partitions.add(partition)
+            sent += 1
+        self.touched.clear()
+        for partition in sorted(partitions | self.assigned):
+            mine = self.positions_of(partition)
+            if mine and mine != self._logged.get(partition):
+                self.send(*changelog.positions_record(mine, self.stage1.window_s, self.writer_id), partition)
+                self._logged[partition] = mine
+                sent += 1
+        return sent
+
+    async def restore_partition(self, partition: int) -> int:
+        """Continue input partition ``partition``'s GPUs from the changelog when it is beyond this worker's own
+        state of them (a partition another worker had); return the GPUs restored."""
+        assert self.read is not None
+        loop = asyncio.get_running_loop()
+        try:
+            state = await loop.run_in_executor(None, self.read, partition)
+        except Exception as exc:  # the partition's GPUs then start afresh, as before the changelog
+            log.warning("could not read the stage-1 changelog of partition %d: %s", partition, exc)
+            self.stage1.counters["changelog_restore_failed"] += 1
+            return 0
+        finally:
+            self._restoring.pop(partition, None)
+            self._ready.add(partition)
+        local = self.positions_of(partition)
+        if not state.newer_than(local) or state.window_s != self.stage1.window_s:
+            log.warning("stage 1 keeps its own state of partition %d (changelog %s, own %s)", partition, state.positions, local)
+            return 0
+        stale = [g for g, p in self.gpu_partition.items() if p == partition]
+        self.stage1.forget(stale)
+        self.stage1.drop_held(set(stale) | set(state.gpus))
+        for g in stale:
+            del self.gpu_partition[g]
+        for gpu, data in state.gpus.items():
+            self.stage1.gpus[gpu] = GpuState.from_dict(data.get("state", {}))
+            self.gpu_partition[gpu] = partition
+            self.released.extend(self.stage1.adopt_held(data.get("held", [])))
+        self.positions.update(state.positions)
+        self.replay_until.update(state.positions)
+        self._logged[partition] = dict(state.positions)
+        self.stage1.counters["changelog_restored_gpus"] += len(state.gpus)
+        log.warning(
+            "stage 1 continues %d GPUs of partition %d from the changelog (positions %s)",
+            *(len(state.gpus), partition, state.positions),
+        )
+        return len(state.gpus)
+
+    def _restore_task(self, partition: int) -> asyncio.Future[int]:
+        future = self._restoring.get(partition)
+        if future is None:
+            future = self._restoring[partition] = asyncio.ensure_future(self.restore_partition(partition))
+        return future
+
+    def pending(self, partitions: Iterable[int]) -> bool:
+        return self.enabled and not self._ready.issuperset(partitions)
+
+    async def restored(self, partitions: Iterable[int]) -> None:
+        """Read the changelog of these input partitions where not done since they were assigned here: no event of
+        a partition is applied before (faust may hand over events before its assignment signal)."""
+        for p in sorted(set(partitions) - self._ready):
+            await asyncio.shield(self._restore_task(p))
+
+    # ------------------------------------------------------------ assignment
+    def assign(self, mine: set[int]) -> None:
+        """A new assignment of input partitions: read the changelog of new ones, forget GPUs of lost ones.
+
+        Only partitions this process held and lost count: GPUs restored from the checkpoint whose
+        partitions are not (yet) assigned are kept, because a restarted worker's first assignment
+        can be partial while the group still counts the killed member (it gets them back a rebalance later).
+        """
+        lost = self.assigned - mine
+        for p in sorted(mine - self.assigned) if self.enabled else ():
+            self._restore_task(p)  # start reading its changelog now; stage 1 waits for it before the first event
+        self._ready -= lost
+        self.assigned = mine
+        if not lost:
+            return
+        gone = [g for g, p in self.gpu_partition.items() if p in lost]
+        if gone:
+            log.info("forgetting %d GPUs of partitions %s, now assigned elsewhere", len(gone), sorted(lost))
+            self.stage1.forget(gone)
+            self.stage1.drop_held(gone)
+            for g in gone:
+                del self.gpu_partition[g]
+        for key in [k for k in self.positions if _partition_of(k) in lost]:
+            del self.positions[key]
+            self.replay_until.pop(key, None)
+        for p in lost:
+            self._logged.pop(p, None)

@@ -1,0 +1,28 @@
+"""The worker's HTTP views: current predictions, leaderboards, solo profiles and Prometheus metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from events import to_dict
+
+
+def register(app: Any, streams: Any) -> None:
+    """Add the views of ``streams`` (a :class:`streams.app.Streams`) to its faust ``app``."""
+
+    @app.page("/predictions/{gpu_uuid}")
+    async def predictions(web: Any, request: Any, gpu_uuid: str) -> Any:
+        return web.json({"gpu_uuid": gpu_uuid, "jobs": streams.stage2.latest.get(gpu_uuid, {})})
+
+    @app.page("/leaderboard")
+    async def leaderboard(web: Any, request: Any) -> Any:
+        return web.json({env: to_dict(b) for env, b in streams.stage2.leaderboards.items()})
+
+    @app.page("/profiles")
+    async def profiles(web: Any, request: Any) -> Any:
+        return web.json(streams.stage1.profiles.view())
+
+    @app.page("/metrics")
+    async def metrics(web: Any, request: Any) -> Any:
+        body, content_type = streams.metrics.render()
+        return web.bytes(body, content_type=content_type)
