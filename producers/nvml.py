@@ -9,8 +9,8 @@ The NVML module is an argument (``nvml=``); the default is nvidia-ml-py's
 memory utilisation from ``nvmlDeviceGetProcessUtilization``, and the GPM metrics of
 :mod:`producers.gpm` where ``nvmlGpmQueryDeviceSupport`` says the device has them.
 
-Per-process utilisation: each round asks for the samples newer than the last one seen (at most
-``process_lookback_s`` old).  A process gets the mean of its samples; a running process without a
+Per-process utilisation: each round asks for the samples newer than the last one seen (the first
+round: the last ``process_lookback_s``).  A process gets the mean of its samples; a running process without a
 sample had none above zero (NVML returns only processes with non-zero utilisation), so it reads
 0; when NVML has no new sample at all (``NVMLError_NotFound``) every process's utilisation is null
 for that round.  Not supported (MIG instances, older GPUs) -> null, with ``processes.sm_util_pct``
@@ -268,8 +268,9 @@ class NvmlSampler:
         """pid -> (SM %, memory %), the mean of each process's samples since the last round (a running
         process missing from it reads 0); None when unknown: unsupported, an error, or no new sample."""
         nv = self.nvml
-        floor_us = int((self.clock() - self.process_lookback_s) * 1e6)
-        since_us = max(self._process_seen_us.get(d.uuid, floor_us), floor_us)
+        since_us = self._process_seen_us.get(d.uuid)
+        if since_us is None:  # first round of this device; then every sample newer than the last one seen
+            since_us = int((self.clock() - self.process_lookback_s) * 1e6)
 
         def get() -> list[Any] | None:
             try:

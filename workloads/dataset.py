@@ -21,6 +21,7 @@ from producers import replay
 from streams.stage1 import LateEvent, Stage1
 
 PROFILE_KEYS = (*PARAMETERS, "M", "throughput")
+ATTRIBUTION = ("proc_sm_util_pct", "proc_mem_util_pct", "sm_share_pct", "rw_source")
 NEVER_S = 1e9  # a hold longer than any recording: windows wait for both streams
 COLUMNS = (
     "environment",
@@ -37,9 +38,11 @@ COLUMNS = (
     *(f"solo_{k}" for k in PROFILE_KEYS),
     *(f"other_solo_{k}" for k in PROFILE_KEYS),
     "samples",
+    *ATTRIBUTION,
 )
 """Columns of the observations CSV: observed mode (``<P>_pct``), placement mode
-(``solo_<P>``, ``other_solo_<P>``: the co-runners' solo profiles summed) and the target."""
+(``solo_<P>``, ``other_solo_<P>``: the co-runners' solo profiles summed), the target, and the
+job's own utilisation with the source of R/W (empty where the GPU cannot attribute)."""
 
 
 def load_recordings(paths: Iterable[str | Path]) -> tuple[list[tuple[str, Any]], int]:
@@ -102,6 +105,7 @@ def row(obs: Observation) -> dict[str, Any]:
         "interference_pct": obs.interference_pct,
         "throughput_steps_per_s": obs.throughput_steps_per_s,
         "samples": obs.samples,
+        **{k: getattr(obs, k) for k in ATTRIBUTION},
     }
     for p in PARAMETERS:
         out[f"{p}_pct"] = obs.pct(p)

@@ -4,9 +4,10 @@
 
 Every call of DESIGN.md's NVML mapping is tried once; each answer is
 ``{"supported": true, "value": ...}`` or ``{"supported": false, "error": KIND}``
-(NotSupported, NoPermission, FunctionNotFound, ...).  On GPUs with GPM (Hopper
-and later) the metrics SM_UTIL, DRAM_BW_UTIL and PCIE_TX/RX_PER_SEC are read
-from two samples ``--gpm-interval`` seconds apart.
+(NotSupported, NoPermission, FunctionNotFound, ...; per-process utilisation reads
+NotFound when no process was busy in the last second).  On GPUs with GPM (Hopper
+and later) the metrics SM_UTIL, SM_OCCUPANCY, DRAM_BW_UTIL and PCIE_TX/RX_PER_SEC
+are read from two samples ``--gpm-interval`` seconds apart.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-GPM_METRICS = ("SM_UTIL", "DRAM_BW_UTIL", "PCIE_TX_PER_SEC", "PCIE_RX_PER_SEC")
+GPM_METRICS = ("SM_UTIL", "SM_OCCUPANCY", "DRAM_BW_UTIL", "PCIE_TX_PER_SEC", "PCIE_RX_PER_SEC")
 
 
 def _kind(exc: BaseException) -> str:
@@ -68,6 +69,9 @@ def field_calls(nvml: Any, h: Any) -> dict[str, Callable[[], Any]]:
             h, nvml.NVML_PCIE_UTIL_TX_BYTES
         ),
         "processes <- nvmlDeviceGetComputeRunningProcesses": lambda: nvml.nvmlDeviceGetComputeRunningProcesses(h),
+        "processes.sm_util_pct, .mem_util_pct <- nvmlDeviceGetProcessUtilization (last 1 s)": lambda: (
+            nvml.nvmlDeviceGetProcessUtilization(h, int((time.time() - 1.0) * 1e6))
+        ),
         "mig mode <- nvmlDeviceGetMigMode": lambda: nvml.nvmlDeviceGetMigMode(h),
         "power limit (mW) <- nvmlDeviceGetEnforcedPowerLimit": lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h),
         "SM clock (MHz) <- nvmlDeviceGetClockInfo SM": lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM),
