@@ -121,7 +121,7 @@ class SoloProfiles:
     def windows(self, environment: str, job_type: str) -> int:
         return sum(s.windows for s in self._shares.get((environment, job_type), {}).values())
 
-    def keys(self) -> list[tuple[str, str]]:
+    def known(self) -> list[tuple[str, str]]:
         return list(self._shares)
 
     def __len__(self) -> int:

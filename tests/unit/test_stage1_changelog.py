@@ -1,0 +1,89 @@
+"""A partition's stage-1 state through the changelog records: its next owner continues exactly (no broker)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from events.topics import METRICS
+from producers.sim import Simulator
+from streams import changelog
+from streams.stage1 import Stage1
+from streams.state import Stage1State
+
+
+def _events() -> list[tuple[str, Any]]:
+    return list(Simulator(gpus=3, gpu_model="v100", seed=4, start_ts=1_700_000_000.0, duration_s=500).events())
+
+
+def _apply(state: Stage1State, offset: int, topic: str, record: Any) -> list[Any]:
+    """What the worker does per event (Streams.handle_input), all GPUs in input partition 0."""
+    state.gpu_partition[record.gpu_uuid] = 0
+    state.positions[f"{topic}:0"] = offset
+    state.touched.add(record.gpu_uuid)
+    stage1 = state.stage1
+    return stage1.on_metric(record) if topic == METRICS else stage1.on_job(record)
+
+
+def _state(tmp: Path, name: str, **kw: Any) -> Stage1State:
+    return Stage1State(Stage1(10.0, 5.0, 120.0), tmp / f"{name}.json", **kw)
+
+
+def test_the_next_owner_continues_the_partition_as_if_nothing_moved(tmp_path: Path) -> None:
+    events = _events()
+    cut = len(events) // 2
+    log: list[tuple[bytes, bytes, int]] = []
+    old = _state(tmp_path, "old", send=lambda k, v, p: log.append((k, v, p)), writer_id="old")
+    old.assigned = {0}
+    for i, (topic, record) in enumerate(events[:cut]):
+        _apply(old, i, topic, record)
+    assert old.publish_changelog() == 3 + 1  # three GPUs, then the positions
+    assert {p for _k, _v, p in log} == {0}
+    new = _state(tmp_path, "new", read=lambda p: changelog.fold([(k, v) for k, v, q in log if q == p]), writer_id="new")
+    for env, jt in old.stage1.profiles.known():  # what interference.profiles carries
+        new.stage1.merge_profile(old.stage1.profiles.record(env, jt))
+    assert asyncio.run(new.restore_partition(0)) == 3
+    assert new.positions == old.positions and new.replay_until == old.positions
+    assert {g: s.to_dict() for g, s in new.stage1.gpus.items()} == {g: s.to_dict() for g, s in old.stage1.gpus.items()}
+    both = [[], []]
+    for i, (topic, record) in enumerate(events[cut:], start=cut):
+        for out, st in zip(both, (old, new), strict=True):
+            out.extend(o.observation_id for o in _apply(st, i, topic, record))
+    assert both[0] and sorted(both[0]) == sorted(both[1])
+
+
+def test_a_worker_keeps_its_own_state_when_the_changelog_is_not_beyond_it(tmp_path: Path) -> None:
+    events = _events()[:400]
+    log: list[tuple[bytes, bytes, int]] = []
+    own = _state(tmp_path, "own", send=lambda k, v, p: log.append((k, v, p)))
+    own.assigned = {0}
+    for i, (topic, record) in enumerate(events[:200]):
+        _apply(own, i, topic, record)
+    own.publish_changelog()  # what the changelog holds: the state at offset 199
+    for i, (topic, record) in enumerate(events[200:], start=200):
+        _apply(own, i, topic, record)  # the worker's own state went further (its checkpoint, say)
+    before = {g: s.to_dict() for g, s in own.stage1.gpus.items()}
+    own.read = lambda p: changelog.fold([(k, v) for k, v, _ in log])
+    assert asyncio.run(own.restore_partition(0)) == 0
+    assert {g: s.to_dict() for g, s in own.stage1.gpus.items()} == before
+
+
+def test_lost_partitions_are_forgotten_and_held_windows_move_with_their_gpu(tmp_path: Path) -> None:
+    window = {"environment": "v100", "job_type": "new-type", "gpu_uuid": "GPU-x", "window_start": 1.7e9, "window_end": 1.7e9 + 10,
+              "job_id": "j", "co_job_types": ["other"], "co_job_ids": ["k"], "window_means": {"E": 1.0},
+              "throughput_steps_per_s": 1.0, "samples": 10}  # fmt: skip
+    log: list[tuple[bytes, bytes, int]] = []
+    old = _state(tmp_path, "old", send=lambda k, v, p: log.append((k, v, p)))
+    old.assign({0})
+    old.stage1.state("GPU-x")
+    old.stage1._hold(window)
+    old.gpu_partition["GPU-x"] = 0
+    old.touched.add("GPU-x")
+    old.positions["gpu.metrics:0"] = 5
+    old.publish_changelog()
+    old.assign(set())  # the partition went elsewhere
+    assert "GPU-x" not in old.stage1.gpus and old.stage1.held_count() == 0 and not old.positions
+    new = _state(tmp_path, "new", read=lambda p: changelog.fold([(k, v) for k, v, _ in log]))
+    assert asyncio.run(new.restore_partition(0)) == 1
+    assert new.stage1.held_count() == 1 and not new.released  # held until new-type's solo profile arrives
