@@ -282,12 +282,30 @@ def merge_groups(labels: Sequence[tuple[str, ...]]) -> list[str]:
     return [find(row[0]) for row in labels]
 
 
+DATA_DIR = Path(__file__).resolve().parent / "data"
+BUILTIN = {
+    "gavel": DATA_DIR / "gavel" / "physical_cluster_throughputs.json",
+    "paper": DATA_DIR / "aip_paper" / "colocation_rows.csv",
+}
+"""Datasets that ship with the project (licences beside them), by short name."""
+
+
+def resolve(name_or_path: Path | str) -> Path:
+    """A short name of :data:`BUILTIN` (``gavel``, ``paper``) or a path.
+
+    >>> resolve("gavel").name, resolve("some/file.csv").name
+    ('physical_cluster_throughputs.json', 'file.csv')
+    """
+    return BUILTIN.get(str(name_or_path), Path(name_or_path))
+
 
 def load(path: Path | str, gpu: str | None = None) -> Dataset:
-    """Load any supported dataset by its content (JSON: Gavel; CSV: observations or paper rows)."""
-    p = Path(path)
+    """Load any supported dataset by its content (JSON: Gavel; CSV: observations or paper rows), or a
+    shipped one by its short name (:data:`BUILTIN`)."""
+    p = resolve(path)
     if not p.is_file():
-        raise DatasetError(f"no such file: {p}")
+        names = ", ".join(BUILTIN)
+        raise DatasetError(f"no such file: {p} (shipped datasets by name: {names})")
     if p.suffix.lower() == ".json":
         return load_gavel(p, gpu or "v100")
     return load_csv(p, gpu)

@@ -83,6 +83,9 @@ class Baselines:
         self._median = stats.RollingQuantile(q=0.5, window_size=median_window)
         self._recent: list[float] = []  # the median's window, for persistence
         self.labels = 0
+        self.lo = math.inf
+        self.hi = -math.inf
+        """The smallest and largest measurement so far: a new job set predicted outside them is extrapolation."""
 
     def measured(self, key: str) -> int:
         """How many measurements of this slot the baselines hold (0: a job set never measured)."""
@@ -102,6 +105,7 @@ class Baselines:
                 self.last.pop(next(iter(self.last)))
             e = self.last[key] = Ewm()
         e.update(y, self.alpha)
+        self.lo, self.hi = min(self.lo, y), max(self.hi, y)
         self._median.update(y)
         self._recent.append(y)
         if len(self._recent) > 2 * self.median_window:
@@ -114,6 +118,7 @@ class Baselines:
             "last": {k: [e.mean, e.n] for k, e in self.last.items()},
             "recent": self._recent[-self.median_window :],
             "labels": self.labels,
+            "range": [self.lo, self.hi] if self.labels else None,
         }
 
     @classmethod
@@ -125,6 +130,8 @@ class Baselines:
             self._median.update(float(y))
             self._recent.append(float(y))
         self.labels = int(d["labels"])
+        if d.get("range"):
+            self.lo, self.hi = (float(v) for v in d["range"])
         return self
 
 

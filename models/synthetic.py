@@ -12,9 +12,9 @@ import random
 from pathlib import Path
 
 from events import PARAMETERS, Observation
-from models.datasets import load_gavel
+from models.datasets import BUILTIN, load_gavel
 
-GAVEL = Path(__file__).resolve().parents[2] / "shared" / "data" / "gavel" / "physical_cluster_throughputs.json"
+GAVEL = BUILTIN["gavel"]
 _GAIN = {"E": 0.6, "T": 0.2, "S": -0.4, "V": -0.3, "R": 0.8, "W": 0.9}
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = ROOT.parent / "shared" / "data"
+DATA = ROOT / "models" / "data"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # Never let a developer's environment point tests at a real cluster.
@@ -72,7 +72,6 @@ def wait_for(condition: Callable[[], Any], timeout_s: float = 30.0, interval_s: 
 
 
 @pytest.fixture
-def shared_data() -> Path:
-    if not SHARED_DATA.exists():
-        pytest.skip("../shared/data is not present")
-    return SHARED_DATA
+def data_dir() -> Path:
+    """The datasets the project ships (licences beside them): gavel/, aip_paper/, miso_a100_solo/."""
+    return DATA

@@ -12,10 +12,10 @@ from models.datasets import Dataset, Sample, load, load_gavel
 from models.selection import cross_validate, grouped_folds, holdout_folds
 
 
-def test_gavel_features_beat_one_hot_baseline(shared_data) -> None:  # type: ignore[no-untyped-def]
+def test_gavel_features_beat_one_hot_baseline(data_dir) -> None:  # type: ignore[no-untyped-def]
     from models.evaluate import baseline_onehot
 
-    ds = load_gavel(shared_data / "gavel" / "physical_cluster_throughputs.json", "v100")
+    ds = load_gavel(data_dir / "gavel" / "physical_cluster_throughputs.json", "v100")
     assert len(ds.samples) > 500 and len({s.group for s in ds.samples}) > 250
     scores = cross_validate(ds.samples, ["placement"], models=("ExtraTrees",), categories=("all",), k=5)
     base = baseline_onehot(ds.samples, 5)
@@ -23,8 +23,8 @@ def test_gavel_features_beat_one_hot_baseline(shared_data) -> None:  # type: ign
     assert base is not None and scores[0].mae < base
 
 
-def test_gavel_pairs_stay_in_one_fold(shared_data) -> None:  # type: ignore[no-untyped-def]
-    ds = load_gavel(shared_data / "gavel" / "physical_cluster_throughputs.json", "k80")
+def test_gavel_pairs_stay_in_one_fold(data_dir) -> None:  # type: ignore[no-untyped-def]
+    ds = load_gavel(data_dir / "gavel" / "physical_cluster_throughputs.json", "k80")
     groups = [s.group for s in ds.samples]
     for train, test in grouped_folds(groups, 5):
         assert not {groups[i] for i in train} & {groups[i] for i in test}
@@ -59,11 +59,11 @@ def test_cli_json_last_line_and_report(tmp_path, capsys) -> None:  # type: ignor
         assert (tmp_path / "r" / f).stat().st_size > 0
 
 
-def test_cli_paper_rows_smoke(shared_data, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_cli_paper_rows_smoke(data_dir, capsys) -> None:  # type: ignore[no-untyped-def]
     rc = main(
         [
             "evaluate",
-            str(shared_data / "aip_paper" / "colocation_rows.csv"),
+            str(data_dir / "aip_paper" / "colocation_rows.csv"),
             "--gpu",
             "TeslaP40",
             "--models",

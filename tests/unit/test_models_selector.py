@@ -18,8 +18,8 @@ SMALL = Config(batch_models=("LinearRegression", "DecisionTree"), refit_rows=200
 
 
 @pytest.fixture
-def stream(shared_data):  # type: ignore[no-untyped-def]
-    return _stream(shared_data / "gavel" / "physical_cluster_throughputs.json")
+def stream(data_dir):  # type: ignore[no-untyped-def]
+    return _stream(data_dir / "gavel" / "physical_cluster_throughputs.json")
 
 
 @functools.cache
@@ -93,10 +93,10 @@ def test_jobset_selection_falls_back_until_enough(stream) -> None:  # type: igno
     assert regime == "seen" and err == min(e.mean for k, e in em._slot_errors[key].items() if k[0] == "observed" and e.n >= 2)
 
 
-def test_drift_requests_a_refit(shared_data) -> None:  # type: ignore[no-untyped-def]
+def test_drift_requests_a_refit(data_dir) -> None:  # type: ignore[no-untyped-def]
     from models.synthetic import gavel_observations
 
-    obs = gavel_observations(900, seed=5, drift_at=450, path=shared_data / "gavel" / "physical_cluster_throughputs.json")
+    obs = gavel_observations(900, seed=5, drift_at=450, path=data_dir / "gavel" / "physical_cluster_throughputs.json")
     em = EnvironmentModels("v100", config=dataclasses.replace(SMALL, refit_every=10_000))
     for o in obs[:300]:
         em.learn(o)
