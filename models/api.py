@@ -54,6 +54,7 @@ from models import persist
 from models.datasets import Sample
 from models.features import observed_features as _observed_features
 from models.features import restrict
+from models.intervals import ResidualWindow, conformal_offsets
 from models.live import BASELINES, LAST_MEASURED, MEDIAN, Baselines, Ewm, clip_pct, median_cv_mae, slot
 from models.parallel import Fits
 from models.selection import COST_ORDER, cross_validate, grouped_folds
@@ -77,6 +78,10 @@ class PredictionResult:
     """``seen``: the job and its co-runners were measured before; ``new``: never."""
     clipped: bool = False
     """The model's output was outside ``[-100, max_pct]`` and was bounded."""
+    interval_pct: tuple[float, float] | None = None
+    """90 % interval (bounded like the prediction): conformal from the last refit's out-of-fold residuals for a
+    batch model or the median on a new job set, else from the candidate's rolling prequential residuals in this
+    regime; None until there are enough residuals."""
 
 
 def observed_features(obs: Observation, category: str = "all") -> dict[str, float]:
@@ -182,6 +187,8 @@ class RefitResult:
     """Per mode, the rows cross-validation trained on (``refit_cv_rows`` when capped, else ``rows``)."""
     pool_fallbacks: int = 0
     """Batches of fits that ran in-process because a pool worker died or the pool timed out."""
+    intervals: dict[Key, tuple[float, float]] = field(default_factory=dict)
+    """Conformal 90 % offsets (lo, hi) from the out-of-fold residuals of every batch model and the median."""
     finished_at: float = field(default_factory=time.time)
 
 
@@ -231,9 +238,18 @@ def run_refit(samples: Sequence[Sample], config: Config, seed: int) -> RefitResu
         for mode in modes:
             scores[(mode, "all", MEDIAN)] = (med, None, len(samples))
     cv_rows = {mode: max((s.trained for s in cv if s.mode == mode), default=0) for mode in modes}
+    y = np.array([s.target for s in samples], dtype=float)
+    intervals = {(s.mode, s.category, s.model): conformal_offsets(y - s.oof) for s in cv if len(s.oof) == len(y)}
+    if folds:
+        med_oof = np.zeros(len(y))
+        for train, test in folds:
+            med_oof[test] = np.median(y[train])
+        for mode in modes:
+            intervals[(mode, "all", MEDIAN)] = conformal_offsets(y - med_oof)
     return RefitResult(
         scores, {(c[0], c[1], c[3]): m for c, m in zip(calls, fitted, strict=True)},
         time.perf_counter() - t0, len(samples), cv_rows, fits.fallbacks,
+        {k: v for k, v in intervals.items() if math.isfinite(v[0]) and math.isfinite(v[1])},
     )  # fmt: skip
 
 
@@ -277,6 +293,10 @@ class EnvironmentModels:
         self._cv: dict[Key, tuple[float, float | None, int]] = {}
         self.baselines = Baselines(self.config.baseline_span, self.config.median_window)
         self._errors: dict[str, dict[Key, RollingMean]] = {regime: {} for regime in REGIMES}
+        self._residuals: dict[str, dict[Key, ResidualWindow]] = {regime: {} for regime in REGIMES}
+        """Per regime, each candidate's last ``window`` prequential residuals (its online interval)."""
+        self._intervals: dict[Key, tuple[float, float]] = {}
+        """Conformal offsets of the batch candidates and the median from the last refit's out-of-fold residuals."""
         self._slot_errors: dict[str, dict[Key, Ewm]] = {}
         self._pending: list[_Pending] = []
         self._selected: dict[str, dict[str, tuple[float, str, str]]] = {regime: {} for regime in REGIMES}
@@ -298,12 +318,18 @@ class EnvironmentModels:
             out[mode] = {cat: restrict(full, cat) for cat in CATEGORIES} if full else {}
         return out
 
-    def _score(self, key: Key, error: float, seen: bool, slot_errors: dict[Key, Ewm] | None) -> None:
-        regime = "seen" if seen else "new"
+    def _score(self, key: Key, residual: float, seen: bool, slot_errors: dict[Key, Ewm] | None) -> None:
+        """Record one prequential ``residual`` (measured - predicted) of a candidate: its error, and its residual
+        for the candidate's interval in this regime."""
+        regime, error = ("seen" if seen else "new"), abs(residual)
         r = self._errors[regime].get(key)
         if r is None:
             r = self._errors[regime][key] = RollingMean(self.config.window)
         r.update(error)
+        w = self._residuals[regime].get(key)
+        if w is None:
+            w = self._residuals[regime][key] = ResidualWindow(self.config.window)
+        w.update(residual)
         if seen and slot_errors is not None:
             e = slot_errors.get(key)
             if e is None:
@@ -342,7 +368,7 @@ class EnvironmentModels:
         for name in BASELINES:
             pred = self.baselines.predict(name, key)
             if pred is not None:
-                err = abs(clip_pct(pred, max_pct)[0] - y)
+                err = y - clip_pct(pred, max_pct)[0]
                 for mode in MODES:
                     if views[mode]:
                         self._score((mode, "all", name), err, seen, slot_errors)
@@ -355,7 +381,7 @@ class EnvironmentModels:
                 continue
             learner = self._online[k]
             if learner.n:
-                self._score(k, abs(clip_pct(learner.predict_one(x), max_pct)[0] - y), seen, slot_errors)
+                self._score(k, y - clip_pct(learner.predict_one(x), max_pct)[0], seen, slot_errors)
             learner.learn_one(x, y)
         self.baselines.update(key, y)
         if self._batch:
@@ -393,7 +419,7 @@ class EnvironmentModels:
                 preds = np.asarray(model.predict(frame.iloc[use] if len(use) < len(rows) else frame), dtype=float)
                 for j, pred in zip(use, preds, strict=True):
                     p = pending[rows[j]]
-                    self._score(k, abs(clip_pct(float(pred), max_pct)[0] - p.target), p.seen, slot_errors[rows[j]])
+                    self._score(k, p.target - clip_pct(float(pred), max_pct)[0], p.seen, slot_errors[rows[j]])
         self._select()
         return len(pending)
 
@@ -477,7 +503,19 @@ class EnvironmentModels:
         if raw is None:
             return None
         value, clipped = clip_pct(float(raw), self.config.max_pct)
-        return PredictionResult(value, name, cat, mode, None if math.isnan(err) else float(err), regime, clipped)
+        interval = self._interval(regime, (mode, cat, name), value)
+        return PredictionResult(value, name, cat, mode, None if math.isnan(err) else float(err), regime, clipped, interval)
+
+    def _interval(self, regime: str, key: Key, value: float) -> tuple[float, float] | None:
+        """``value``'s 90 % interval from ``key``'s residuals in ``regime`` (see :attr:`PredictionResult.interval_pct`)."""
+        offsets = self._intervals.get(key) if regime == "new" else None
+        if offsets is None:
+            w = self._residuals[regime].get(key)
+            offsets = w.offsets() if w is not None and w.n >= self.config.min_samples else None
+        if offsets is None:
+            return None
+        lo, hi = clip_pct(value + offsets[0], self.config.max_pct)[0], clip_pct(value + offsets[1], self.config.max_pct)[0]
+        return (min(lo, value), max(hi, value))
 
     def _predict_sample(self, sample: Sample, mode: str) -> PredictionResult | None:
         result = self._predict_views(self._views(sample), slot(sample.job_type, sample.co_job_types), mode)
@@ -523,6 +561,7 @@ class EnvironmentModels:
         self.score_pending()  # what arrived during the refit is scored by the models it was predicted with
         self._batch = dict(result.fitted)
         self._cv = dict(result.scores)
+        self._intervals = dict(result.intervals)
         self.last_refit = result.finished_at
         self.refit_seconds = result.seconds
         self.refits += 1
@@ -609,6 +648,8 @@ class EnvironmentModels:
             "clipped": self.clipped,
             "online": [list(k) for k in self._online],
             "errors": {regime: [[*k, list(r.values)] for k, r in d.items()] for regime, d in self._errors.items()},
+            "residuals": {regime: [[*k, list(r.values)] for k, r in d.items()] for regime, d in self._residuals.items()},
+            "intervals": [[*k, *v] for k, v in self._intervals.items()],
             "batch": batch_index,
             "cv": [[*k, *v] for k, v in self._cv.items()],
             "baselines": self.baselines.to_json(),
@@ -636,6 +677,9 @@ class EnvironmentModels:
             self._online[(k[0], k[1], k[2])] = RiverModel.load(directory / "online" / f"{i}.pkl", key)
         w = self.config.window
         self._errors = {regime: {(m, c, n): RollingMean(w, v) for m, c, n, v in rows} for regime, rows in state["errors"].items()}
+        residuals = state.get("residuals", {})  # state saved before intervals: none until scored again
+        self._residuals = {r: {(m, c, n): ResidualWindow(w, v) for m, c, n, v in residuals.get(r, [])} for r in REGIMES}
+        self._intervals = {(m, c, n): (lo, hi) for m, c, n, lo, hi in state.get("intervals", [])}
         for mode, cat, name, sub in state["batch"]:
             self._batch[(mode, cat, name)] = load_batch(directory / "batch" / sub)
         self._cv = {(m, c, n): (e, rel, cnt) for m, c, n, e, rel, cnt in state["cv"]}

@@ -31,6 +31,7 @@ import pandas as pd
 from events import CATEGORIES
 from models.datasets import Dataset, Sample
 from models.features import restrict
+from models.intervals import COVERAGE, conformal_offsets
 from models.selection import Score, cross_validate, holdout_folds, mae, relative_error, select
 from models.zoo import BATCH, make_batch
 
@@ -40,8 +41,6 @@ Predictor = Callable[[Sequence[Sample]], np.ndarray]
 MEDIAN = "baseline.median"
 IDENTITY = "baseline.identity"
 AVERAGE = "Average"
-COVERAGE = 0.9
-"""Nominal coverage of the prediction intervals."""
 
 
 @dataclass
@@ -144,7 +143,9 @@ def _members(name: str) -> list[tuple[str, str]]:
     return [(m.rsplit(":", 1)[0], m.rsplit(":", 1)[1]) for m in inner.split(",")]
 
 
-def _oof(name: str, samples: Sequence[Sample], folds: Sequence[tuple[np.ndarray, np.ndarray]], mode: str, seed: int) -> np.ndarray:
+def _oof(
+    name: str, samples: Sequence[Sample], folds: Sequence[tuple[np.ndarray, np.ndarray]], mode: str, seed: int
+) -> np.ndarray:
     out = np.full(len(samples), np.nan)
     for train, test in folds:
         out[test] = fit_candidate(name, "all", [samples[i] for i in train], mode, seed)([samples[i] for i in test])
@@ -189,26 +190,6 @@ def baseline_onehot(samples: Sequence[Sample], k: int = 5, seed: int = 0, holdou
     if not folds:
         return None
     return mae(_oof(IDENTITY, samples, folds, "placement", seed), [s.target for s in samples])
-
-
-def conformal_offsets(residuals: Sequence[float] | np.ndarray, coverage: float = COVERAGE) -> tuple[float, float]:
-    """Split-conformal interval offsets from held-out residuals (``actual - predicted``): the prediction's
-    interval is ``[pred + lo, pred + hi]``, each tail holding ``(1 - coverage) / 2`` with the finite-sample
-    correction (the ``ceil((n + 1) q) / n`` quantile).
-
-    >>> conformal_offsets(np.arange(-50, 51, dtype=float))
-    (-46.0, 46.0)
-    """
-    r = np.sort(np.asarray(residuals, dtype=float)[np.isfinite(residuals)])
-    n = len(r)
-    if n == 0:
-        return -math.inf, math.inf
-    tail = (1.0 - coverage) / 2.0
-    k_hi = math.ceil((n + 1) * (1.0 - tail))
-    k_lo = math.floor((n + 1) * tail)
-    hi = math.inf if k_hi > n else float(r[k_hi - 1])
-    lo = -math.inf if k_lo < 1 else float(r[k_lo - 1])
-    return lo, hi
 
 
 def evaluate(

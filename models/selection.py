@@ -249,7 +249,7 @@ def cross_validate(
 
 COST_ORDER = (
     "MLP", "GradientBoosting", "SVR-poly", "ExtraTrees", "RandomForest", "KNN", "HistGradientBoosting",
-    "SVR-linear", "LinearRegression", "DecisionTree",
+    "HistGradientBoosting-monotone", "SVR-linear", "LinearRegression", "DecisionTree",
 )  # fmt: skip
 """Batch models from the longest fit to the shortest (measured on the 10,000-observation refit)."""
 

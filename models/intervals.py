@@ -1,0 +1,70 @@
+"""90 % prediction intervals from held-out residuals (``actual - predicted``).
+
+* Batch models: split-conformal offsets from out-of-fold residuals (:func:`conformal_offsets`): the
+  interval of a prediction ``p`` is ``[p + lo, p + hi]``, each tail holding ``(1 - coverage) / 2`` of the
+  residuals with the finite-sample correction.
+* Online learners (and the baselines): the same quantiles over a rolling window of their prequential
+  residuals (:class:`ResidualWindow`): each residual was measured before the learner saw the observation.
+
+Pure arithmetic: no Kafka, no faust.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
+
+COVERAGE = 0.9
+"""Nominal coverage of every interval."""
+
+
+def conformal_offsets(residuals: Sequence[float] | np.ndarray, coverage: float = COVERAGE) -> tuple[float, float]:
+    """Offsets ``(lo, hi)`` such that ``[pred + lo, pred + hi]`` covers ``coverage`` of new rows exchangeable
+    with the residuals' rows: the ``floor((n + 1) t)``-th and ``ceil((n + 1) (1 - t))``-th smallest residuals,
+    ``t = (1 - coverage) / 2`` (infinite when there are too few residuals for that).
+
+    >>> conformal_offsets(np.arange(-50, 51, dtype=float))
+    (-46.0, 46.0)
+    >>> conformal_offsets([1.0, 2.0])
+    (-inf, inf)
+    """
+    r = np.asarray(residuals, dtype=float)
+    r = np.sort(r[np.isfinite(r)])
+    n = len(r)
+    tail = (1.0 - coverage) / 2.0
+    k_hi = math.ceil((n + 1) * (1.0 - tail))
+    k_lo = math.floor((n + 1) * tail)
+    hi = math.inf if n == 0 or k_hi > n else float(r[k_hi - 1])
+    lo = -math.inf if n == 0 or k_lo < 1 else float(r[k_lo - 1])
+    return lo, hi
+
+
+class ResidualWindow:
+    """The last ``window`` prequential residuals of one candidate and their conformal offsets.
+
+    >>> w = ResidualWindow(100)
+    >>> for r in range(-50, 51): w.update(float(r))
+    >>> w.n, w.offsets()
+    (100, (-45.0, 46.0))
+    """
+
+    __slots__ = ("values",)
+
+    def __init__(self, window: int, values: Sequence[float] = ()) -> None:
+        self.values: deque[float] = deque(values, maxlen=window)
+
+    def update(self, residual: float) -> None:
+        if math.isfinite(residual):
+            self.values.append(residual)
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    def offsets(self, coverage: float = COVERAGE) -> tuple[float, float] | None:
+        """None until the window holds enough residuals for a finite interval."""
+        lo, hi = conformal_offsets(np.fromiter(self.values, dtype=float, count=len(self.values)), coverage)
+        return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None

@@ -1,0 +1,53 @@
+"""Live 90 % intervals (models.api, models.intervals): rolling prequential residuals and conformal CV offsets."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import numpy as np
+
+from models.api import Config, EnvironmentModels
+from models.datasets import Sample
+
+SMALL = Config(
+    batch_models=("LinearRegression",), online_models=("river.LinearRegression",), refit_rows=300, refit_every=200, folds=3
+)
+
+
+def _sample(rng: np.random.Generator, i: int) -> Sample:
+    """Slowdown = 2 x the job's SM percent change + N(0, 5): the best a model can do is a 90 % interval
+    of about 2 x 1.645 x 5 = 16.4 points."""
+    s = float(rng.uniform(0, 40))
+    job, co = f"j{i % 12}", (f"j{(i + 5) % 12}",)
+    pcts = {"E": s, "T": 0.0, "S": s, "V": 0.0, "R": 0.0, "W": 0.0}
+    solo = {"S": s, "M": 1000.0, "throughput": 1.0}
+    return Sample(job, co, 2 * s + float(rng.normal(0, 5)), " + ".join(sorted((job, *co))), "h", pcts, solo, (solo,))
+
+
+def test_live_intervals_cover_about_90_percent_and_survive_save_load(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(4)
+    em = EnvironmentModels("h", config=SMALL)
+    for i in range(400):
+        em.learn_sample(_sample(rng, i))
+        if em.refit_due():
+            em.refit_now()
+    inside, widths = [], []
+    for i in range(400, 800):
+        smp = _sample(rng, i)
+        r = em._predict_sample(smp, "observed")
+        assert r is not None and r.interval_pct is not None
+        lo, hi = r.interval_pct
+        assert lo <= r.interference_pct <= hi
+        inside.append(lo <= smp.target <= hi)
+        widths.append(hi - lo)
+        em.learn_sample(smp)
+    assert 0.84 <= float(np.mean(inside)) <= 0.96
+    assert 12.0 <= float(np.mean(widths)) <= 24.0
+    # new job sets get the conformal offsets of the last refit's out-of-fold residuals
+    assert em._intervals and all(math.isfinite(lo) and lo < 0 < hi for lo, hi in em._intervals.values())
+    em.save(tmp_path / "state" / "h")
+    loaded = EnvironmentModels.load(tmp_path / "state" / "h")
+    probe = _sample(rng, 900)
+    assert loaded._predict_sample(probe, "observed") == em._predict_sample(probe, "observed")
+    shutil.rmtree(tmp_path / "state")
