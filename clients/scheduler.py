@@ -51,6 +51,8 @@ class GpuView:
 
     what_if: dict[str, tuple[float, float]] = field(default_factory=dict)
     """job type -> (newcomer_pct, existing_pct) from the latest prediction that carried what-if entries."""
+    upper: dict[str, float] = field(default_factory=dict)
+    """job type -> the upper end of the newcomer's 90 % interval, for the entries of that prediction that carry one."""
     job_set: tuple[str, ...] = ()
     """The (sorted) job types running when those entries were computed."""
     ts: float = 0.0
@@ -95,6 +97,10 @@ class GpuView:
 
 MAX_CHANGES = 256
 """Lifecycle changes kept per GPU while waiting for a prediction newer than them."""
+
+
+RISKS = ("expected", "upper")
+"""How :meth:`SchedulerClient.best_gpu` costs a placement: the expected slowdown, or its 90 % upper bound."""
 
 
 def placement_cost_pct(newcomer_pct: float, existing_pct: float) -> float:
@@ -214,6 +220,7 @@ class SchedulerClient:
             if prediction.ts < view.ts or (view.what_if and as_of < view.as_of):
                 return False
             view.what_if = {w.job_type: (w.newcomer_pct, w.existing_pct) for w in prediction.what_if}
+            view.upper = {w.job_type: w.interval_pct[1] for w in prediction.what_if if w.interval_pct is not None}
             view.job_set = tuple(sorted(prediction.job_set))
             view.ts = prediction.ts
             view.as_of = as_of
@@ -277,10 +284,23 @@ class SchedulerClient:
                 return None
             return entry
 
-    def cost_pct(self, gpu_uuid: str, job_type: str) -> float | None:
-        """Predicted cost of putting ``job_type`` on the GPU: 0 when it is known to be idle, None when unknown."""
+    def cost_pct(self, gpu_uuid: str, job_type: str, risk: str = "expected") -> float | None:
+        """Predicted cost of putting ``job_type`` on the GPU: 0 when it is known to be idle, None when unknown.
+
+        ``risk="upper"`` costs the newcomer at the upper end of its 90 % interval (where the entry carries one;
+        else at its expected slowdown), plus the expected slowdown it causes: a pessimistic scheduler's cost."""
+        if risk not in RISKS:
+            raise ValueError(f"risk must be one of {', '.join(RISKS)}, not {risk!r}")
         entry = self.what_if(gpu_uuid, job_type)
-        return self.unknown_cost_pct if entry is None else placement_cost_pct(*entry)
+        if entry is None:
+            return self.unknown_cost_pct
+        if risk == "upper" and entry != (0.0, 0.0):
+            with self._lock:
+                view = self._gpus.get(gpu_uuid)
+                hi = None if view is None else view.upper.get(job_type)
+            if hi is not None:
+                entry = (max(entry[0], hi), entry[1])
+        return placement_cost_pct(*entry)
 
     def running_jobs(self, gpu_uuid: str) -> int | None:
         """How many jobs run on the GPU: exact once its job set is known, else an estimate
@@ -316,17 +336,21 @@ class SchedulerClient:
                     out.setdefault(view.host, []).append(gpu)
             return out
 
-    def ranked(self, job_type: str, candidates: Iterable[str]) -> list[tuple[str, float | None]]:
-        """Every candidate with its cost (None: unknown), best first; ties keep the candidates' order."""
-        scored = [(gpu, self.cost_pct(gpu, job_type), self.running_jobs(gpu)) for gpu in dict.fromkeys(candidates)]
+    def ranked(self, job_type: str, candidates: Iterable[str], risk: str = "expected") -> list[tuple[str, float | None]]:
+        """Every candidate with its cost (None: unknown; ``risk`` as in :meth:`cost_pct`), best first; ties keep
+        the candidates' order."""
+        scored = [(gpu, self.cost_pct(gpu, job_type, risk), self.running_jobs(gpu)) for gpu in dict.fromkeys(candidates)]
         scored.sort(key=lambda c: rank_key(c[1], c[2]))
         return [(gpu, cost) for gpu, cost, _ in scored]
 
-    def best_gpu(self, job_type: str, candidates: Sequence[str], *, max_cost_pct: float | None = None) -> str | None:
+    def best_gpu(
+        self, job_type: str, candidates: Sequence[str], *, max_cost_pct: float | None = None, risk: str = "expected"
+    ) -> str | None:
         """The candidate with the smallest predicted cost; None when there is no candidate,
         or when ``max_cost_pct`` is given and every candidate's known cost exceeds it
-        (unknown GPUs are never excluded by ``max_cost_pct``)."""
-        for gpu, cost in self.ranked(job_type, candidates):
+        (unknown GPUs are never excluded by ``max_cost_pct``).  ``risk="upper"`` ranks by the upper end of the
+        newcomer's 90 % interval (:meth:`cost_pct`): a GPU whose prediction is uncertain loses to a sure one."""
+        for gpu, cost in self.ranked(job_type, candidates, risk):
             if max_cost_pct is None or cost is None or cost <= max_cost_pct:
                 return gpu
         return None
@@ -334,7 +358,9 @@ class SchedulerClient:
     def snapshot(self) -> dict[str, GpuView]:
         with self._lock:
             return {
-                g: dataclasses.replace(v, what_if=dict(v.what_if), running=dict(v.running), unnamed=dict(v.unnamed))
+                g: dataclasses.replace(
+                    v, what_if=dict(v.what_if), upper=dict(v.upper), running=dict(v.running), unnamed=dict(v.unnamed)
+                )
                 for g, v in self._gpus.items()
             }
 

@@ -66,6 +66,8 @@ def _type(s: Spec) -> Any:
         return Annotated[dict[_str(s.max_len), _str(s.max_len)], msgspec.Meta(max_length=MAX_LIST_LEN)]  # type: ignore[misc]
     if kind == "list_dict_float":
         return Annotated[list[_dict_float()], msgspec.Meta(max_length=MAX_LIST_LEN)]  # type: ignore[misc]
+    if kind == "interval":
+        return Annotated[list[_finite(s.lo, s.hi)], msgspec.Meta(min_length=2, max_length=2)]  # type: ignore[misc]
     assert s.record is not None
     if kind == "record":
         return _mirror(s.record)

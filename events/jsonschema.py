@@ -74,6 +74,8 @@ def spec_schema(s: Spec) -> dict[str, Any]:
         }
     if kind == "list_dict_float":
         return {"type": "array", "maxItems": MAX_LIST_LEN, "items": _dict_float()}
+    if kind == "interval":
+        return {"type": "array", "minItems": 2, "maxItems": 2, "items": _number(s, "number")}
     if kind == "record":
         assert s.record is not None
         return schema_of(s.record, top=False)

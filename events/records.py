@@ -204,6 +204,8 @@ class WhatIf:
     job_type: str = spec("str")
     newcomer_pct: float = spec("float")
     existing_pct: float = spec("float")
+    interval_pct: list[float] | None = spec("interval", optional=True)
+    """90 % interval ``[lo, hi]`` of ``newcomer_pct`` (absent from producers before it existed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +229,11 @@ class Prediction:
     regime: str | None = spec("enum", choices=REGIMES, optional=True)
     """``seen``: this job next to these co-runners was measured before (the model was chosen by its error on
     measured job sets); ``new``: never measured (chosen by its error on job sets left out of training)."""
+    interval_pct: list[float] | None = spec("interval", optional=True)
+    """90 % interval ``[lo, hi]`` of ``interference_pct``: conformal (batch models, from out-of-fold residuals) or
+    rolling prequential residual quantiles (online learners, baselines); null until enough residuals.  An
+    additive optional field: ``schema_version`` stays 1, since readers of version 1 ignore unknown keys and
+    decode a record without it, while a new version would make every such reader reject every record."""
     schema_version: int = SCHEMA_VERSION
 
     @property

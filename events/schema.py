@@ -30,7 +30,7 @@ class RecordError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
-    kind: str  # float int str bool enum list_str dict_float dict_str list_dict_float record list_record
+    kind: str  # float int str bool enum list_str dict_float dict_str list_dict_float interval record list_record
     lo: float | None = None
     hi: float | None = None
     choices: tuple[str, ...] = ()
@@ -112,6 +112,10 @@ def _check_value(name: str, value: Any, s: Spec) -> Any:
     if kind == "list_dict_float":
         items = _check_list(name, value)
         return [_check_dict_float(f"{name}[{i}]", v, s) for i, v in enumerate(items)]
+    if kind == "interval":
+        if not isinstance(value, list) or len(value) != 2:
+            raise RecordError(f"{name}: expected [lo, hi], got {type(value).__name__}")
+        return [_check_number(f"{name}[{i}]", v, s) for i, v in enumerate(value)]
     if kind == "record":
         assert s.record is not None
         return from_dict(s.record, value, prefix=f"{name}.")

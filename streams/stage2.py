@@ -246,6 +246,7 @@ class Stage2:
                 what_if=what_if,
                 window_end=obs.window_end,
                 regime=result.regime,
+                interval_pct=None if result.interval_pct is None else list(result.interval_pct),
             )
             out.predictions.append(pred)
             self.latest.setdefault(obs.gpu_uuid, {}).setdefault(obs.job_id, {})[result.mode] = to_dict(pred)
@@ -327,4 +328,5 @@ def what_if_entry(
         r = models.predict_placement(rt, rs, other_types, other_solos)
         if r is not None:
             existing += float(r.interference_pct)
-    return WhatIf(job_type=job_type, newcomer_pct=float(newcomer.interference_pct), existing_pct=existing)
+    interval = None if newcomer.interval_pct is None else list(newcomer.interval_pct)
+    return WhatIf(job_type=job_type, newcomer_pct=float(newcomer.interference_pct), existing_pct=existing, interval_pct=interval)

@@ -51,6 +51,8 @@ def _value(spec: Spec) -> st.SearchStrategy[Any]:
         return st.dictionaries(st.text(max_size=8), _text, max_size=4)
     if kind == "list_dict_float":
         return st.lists(_value(Spec("dict_float")), max_size=3)
+    if kind == "interval":
+        return st.lists(st.floats(min_value=-100.0, max_value=1e4, allow_nan=False), min_size=2, max_size=2).map(sorted)
     if kind == "record":
         assert spec.record is not None
         return records_of(spec.record)

@@ -303,6 +303,10 @@ def test_stage2_predictions_say_their_regime_and_stay_in_range(tmp_path) -> None
     assert all(-100.0 <= w.newcomer_pct <= 20.0 for p in preds for w in p.what_if)
     assert stage.counters["predictions_clipped"] > 0  # measured slowdowns go above 20 %
     assert stage.counters["predictions_seen"] + stage.counters["predictions_new"] == len(preds)
+    # 90 % intervals once a served candidate has 10 scored residuals: around the prediction, bounded like it
+    # (what-if entries are new job sets: no interval before a refit's out-of-fold residuals, as here)
+    spans = [(p.interference_pct, *p.interval_pct) for p in preds if p.interval_pct is not None]
+    assert spans and all(-100.0 <= lo <= value <= hi <= 20.0 for value, lo, hi in spans)
     stage.save()
     again = Stage2(state_dir=tmp_path, max_pct=500.0)  # the setting in force wins over the saved one
     assert again.models_for("v100").config.max_pct == 500.0
