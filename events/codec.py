@@ -42,7 +42,7 @@ def encode(record: Any) -> bytes:
 
     >>> from events.records import GpuProcess
     >>> encode(GpuProcess(pid=7, used_mem_mb=512.0))
-    b'{"pid":7,"used_mem_mb":512.0}'
+    b'{"pid":7,"used_mem_mb":512.0,"sm_util_pct":null,"mem_util_pct":null}'
     """
     fast = fast_checker(type(record)) if _DUMPS_RECORDS else None
     if fast is not None:
@@ -83,7 +83,7 @@ def decode(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> T
 
     >>> from events.records import GpuProcess
     >>> decode(GpuProcess, b'{"pid": 7}')
-    GpuProcess(pid=7, used_mem_mb=None)
+    GpuProcess(pid=7, used_mem_mb=None, sm_util_pct=None, mem_util_pct=None)
     >>> decode(GpuProcess, b'{"pid": -1}')
     Traceback (most recent call last):
     ...

@@ -19,9 +19,7 @@ the second half of the simulated span (after warm-up), per mode:
 from __future__ import annotations
 
 import statistics
-import tempfile
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -155,41 +153,31 @@ def _read_all(settings: Any, topic: str, idle_s: float = 3.0) -> list[Any]:
 
 
 def run(quick: bool, progress: Callable[[str], None], plot_dir: str | None = None) -> dict[str, Any]:
-    from aip.broker import EmbeddedBroker, free_port
-    from aip.faults.worker import WorkerProcess, wait_until
-    from config import Settings
+    from aip.faults.worker import wait_until, worker_on_embedded_broker
     from producers.pacing import paced
     from producers.sim import Simulator
-    from transport import RecordProducer, ensure_project_topics
+    from transport import RecordProducer
 
     gpus, seed = 16, 3
     speedup, wall_s = (40.0, 45.0) if quick else (20.0, 150.0)
-    with EmbeddedBroker(port=free_port()) as broker, tempfile.TemporaryDirectory() as tmp:
-        settings = Settings.from_env(
-            broker=broker.address, topic_prefix=f"a{uuid.uuid4().hex[:8]}.", partitions=4, state_dir=f"{tmp}/state"
-        )
-        ensure_project_topics(settings)
-        worker = WorkerProcess(settings, free_port(), f"{tmp}/worker.log").start()
-        try:
-            worker.wait_ready(90)
-            sim = Simulator(gpus, seed=seed, start_ts=time.time(), duration_s=wall_s * speedup)
-            truth = Truth(sim.ground_truth, sim.jobs())
-            progress(f"{gpus} simulated GPUs, {sim.duration_s:.0f} s at {speedup:g}x ({wall_s:g} s)")
-            sent, t0 = 0, time.monotonic()
-            with RecordProducer(settings, linger_ms=5) as p:
-                for topic, record in paced(sim.events(), speedup, sim.start_ts):
-                    p.send(topic, record)
-                    sent += 1
-                    if sent % 20_000 == 0:
-                        progress(f"sent {sent} events, {time.monotonic() - t0:.0f} s")
-                p.flush(60)
-            progress(f"sent {sent} events; waiting for the worker to drain")
-            time.sleep(2 * (settings.window_s + settings.lateness_s) / speedup + 2.0)
-            wait_until(lambda: _drained(worker), 300, "stage 2 to consume every observation", interval_s=0.5)
-            predictions = _read_all(settings, "interference.predictions")
-            observations = _read_all(settings, "interference.observations")
-        finally:
-            worker.stop(30)
+    with worker_on_embedded_broker("a") as worker:
+        settings = worker.settings
+        sim = Simulator(gpus, seed=seed, start_ts=time.time(), duration_s=wall_s * speedup)
+        truth = Truth(sim.ground_truth, sim.jobs())
+        progress(f"{gpus} simulated GPUs, {sim.duration_s:.0f} s at {speedup:g}x ({wall_s:g} s)")
+        sent, t0 = 0, time.monotonic()
+        with RecordProducer(settings, linger_ms=5) as p:
+            for topic, record in paced(sim.events(), speedup, sim.start_ts):
+                p.send(topic, record)
+                sent += 1
+                if sent % 20_000 == 0:
+                    progress(f"sent {sent} events, {time.monotonic() - t0:.0f} s")
+            p.flush(60)
+        progress(f"sent {sent} events; waiting for the worker to drain")
+        time.sleep(2 * (settings.window_s + settings.lateness_s) / speedup + 2.0)
+        wait_until(lambda: _drained(worker), 300, "stage 2 to consume every observation", interval_s=0.5)
+        predictions = _read_all(settings, "interference.predictions")
+        observations = _read_all(settings, "interference.observations")
     progress(f"{len(predictions)} predictions, {len(observations)} observations")
     from models.api import Config
 

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 import time
 import urllib.request
-import uuid
 from typing import Any
 
 STAGE1_TOPICS = ("gpu.metrics", "jobs.lifecycle")
@@ -57,65 +55,55 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def run(quick: bool, progress: Any) -> dict[str, Any]:
-    from aip.broker import EmbeddedBroker, free_port
-    from aip.faults.worker import WorkerProcess
-    from config import Settings
+    from aip.faults.worker import worker_on_embedded_broker
     from producers.sim import Simulator
-    from transport import RecordConsumer, RecordProducer, ensure_project_topics
+    from transport import RecordConsumer, RecordProducer
 
     paced_wall_s = 40.0 if quick else 120.0
-    with EmbeddedBroker(port=free_port()) as broker, tempfile.TemporaryDirectory() as tmp:
-        settings = Settings.from_env(
-            broker=broker.address, topic_prefix=f"e{uuid.uuid4().hex[:8]}.", partitions=4, state_dir=f"{tmp}/state"
-        )
-        ensure_project_topics(settings)
-        worker = WorkerProcess(settings, free_port(), f"{tmp}/worker.log").start()
-        try:
-            worker.wait_ready(60)
-            burst = list(Simulator(32, seed=1, start_ts=1_700_000_000.0, duration_s=300 if quick else 600).events())
-            progress(f"burst of {len(burst)} events")
-            with RecordProducer(settings, linger_ms=20) as p:
-                for topic, record in burst:
-                    p.send(topic, record)
-                p.flush(60)
-            # timed from the worker's first consumed record: joining the group is not processing
-            # (Tansu holds a static member's SyncGroup 3 s longer than a dynamic one's)
-            t0 = time.monotonic()
-            while (c0 := _consumed(worker.web_port)) == 0 and time.monotonic() - t0 < 120:
-                time.sleep(0.05)
-            t0 = time.monotonic()
-            while _consumed(worker.web_port) < len(burst) and time.monotonic() - t0 < 300:
-                time.sleep(0.1)
-            stage1_rate = (len(burst) - c0) / (time.monotonic() - t0)
-            while not _stage2_idle(worker.web_port) and time.monotonic() - t0 < 600:  # let stage 2 drain the burst
-                time.sleep(0.2)
-            max_rate = (len(burst) - c0) / (time.monotonic() - t0)  # what the worker sustains, stage 2 included
-            rate = max_rate / 2
-            gpus = 16
-            probe = Simulator(gpus, seed=2, start_ts=1_700_000_000.0, duration_s=100)
-            per_sim_s = sum(1 for _ in probe.events()) / 100.0
-            speedup = max(1.0, rate / per_sim_s)
-            progress(f"max {max_rate:.0f} events/s; pacing {gpus} GPUs at {rate:.0f} events/s (speedup {speedup:.1f})")
-            start_ts = time.time()
-            sim = Simulator(gpus, seed=2, start_ts=start_ts, duration_s=paced_wall_s * speedup)
-            uuids = {g.uuid for g in sim.gpus}
-            consumer = RecordConsumer(settings, ["interference.predictions"])
-            latencies: list[float] = []
-            wall0 = time.time()
-            with RecordProducer(settings, linger_ms=1) as p:
-                for topic, record in sim.events():
-                    due = wall0 + (record.ts - start_ts) / speedup
-                    while time.time() < due:
-                        for item in consumer.poll(timeout_s=max(0.0, min(0.05, due - time.time()))):
-                            _latency(item, uuids, wall0, start_ts, speedup, latencies)
-                    p.send(topic, record)
-            end = time.monotonic() + 10
-            while time.monotonic() < end:
-                for item in consumer.poll(timeout_s=0.5):
-                    _latency(item, uuids, wall0, start_ts, speedup, latencies)
-            consumer.close()
-        finally:
-            worker.stop(30)
+    with worker_on_embedded_broker("e", ready_timeout_s=60) as worker:
+        settings = worker.settings
+        burst = list(Simulator(32, seed=1, start_ts=1_700_000_000.0, duration_s=300 if quick else 600).events())
+        progress(f"burst of {len(burst)} events")
+        with RecordProducer(settings, linger_ms=20) as p:
+            for topic, record in burst:
+                p.send(topic, record)
+            p.flush(60)
+        # timed from the worker's first consumed record: joining the group is not processing
+        # (Tansu holds a static member's SyncGroup 3 s longer than a dynamic one's)
+        t0 = time.monotonic()
+        while (c0 := _consumed(worker.web_port)) == 0 and time.monotonic() - t0 < 120:
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        while _consumed(worker.web_port) < len(burst) and time.monotonic() - t0 < 300:
+            time.sleep(0.1)
+        stage1_rate = (len(burst) - c0) / (time.monotonic() - t0)
+        while not _stage2_idle(worker.web_port) and time.monotonic() - t0 < 600:  # let stage 2 drain the burst
+            time.sleep(0.2)
+        max_rate = (len(burst) - c0) / (time.monotonic() - t0)  # what the worker sustains, stage 2 included
+        rate = max_rate / 2
+        gpus = 16
+        probe = Simulator(gpus, seed=2, start_ts=1_700_000_000.0, duration_s=100)
+        per_sim_s = sum(1 for _ in probe.events()) / 100.0
+        speedup = max(1.0, rate / per_sim_s)
+        progress(f"max {max_rate:.0f} events/s; pacing {gpus} GPUs at {rate:.0f} events/s (speedup {speedup:.1f})")
+        start_ts = time.time()
+        sim = Simulator(gpus, seed=2, start_ts=start_ts, duration_s=paced_wall_s * speedup)
+        uuids = {g.uuid for g in sim.gpus}
+        consumer = RecordConsumer(settings, ["interference.predictions"])
+        latencies: list[float] = []
+        wall0 = time.time()
+        with RecordProducer(settings, linger_ms=1) as p:
+            for topic, record in sim.events():
+                due = wall0 + (record.ts - start_ts) / speedup
+                while time.time() < due:
+                    for item in consumer.poll(timeout_s=max(0.0, min(0.05, due - time.time()))):
+                        _latency(item, uuids, wall0, start_ts, speedup, latencies)
+                p.send(topic, record)
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            for item in consumer.poll(timeout_s=0.5):
+                _latency(item, uuids, wall0, start_ts, speedup, latencies)
+        consumer.close()
     if not latencies:
         raise RuntimeError("no predictions for the paced GPUs")
     return {

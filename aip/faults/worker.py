@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -9,9 +10,11 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +161,23 @@ class WorkerProcess:
                 self.proc.kill()
                 self.proc.wait(10)
         return self.proc.returncode
+
+
+@contextlib.contextmanager
+def worker_on_embedded_broker(prefix: str, ready_timeout_s: float = 90.0) -> Iterator[WorkerProcess]:
+    """A fresh embedded broker with the project's topics (4 partitions, prefix ``<prefix><random>.``) and one
+    ready ``aip worker`` with its own state directory; both stopped on exit.  ``worker.settings`` reach them."""
+    from aip.broker import EmbeddedBroker, free_port
+    from transport import ensure_project_topics
+
+    with EmbeddedBroker(port=free_port()) as broker, tempfile.TemporaryDirectory() as tmp:
+        settings = Settings.from_env(
+            broker=broker.address, topic_prefix=f"{prefix}{uuid.uuid4().hex[:8]}.", partitions=4, state_dir=f"{tmp}/state"
+        )
+        ensure_project_topics(settings)
+        worker = WorkerProcess(settings, free_port(), f"{tmp}/worker.log").start()
+        try:
+            worker.wait_ready(ready_timeout_s)
+            yield worker
+        finally:
+            worker.stop(30)
