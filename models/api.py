@@ -502,7 +502,12 @@ class EnvironmentModels:
             raw = float((self._online.get((mode, cat, name)) or self._batch[(mode, cat, name)]).predict_one(x))
         if raw is None:
             return None
-        value, clipped = clip_pct(float(raw), self.config.max_pct)
+        value, extrapolated = float(raw), False
+        if regime == "new" and self.baselines.labels and not self.baselines.lo <= value <= self.baselines.hi:
+            # a job set never measured, predicted outside every slowdown measured here: extrapolation
+            value, extrapolated = min(max(value, self.baselines.lo), self.baselines.hi), True
+        value, clipped = clip_pct(value, self.config.max_pct)
+        clipped = clipped or extrapolated
         interval = self._interval(regime, (mode, cat, name), value)
         return PredictionResult(value, name, cat, mode, None if math.isnan(err) else float(err), regime, clipped, interval)
 

@@ -253,3 +253,22 @@ def test_save_load_keeps_errors_baselines_and_choices(tmp_path) -> None:  # type
         em.learn_sample(s)
         loaded.learn_sample(s)
     assert loaded.leaderboard().served == em.leaderboard().served
+
+
+def test_a_new_job_set_is_not_predicted_outside_every_measured_slowdown() -> None:
+    """A linear model asked about a job set far outside its training data extrapolates past anything measured
+    (here to thousands of points below zero); a new job set's prediction stays within the measured range."""
+    rng = random.Random(9)
+    config = dataclasses.replace(TREES, batch_models=("LinearRegression",), online_models=ONLINE_LINEAR)
+    em = EnvironmentModels("v100", config=config)
+    for _ in range(300):
+        j = rng.randrange(20)
+        y = 5.0 * j + rng.gauss(0, 0.5)
+        em.learn_sample(Sample(f"A{j}", (f"B{j}",), y, f"A{j} + B{j}", "v100", {"S": float(j), "V": rng.gauss(0, 1)}))
+    em.refit_now()
+    far = Sample("A-far", ("B-far",), math.nan, "", "v100", {"S": -1000.0, "V": 0.0})
+    raw = em._batch[("observed", "all", "LinearRegression")].predict_one(far.features("observed", "all"))
+    assert raw < -1000.0  # what the model alone says
+    r = em._predict_sample(far, "observed")
+    assert r is not None and r.regime == "new" and r.clipped
+    assert em.baselines.lo <= r.interference_pct <= em.baselines.hi
