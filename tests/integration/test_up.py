@@ -68,6 +68,10 @@ def test_up_prints_a_summary_with_observations_predictions_and_leaderboard(broke
     assert summary["observations"] > 0 and summary["predictions"] > 0 and summary["leaderboard"] > 0, summary
     assert summary["deadletters"] == 0
     assert summary["selected"]["v100"]
+    # what each mode serves, with the error it was chosen by, next to its name
+    served = summary["served"]["v100"]
+    assert served and {k.split(":")[1] for k in served} <= {"seen", "new"}
+    assert all(s["model"] and s["category"] and "error_pct" in s for s in served.values())
     assert {"alerts", "deadletters"} <= summary.keys()
 
 
