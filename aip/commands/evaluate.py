@@ -30,6 +30,10 @@ def register(sub: Any) -> None:
         "--folds", type=int, default=None,
         help="outer folds (default: 5 for pair, one per family for family, i.e. leave one family out)",
     )  # fmt: skip
+    p.add_argument(
+        "--inner-folds", type=int, default=None,
+        help="folds of the inner selection, same scheme (default: 3 for pair, 2 for family)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--models", help="comma-separated subset of the batch zoo (default: all)")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
@@ -56,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
     mode = args.mode or dataset.modes[0]
     if mode not in dataset.modes:
         raise CliError(f"{args.dataset}: no {mode}-mode features (has: {', '.join(dataset.modes)})", 2)
-    if args.folds is not None and args.folds < 2:
-        raise CliError("--folds must be at least 2", 2)
+    if (args.folds is not None and args.folds < 2) or (args.inner_folds is not None and args.inner_folds < 2):
+        raise CliError("--folds and --inner-folds must be at least 2", 2)
     from models.zoo import BATCH
 
     models = tuple(m.strip() for m in args.models.split(",")) if args.models else BATCH
@@ -66,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(BATCH)}", 2)
     say = _progress(t0)
     try:
-        ev = evaluate(dataset, mode, k=args.folds, seed=args.seed, models=models, holdout=args.holdout, progress=say)
+        ev = evaluate(dataset, mode, k=args.folds, inner_k=args.inner_folds, seed=args.seed, models=models, holdout=args.holdout, progress=say)
     except ValueError as exc:
         raise CliError(f"{args.dataset}: {exc}", 2) from exc
     summary = ev.summary()
