@@ -1,4 +1,9 @@
-"""The faust app: thin agents around :class:`Stage1` and :class:`Stage2`, HTTP views, metrics.
+"""The faust app: thin agents around :class:`Stage1` and :class:`Stage2`, wired to their collaborators.
+
+- :mod:`streams.state`: stage 1's bookkeeping (partitions, positions, local checkpoint, changelog);
+- :mod:`streams.rebuild`: stage 2's models rebuilt from the observations topic;
+- :mod:`streams.refits`: refit scheduling; :mod:`streams.views`: HTTP views; :mod:`streams.metrics`;
+- :mod:`streams.readers`: the solo-profile follower and the partition reader.
 
 ``create_app(settings)`` builds a fresh app (tests build one per test);
 :func:`run_worker` runs it until SIGINT/SIGTERM.
@@ -30,6 +35,7 @@ from streams.deadletters import dead_letter
 from streams.metrics import StreamMetrics, dead_letter_reason
 from streams.profiles import LOCAL
 from streams.readers import PartitionReader, TopicFollower
+from streams.rebuild import Rebuild
 from streams.refits import Refits
 from streams.stage1 import LateEvent, Stage1
 from streams.stage2 import Stage2
@@ -191,6 +197,12 @@ class Streams:
             held=lambda: self.stage1.held_count(),
         )
         self.refits = Refits(self.stage2, lambda env, board: self.send("leaderboard", env, board))
+        self.rebuild = Rebuild(
+            self.stage2,
+            self.refits,
+            lambda p, start, end: PartitionReader(settings, t.observations, p, start, end),
+            lambda env, board: self.send("leaderboard", env, board),
+        )
         self._own_commit = False
         self._tps: dict[tuple[str, int], tuple[TP, str]] = {}  # (base topic, partition) -> (TP, positions key)
         self._bases: dict[str, str] = {}  # full topic name -> base name
@@ -440,8 +452,9 @@ class Streams:
 
     async def stage1_event(self, event: Any) -> None:
         """Stage 1 for one event (``stage1_batch`` 1)."""
-        if self.state.pending([event.message.partition]):
-            await self.state.restored([event.message.partition])
+        m = event.message
+        if not self.state.ready(m.partition):
+            await self.state.restored({m.partition: {f"{self._base(m.topic)}:{m.partition}": m.offset}})
             self._publish_released()
         obs, error = self.handle_input(event)
         if error is not None:
@@ -455,9 +468,13 @@ class Streams:
         observations: list[Observation] = []
         if self.state.enabled:
             batch = list(batch)
-            partitions = {e.message.partition for e in batch}
-            if self.state.pending(partitions):
-                await self.state.restored(partitions)
+            firsts: dict[int, dict[str, int]] = {}
+            for e in batch:  # in offset order per partition: the first seen is the first handed over
+                m = e.message
+                if not self.state.ready(m.partition):
+                    firsts.setdefault(m.partition, {}).setdefault(f"{self._base(m.topic)}:{m.partition}", m.offset)
+            if firsts:
+                await self.state.restored(firsts)
                 self._publish_released()
         for event in batch:
             obs, error = self.handle_input(event)
@@ -469,51 +486,11 @@ class Streams:
             self.emit_observation(o)
         self.metrics.published["observations"] += len(observations)
 
-    async def rebuild(self, partition: int, start: int, end: int) -> set[str]:
-        """Learn observations ``[start, end)`` of an observations partition from the topic, then refit; return the
-        environments learned.  Runs when this worker is handed a partition beyond what its models cover (another
-        worker learned it, or none ever did here): stage 2 holds that partition's records meanwhile."""
-        t0 = time.monotonic()
-        loop = asyncio.get_running_loop()
-        reader = await loop.run_in_executor(None, PartitionReader, self.settings, self.topics.observations, partition, start, end)
-        envs: set[str] = set()
-        learned = 0
-        try:
-            while not reader.done:
-                for _offset, _key, value in await loop.run_in_executor(None, reader.read):
-                    try:
-                        obs = decode(Observation, value)
-                    except RecordError:
-                        continue  # dead-lettered when it was first read
-                    learned += self.stage2.replay(obs)
-                    envs.add(obs.environment)
-                await asyncio.sleep(0)
-        finally:
-            reader.close()
-        self.stage2.applied(partition, end - 1)
-        read_s = time.monotonic() - t0
-        for env in sorted(envs):  # "it refits, then serves"
-            await self.refits.now(env)
-            board = self.stage2.leaderboard_of(env)
-            if board is not None:
-                await self.send("leaderboard", env, board)
-        self.stage2.counters["rebuilds"] += 1
-        total_s = time.monotonic() - t0
-        log.warning(
-            "stage 2 rebuilt %s from observations p%d [%d, %d): %d learned in %.1f s; refit, serving after %.1f s",
-            *(sorted(envs), partition, start, end, learned, read_s, total_s),
-        )
-        return envs
-
     async def stage2_batch(self, batch: Iterable[Any]) -> None:
         boards = {}
         for event in batch:
             self._consumed(event)
-            m = event.message
-            start = self.stage2.start_of(m.partition)
-            if m.offset > start:  # the models do not cover what precedes this record: rebuild from the topic
-                await self.rebuild(m.partition, start, m.offset)
-            self.stage2.applied(m.partition, m.offset)
+            await self.rebuild.before(event.message.partition, event.message.offset)
             try:
                 obs = decode(Observation, event.value)
                 out = self.stage2.on_observation(obs)

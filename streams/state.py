@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +62,14 @@ class Stage1State:
         send: Callable[[bytes, bytes, int], Any] | None = None,
         read: Callable[[int], changelog.PartitionState] | None = None,
         writer_id: str = "",
+        catch_up_s: float = 15.0,
     ) -> None:
         self.stage1 = stage1
         self.checkpoint_path = checkpoint_path
         self.send = send
         self.read = read
         self.writer_id = writer_id
+        self.catch_up_s = catch_up_s
         self.gpu_partition: dict[str, int] = {}  # GPU -> input partition it was last read from
         self.positions: dict[str, int] = {}  # "topic:partition" -> last input offset applied to stage 1
         self.replay_until: dict[str, int] = {}  # after a restart or a move: offsets up to these were applied before
@@ -195,14 +197,36 @@ class Stage1State:
             future = self._restoring[partition] = asyncio.ensure_future(self.restore_partition(partition))
         return future
 
-    def pending(self, partitions: Iterable[int]) -> bool:
-        return self.enabled and not self._ready.issuperset(partitions)
+    def ready(self, partition: int) -> bool:
+        """Whether events of ``partition`` may be applied (its changelog was read since it was assigned here)."""
+        return not self.enabled or partition in self._ready
 
-    async def restored(self, partitions: Iterable[int]) -> None:
-        """Read the changelog of these input partitions where not done since they were assigned here: no event of
-        a partition is applied before (faust may hand over events before its assignment signal)."""
-        for p in sorted(set(partitions) - self._ready):
+    def covers(self, partition: int, first: dict[str, int]) -> bool:
+        """Whether the state held for ``partition`` reaches the first offsets handed over (``"topic:p"`` -> offset)."""
+        mine = self.positions_of(partition)
+        return all(mine.get(key, -1) >= offset - 1 for key, offset in first.items())
+
+    async def restored(self, firsts: dict[int, dict[str, int]]) -> None:
+        """Read the changelog of input partitions not read since they were assigned here, before any of their
+        events is applied (faust may hand over events before its assignment signal); ``firsts`` gives, per
+        partition, the first offset of each input topic the group handed over.
+
+        The group resumes a partition at the last owner's committed offset, and the last owner writes its
+        changelog before it commits: a changelog whose positions stop short of that offset was read before
+        the last owner's final write (it left the group late). Read it again until it reaches the offset
+        (at most ``catch_up_s``), so the events in between are not skipped."""
+        for p in sorted(firsts):
+            if p in self._ready:
+                continue
             await asyncio.shield(self._restore_task(p))
+            deadline = time.monotonic() + self.catch_up_s
+            while not self.covers(p, firsts[p]) and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+                await self.restore_partition(p)
+            if not self.covers(p, firsts[p]):
+                log.warning("stage-1 changelog of partition %d stops short of %s: continuing from it", p, firsts[p])
+                self.stage1.counters["changelog_behind"] += 1
+            self._ready.add(p)
 
     # ------------------------------------------------------------ assignment
     def assign(self, mine: set[int]) -> None:

@@ -87,3 +87,29 @@ def test_lost_partitions_are_forgotten_and_held_windows_move_with_their_gpu(tmp_
     new = _state(tmp_path, "new", read=lambda p: changelog.fold([(k, v) for k, v, _ in log]))
     assert asyncio.run(new.restore_partition(0)) == 1
     assert new.stage1.held_count() == 1 and not new.released  # held until new-type's solo profile arrives
+
+
+def test_a_changelog_short_of_the_committed_offset_is_read_again_until_it_reaches_it(tmp_path: Path) -> None:
+    """The last owner left the group late: its final write came after the new owner's first read."""
+    events = _events()[:600]
+    log: list[tuple[bytes, bytes, int]] = []
+    old = _state(tmp_path, "old", send=lambda k, v, p: log.append((k, v, p)))
+    old.assigned = {0}
+    for i, (topic, record) in enumerate(events[:300]):
+        _apply(old, i, topic, record)
+    old.publish_changelog()
+    early = list(log)
+    for i, (topic, record) in enumerate(events[300:], start=300):
+        _apply(old, i, topic, record)
+    old.publish_changelog()  # the final write, then the commit at offset 600
+    reads = []
+
+    def read(p: int) -> changelog.PartitionState:
+        reads.append(p)
+        return changelog.fold([(k, v) for k, v, _ in (early if len(reads) == 1 else log)])
+
+    new = _state(tmp_path, "new", read=read, catch_up_s=10.0)
+    new.enabled = True
+    asyncio.run(new.restored({0: {"gpu.metrics:0": 600}}))
+    assert len(reads) == 2 and new.positions == old.positions and new.ready(0)
+    assert new.stage1.counters["changelog_behind"] == 0
