@@ -42,6 +42,21 @@ class Setup:
     train_duration_s: float = 3600.0
     label_noise_pct: float = 0.5
     """Measurement noise of the training labels (step times, as stage 1 measures them)."""
+    unseen_families: tuple[str, ...] = ()
+    """Job families (:func:`models.features.parse_job_type`) the training fleet never runs: no training
+    observation involves them, while the evaluated arrivals do (their solo profiles are known, as for any
+    job that has run alone once)."""
+
+
+def family(job_type: str) -> str:
+    """The job type without its batch size.
+
+    >>> family("ResNet-50 (batch size 64)")
+    'resnet-50'
+    """
+    from models.features import parse_job_type
+
+    return parse_job_type(job_type)[0]
 
 
 class Truth:
@@ -88,7 +103,10 @@ def training_observations(setup: Setup, truth: Truth) -> list[Observation]:
     sim = Simulator(setup.train_gpus, setup.gpu_model, seed=setup.train_seed, start_ts=EPOCH_S, duration_s=setup.train_duration_s)
     rng = random.Random(setup.train_seed)
     out = []
+    hidden = set(setup.unseen_families)
     for row in sim.ground_truth:
+        if hidden and {family(t) for t in (row["job_type"], *row["co_job_types"])} & hidden:
+            continue
         speed = row["colocated_throughput"] * (1.0 + rng.gauss(0.0, setup.label_noise_pct / 100.0))
         out.append(
             Observation(
@@ -195,7 +213,9 @@ class Guided:
 
 
 def run_seed(seed: int, setup: Setup, truth: Truth, service: WhatIfService) -> dict[str, dict[str, float]]:
-    """One arrival sequence, placed by each policy; per policy the :func:`placement.fleet.summary`."""
+    """One arrival sequence, placed by each policy; per policy the :func:`placement.fleet.summary`, and with
+    ``setup.unseen_families`` also ``<policy>.seen`` / ``<policy>.unseen``: the summaries of the jobs of families
+    the training fleet ran / never ran."""
     mean_work = (setup.work_s[1] - setup.work_s[0]) / (_log(setup.work_s[1]) - _log(setup.work_s[0]))
     rate = setup.load_jobs_per_gpu * setup.gpus / mean_work
     jobs = arrivals(seed, setup.jobs, truth.types, rate, setup.work_s)
@@ -205,6 +225,10 @@ def run_seed(seed: int, setup: Setup, truth: Truth, service: WhatIfService) -> d
     for policy in policies:
         results = run_fleet(jobs, setup.gpus, policy, truth.speed, truth.fits, gpu_names=names)
         out[policy.name] = summary(results)
+        if setup.unseen_families:
+            hidden = set(setup.unseen_families)
+            out[f"{policy.name}.seen"] = summary([r for r in results if family(r.job_type) not in hidden])
+            out[f"{policy.name}.unseen"] = summary([r for r in results if family(r.job_type) in hidden])
     return out
 
 
@@ -254,9 +278,18 @@ def run_experiment(seeds: Sequence[int], setup: Setup, progress: Callable[[str],
         for r in per_seed
         if r["guided"]["mean_slowdown_pct"] < min(r["random"]["mean_slowdown_pct"], r["least_loaded"]["mean_slowdown_pct"])
     )
+    split: dict[str, Any] = {}
+    if setup.unseen_families:
+        split["unseen_families"] = list(setup.unseen_families)
+        for part in ("seen", "unseen"):
+            for other in ("least_loaded", "random"):
+                split[f"guided_beats_{other}_{part}_in_seeds"] = sum(
+                    1 for r in per_seed if r[f"guided.{part}"]["mean_slowdown_pct"] < r[f"{other}.{part}"]["mean_slowdown_pct"]
+                )
     return {
         "placement": {
             **{p: {k: round(v, 2) for k, v in r.items()} for p, r in overall.items()},
+            **split,
             "guided_reduction_vs_random_pct": round(
                 reduction_pct(overall["guided"]["mean_slowdown_pct"], overall["random"]["mean_slowdown_pct"]), 1
             ),
