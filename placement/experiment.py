@@ -143,12 +143,11 @@ class WhatIfService:
         self._cache: dict[tuple[str, ...], list[WhatIf]] = {}
         self.predictions_made = 0
 
-    def _predict(self, job_type: str, co_types: Sequence[str]) -> float | None:
+    def _predict(self, job_type: str, co_types: Sequence[str]) -> Any:
         self.predictions_made += 1
-        r = self.models.predict_placement(
+        return self.models.predict_placement(
             job_type, self.truth.solo(job_type), list(co_types), [self.truth.solo(t) for t in co_types]
         )
-        return None if r is None else float(r.interference_pct)
 
     def what_if(self, running: Sequence[str]) -> list[WhatIf]:
         key = tuple(sorted(running))
@@ -165,8 +164,11 @@ class WhatIfService:
             existing = 0.0
             for i, rt in enumerate(key):
                 v = self._predict(rt, [*key[:i], *key[i + 1 :], t])
-                existing += v or 0.0
-            entries.append(WhatIf(job_type=t, newcomer_pct=newcomer, existing_pct=existing))
+                existing += 0.0 if v is None else float(v.interference_pct)
+            interval = None if newcomer.interval_pct is None else list(newcomer.interval_pct)
+            entries.append(
+                WhatIf(job_type=t, newcomer_pct=float(newcomer.interference_pct), existing_pct=existing, interval_pct=interval)
+            )
         self._cache[key] = entries
         return entries
 
@@ -174,11 +176,11 @@ class WhatIfService:
 class Guided:
     """Prediction-guided placement: every decision goes through :class:`SchedulerClient`."""
 
-    name = "guided"
-
-    def __init__(self, service: WhatIfService, environment: str) -> None:
+    def __init__(self, service: WhatIfService, environment: str, risk: str = "expected") -> None:
         self.service = service
         self.environment = environment
+        self.risk = risk
+        self.name = "guided" if risk == "expected" else f"guided_{risk}"
         self.client = SchedulerClient(max_age_s=float("inf"), clock=lambda: EPOCH_S)
         self._announced = False
 
@@ -187,7 +189,7 @@ class Guided:
             self._announced = True
             self.client.mark_idle(*(g.name for g in candidates if not g.jobs))
         by_name = {g.name: g for g in candidates}
-        best = self.client.best_gpu(job.job_type, list(by_name))
+        best = self.client.best_gpu(job.job_type, list(by_name), risk=self.risk)
         return by_name[best] if best is not None else candidates[0]
 
     def _publish(self, gpu: Gpu, job: Job, kind: str, now_s: float) -> None:
@@ -220,7 +222,9 @@ def run_seed(seed: int, setup: Setup, truth: Truth, service: WhatIfService) -> d
     rate = setup.load_jobs_per_gpu * setup.gpus / mean_work
     jobs = arrivals(seed, setup.jobs, truth.types, rate, setup.work_s)
     names = [f"GPU-s{seed}-{i:02d}" for i in range(setup.gpus)]
-    policies: list[Policy] = [RandomPolicy(seed), LeastLoaded(), Guided(service, setup.gpu_model)]
+    policies: list[Policy] = [
+        RandomPolicy(seed), LeastLoaded(), Guided(service, setup.gpu_model), Guided(service, setup.gpu_model, "upper"),
+    ]  # fmt: skip
     out = {}
     for policy in policies:
         results = run_fleet(jobs, setup.gpus, policy, truth.speed, truth.fits, gpu_names=names)
@@ -281,11 +285,14 @@ def run_experiment(seeds: Sequence[int], setup: Setup, progress: Callable[[str],
     split: dict[str, Any] = {}
     if setup.unseen_families:
         split["unseen_families"] = list(setup.unseen_families)
-        for part in ("seen", "unseen"):
-            for other in ("least_loaded", "random"):
-                split[f"guided_beats_{other}_{part}_in_seeds"] = sum(
-                    1 for r in per_seed if r[f"guided.{part}"]["mean_slowdown_pct"] < r[f"{other}.{part}"]["mean_slowdown_pct"]
-                )
+        for guided in ("guided", "guided_upper"):
+            for part in ("seen", "unseen"):
+                for other in ("least_loaded", "random"):
+                    split[f"{guided}_beats_{other}_{part}_in_seeds"] = sum(
+                        1
+                        for r in per_seed
+                        if r[f"{guided}.{part}"]["mean_slowdown_pct"] < r[f"{other}.{part}"]["mean_slowdown_pct"]
+                    )
     return {
         "placement": {
             **{p: {k: round(v, 2) for k, v in r.items()} for p, r in overall.items()},

@@ -14,6 +14,6 @@ def test_training_never_sees_hidden_families_and_results_split_by_family() -> No
     assert len(everything) > len(obs)  # the same fleet did run them: they were left out
     service = WhatIfService(train_models(setup, truth), truth)
     result = run_seed(3, setup, truth, service)
-    for policy in ("random", "least_loaded", "guided"):
+    for policy in ("random", "least_loaded", "guided", "guided_upper"):
         seen, unseen = result[f"{policy}.seen"]["jobs"], result[f"{policy}.unseen"]["jobs"]
         assert unseen > 0 and seen + unseen == result[policy]["jobs"] == 40.0
