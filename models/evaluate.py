@@ -38,6 +38,10 @@ from models.zoo import BATCH, make_batch
 Progress = Callable[[str], None]
 Predictor = Callable[[Sequence[Sample]], np.ndarray]
 
+OBSERVED_VIEWS = ("all+placement", "placement")
+"""Extra candidate views of observed mode when the rows also carry solo profiles: everything known about a running
+co-location (percent changes, solo profiles of the job and its co-runners, job identities), and the placement
+features alone, so that observed mode, which knows strictly more, is never chosen worse than placement mode."""
 MEDIAN = "baseline.median"
 IDENTITY = "baseline.identity"
 AVERAGE = "Average"
@@ -134,8 +138,22 @@ def fit_candidate(name: str, category: str, train: Sequence[Sample], mode: str, 
     if name.startswith(AVERAGE + "["):
         parts = [fit_candidate(m, c, train, mode, seed) for m, c in _members(name)]
         return lambda test: np.mean([p(test) for p in parts], axis=0)
-    model = make_batch(name, seed).fit(pd.DataFrame([restrict(s.features(mode, "all"), category) for s in train]), y)
-    return lambda test: np.asarray(model.predict(pd.DataFrame([restrict(s.features(mode, "all"), category) for s in test])))
+    model = make_batch(name, seed).fit(pd.DataFrame([view(s, mode, category) for s in train]), y)
+    return lambda test: np.asarray(model.predict(pd.DataFrame([view(s, mode, category) for s in test])))
+
+
+def view(sample: Sample, mode: str, category: str) -> dict[str, float]:
+    """The features a candidate of ``category`` sees: the category's (paper), or one of :data:`OBSERVED_VIEWS`.
+
+    >>> s = Sample("a", ("b",), 1.0, "g", pcts={"E": 5.0}, solo={"E": 100.0}, co_solos=({"E": 50.0},))
+    >>> sorted(view(s, "observed", "1")), "solo_E" in view(s, "observed", "all+placement")
+    (['E_pct'], True)
+    """
+    if mode == "observed" and category == "all+placement":
+        return {**sample.features("placement", "all"), **sample.features("observed", "all")}
+    if mode == "observed" and category == "placement":
+        return sample.features("placement", "all")
+    return restrict(sample.features(mode, "all"), category)
 
 
 def _members(name: str) -> list[tuple[str, str]]:
@@ -162,14 +180,25 @@ def candidate_scores(
     holdout: str = "pair",
     average: int = 3,
     baselines: bool = True,
+    views: Sequence[str] = (),
 ) -> list[Score]:
     """Cross-validated error (``holdout`` scheme) of every candidate on ``samples``: the batch models per
-    category, the average of the ``average`` best of them, and the baselines.  Empty when the scheme cannot
+    category (and per extra ``views``, see :data:`OBSERVED_VIEWS`), the average of the ``average`` best of them,
+    and the baselines.  Empty when the scheme cannot
     make two folds (too few groups or families)."""
     y = np.array([s.target for s in samples], dtype=float)
     scores = cross_validate(samples, [mode], models=models, k=k, seed=seed, holdout=holdout)
     if not scores:
         return []
+    for name in views:  # the extra views (OBSERVED_VIEWS), cross-validated on the same folds
+        frame = pd.DataFrame([view(s, mode, name) for s in samples])
+        extra = cross_validate(
+            samples, [mode], models=models, categories=("all",), k=k, seed=seed, holdout=holdout,
+            frames={mode: {"all": frame}},
+        )  # fmt: skip
+        for s in extra:
+            s.category = name
+        scores += extra
     folds = holdout_folds(samples, k, seed, holdout)
     ranked = sorted((s for s in scores if math.isfinite(s.mae)), key=lambda s: (s.mae, s.model, s.category))
     if average > 1 and len(ranked) >= average:
@@ -221,6 +250,7 @@ def evaluate(
     if inner_k is None:
         inner_k = 2 if holdout == "family" else 3
     folds = holdout_folds(samples, k, seed, holdout)
+    views = OBSERVED_VIEWS if mode == "observed" and "placement" in dataset.modes else ()
     if not folds:
         raise ValueError(f"too few {'families' if holdout == 'family' else 'groups'} for {holdout} holdout")
     say(f"{len(samples)} rows, {len(set(dataset.groups))} groups, {n_fam} families; {holdout} holdout, {len(folds)} outer folds")
@@ -234,7 +264,7 @@ def evaluate(
     picks: list[tuple[np.ndarray, np.ndarray, str, str]] = []
     for i, (train, test) in enumerate(folds):
         tr, te = [samples[j] for j in train], [samples[j] for j in test]
-        inner = candidate_scores(tr, mode, models=models, k=inner_k, seed=seed + 1, holdout=holdout)
+        inner = candidate_scores(tr, mode, models=models, k=inner_k, seed=seed + 1, holdout=holdout, views=views)
         pick = select(inner, mode)
         if pick is None:  # too few groups/families inside: the training median, its residuals on the training rows
             residuals = y[train] - float(np.median(y[train]))
