@@ -548,5 +548,7 @@ def run_worker(settings: Settings, *, loglevel: str = "warn", web_port: int | No
         if exc.code not in (0, None):
             raise
     finally:
+        if streams.follower is not None:
+            streams.follower.stop()
         streams.checkpoint()
         streams.stage2.save()

@@ -103,7 +103,10 @@ class TopicFollower:
                     records = [i.record for i in items if i.record is not None]
                     if records:
                         self.records += len(records)
-                        self.deliver(records)
+                        try:
+                            self.deliver(records)
+                        except RuntimeError:  # the event loop is closed: the worker is stopping
+                            self.stopping.set()
             except Exception as exc:
                 log.warning("following %s failed (%s); starting over from the beginning", self.topic, exc)
             finally:
