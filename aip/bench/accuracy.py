@@ -11,6 +11,8 @@ the second half of the simulated span (after warm-up), per mode:
 * ``seen_share`` / ``seen_mae`` and ``new_share`` / ``new_mae``: predictions for a job with co-runners the
   worker had measured before, and for ones it had not (the prediction's ``regime``);
 * ``out_of_range``: predictions outside the physically possible ``[-100, max]``;
+* ``interval_coverage`` / ``interval_width_mean``: the share of predictions whose 90 % interval holds the
+  truth, and the intervals' mean width (predictions without an interval left out);
 * ``served``: the served-model mix (model, category, regime, predictions, MAE vs truth, claimed error).
 
 ``label_mae_vs_truth`` is stage 1's measured interference against the truth, over the same half.
@@ -79,6 +81,7 @@ def summarize(
 ) -> dict[str, Any]:
     """The benchmark's figures from decoded predictions and observations (records with the project's fields)."""
     rows: dict[str, list[tuple[float, str, str, str, float | None, float]]] = {m: [] for m in MODES}
+    covered: dict[str, list[tuple[bool, float]]] = {m: [] for m in MODES}  # (truth inside the interval, its width)
     for p in predictions:
         if p.window_end is None or p.window_end < since_ts:
             continue
@@ -88,6 +91,9 @@ def summarize(
         rows[p.mode].append(
             (abs(p.interference_pct - t), p.model, p.category, p.regime or "seen", p.expected_error_pct, p.interference_pct)
         )
+        interval = getattr(p, "interval_pct", None)
+        if interval:
+            covered[p.mode].append((interval[0] <= t <= interval[1], interval[1] - interval[0]))
     out: dict[str, Any] = {}
     for mode, r in rows.items():
         errors = [e for e, *_ in r]
@@ -112,6 +118,8 @@ def summarize(
             "live_p95_abs_error_vs_truth": round(percentile(errors, 0.95), 3),
             "live_max_abs_error_vs_truth": round(max(errors), 3),
             "out_of_range": sum(1 for *_, v in r if not -100.0 <= v <= max_pct),
+            "interval_coverage": _mean_or_none([float(c) for c, _ in covered[mode]]),
+            "interval_width_mean": _mean_or_none([w for _, w in covered[mode]]),
             **{f"{g}_share": round(len(v) / len(errors), 3) for g, v in by_regime.items()},
             **{f"{g}_mae": _mean_or_none(v) for g, v in by_regime.items()},
             "served": served,

@@ -44,7 +44,7 @@ def test_truth_matches_the_simulator_inside_its_co_locations() -> None:
 def _pred(mode: str, value: float, regime: str, window_end: float, model: str = "m") -> SimpleNamespace:
     return SimpleNamespace(
         mode=mode, interference_pct=value, regime=regime, window_end=window_end, job_id="j",
-        model=model, category="all", expected_error_pct=1.0,
+        model=model, category="all", expected_error_pct=1.0, interval_pct=[value - 5.0, value + 5.0],
     )  # fmt: skip
 
 
@@ -62,6 +62,7 @@ def test_summarize_scores_the_second_half_per_mode_and_regime() -> None:
     assert o["predictions"] == 2 and o["live_mae_vs_truth"] == pytest.approx(7.0)
     assert o["seen_mae"] == pytest.approx(4.0) and o["new_mae"] == pytest.approx(10.0) and o["seen_share"] == 0.5
     assert o["live_max_abs_error_vs_truth"] == pytest.approx(10.0) and o["out_of_range"] == 0
+    assert o["interval_coverage"] == pytest.approx(0.5) and o["interval_width_mean"] == pytest.approx(10.0)  # error 4 in, 10 out
     assert {(s["regime"], s["predictions"]) for s in o["served"]} == {("seen", 1), ("new", 1)}
     assert out["placement"]["served"][0]["model"] == "b"
     assert out["label_mae_vs_truth"] == pytest.approx(0.5) and out["labels"] == 1
