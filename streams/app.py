@@ -455,6 +455,7 @@ class Streams:
         m = event.message
         if not self.state.ready(m.partition):
             await self.state.restored({m.partition: {f"{self._base(m.topic)}:{m.partition}": m.offset}})
+        if self.state.released:  # a restore may have finished before this partition's first event
             self._publish_released()
         obs, error = self.handle_input(event)
         if error is not None:
@@ -475,6 +476,7 @@ class Streams:
                     firsts.setdefault(m.partition, {}).setdefault(f"{self._base(m.topic)}:{m.partition}", m.offset)
             if firsts:
                 await self.state.restored(firsts)
+            if self.state.released:  # a restore may have finished before this partition's first event
                 self._publish_released()
         for event in batch:
             obs, error = self.handle_input(event)

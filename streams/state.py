@@ -177,17 +177,22 @@ class Stage1State:
         self.stage1.drop_held(set(stale) | set(state.gpus))
         for g in stale:
             del self.gpu_partition[g]
+        adopted = released = 0
         for gpu, data in state.gpus.items():
             self.stage1.gpus[gpu] = GpuState.from_dict(data.get("state", {}))
             self.gpu_partition[gpu] = partition
-            self.released.extend(self.stage1.adopt_held(data.get("held", [])))
+            out = self.stage1.adopt_held(data.get("held", []))
+            adopted += len(data.get("held", []))
+            released += len(out)
+            self.released.extend(out)
+        self.stage1.counters["changelog_adopted_held"] += adopted
         self.positions.update(state.positions)
         self.replay_until.update(state.positions)
         self._logged[partition] = dict(state.positions)
         self.stage1.counters["changelog_restored_gpus"] += len(state.gpus)
         log.warning(
-            "stage 1 continues %d GPUs of partition %d from the changelog (positions %s)",
-            *(len(state.gpus), partition, state.positions),
+            "stage 1 continues %d GPUs of partition %d from the changelog (positions %s; %d held job-windows, %d released)",
+            *(len(state.gpus), partition, state.positions, adopted, released),
         )
         return len(state.gpus)
 
@@ -245,7 +250,11 @@ class Stage1State:
             return
         gone = [g for g, p in self.gpu_partition.items() if p in lost]
         if gone:
-            log.info("forgetting %d GPUs of partitions %s, now assigned elsewhere", len(gone), sorted(lost))
+            held = sum(len(v) for v in self.stage1.held_by_gpu(gone).values())
+            log.warning(
+                "forgetting %d GPUs (%d held job-windows) of partitions %s, now assigned elsewhere; positions %s",
+                *(len(gone), held, sorted(lost), {k: v for k, v in self.positions.items() if _partition_of(k) in lost}),
+            )
             self.stage1.forget(gone)
             self.stage1.drop_held(gone)
             for g in gone:
