@@ -188,7 +188,10 @@ class Streams:
             writer_id=self.writer_id,
         )
         self.state.load_checkpoint()
-        self.stage2 = Stage2(settings.alert_threshold_pct, settings.alert_clear_pct, state_dir=state_dir(settings), clock=clock)
+        self.stage2 = Stage2(
+            settings.alert_threshold_pct, settings.alert_clear_pct, state_dir=state_dir(settings), clock=clock,
+            max_pct=settings.prediction_max_pct,
+        )  # fmt: skip
         self.metrics = StreamMetrics(
             self.stage1.counters,
             self.stage2.counters,

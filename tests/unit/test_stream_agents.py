@@ -87,3 +87,9 @@ def test_stage1_agent_emits_observations(tmp_path: Any) -> None:
     assert len(obs) == streams.stage1.counters["observations"] > 0
     assert len(dls) == 2
     assert "sm_util_pct" in dls[0].error and "kind" in dls[1].error
+
+
+def test_the_prediction_bound_setting_reaches_stage_2(tmp_path: Any) -> None:
+    streams = create_app(Settings(topic_prefix="unit.", state_dir=str(tmp_path), prediction_max_pct=42.0), web=False)
+    assert streams.stage2.max_pct == 42.0
+    assert streams.stage2.models_for("v100").config.max_pct == 42.0
