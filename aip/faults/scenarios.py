@@ -882,16 +882,7 @@ def worker_failover(
         if sender.error is not None:
             raise sender.error
 
-        def all_observations() -> bool:
-            obs.poll()
-            return set(expected) <= {o.observation_id for o in obs.records()}
-
-        try:
-            wait_until(all_observations, resume_timeout_s, "every observation of the second fleet")
-        except TimeoutError:
-            pass
-        wait_until(lambda: not obs.poll(1.0), 60, "the observations topic to go quiet")
-        records = obs.records()
+        records = _await_observations(obs, expected, resume_timeout_s, "every observation of the second fleet")
         labelled = _labelled(records)
         try:
             wait_until(lambda: _learned(survivor, FLEET_GPU_MODEL) >= labelled, 60, "the survivor to learn everything")
@@ -977,16 +968,7 @@ def rebalance(
             raise sender.error
         remaining = [workers["b"], workers["c"]]
 
-        def all_observations() -> bool:
-            obs.poll()
-            return set(expected) <= {o.observation_id for o in obs.records()}
-
-        try:
-            wait_until(all_observations, resume_timeout_s, "every expected observation")
-        except TimeoutError:
-            pass
-        wait_until(lambda: not obs.poll(1.0), 60, "the observations topic to go quiet")
-        records = obs.records()
+        records = _await_observations(obs, expected, resume_timeout_s, "every expected observation")
         labelled = _labelled(records)
         try:
             server = wait_until(
@@ -1028,3 +1010,22 @@ def rebalance(
         obs.close()
         for w in workers.values():
             w.stop()
+
+
+def _await_observations(obs: Any, expected: Iterable[str], timeout_s: float, what: str) -> list[Any]:
+    """The observations read once every ``expected`` id has arrived (or ``timeout_s`` passed: the caller counts
+    what is missing) and the topic has gone quiet."""
+    from aip.faults.worker import wait_until
+
+    want = set(expected)
+
+    def all_observations() -> bool:
+        obs.poll()
+        return want <= {o.observation_id for o in obs.records()}
+
+    try:
+        wait_until(all_observations, timeout_s, what)
+    except TimeoutError:
+        pass
+    wait_until(lambda: not obs.poll(1.0), 60, "the observations topic to go quiet")
+    return list(obs.records())
