@@ -126,15 +126,20 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
     with EmbeddedBroker(port=free_port()) as broker, tempfile.TemporaryDirectory() as tmp:
         if broker.process is not None:
             _keep_off_core_0(broker.process.pid)
-        progress(f"producing {gpus} simulated GPUs x {sim_s} s")
-        settings = Settings(broker=broker.address, topic_prefix=f"b{uuid.uuid4().hex[:8]}.", partitions=4)
-        ensure_project_topics(settings)
-        n = 0
-        with RecordProducer(settings, linger_ms=20, batch_size=256_000) as p:
-            for topic, record in Simulator(gpus, seed=1, start_ts=1_700_000_000.0, duration_s=sim_s).events():
-                p.send(topic, record)
-                n += 1
-            p.flush(60)
+        events = list(Simulator(gpus, seed=1, start_ts=1_700_000_000.0, duration_s=sim_s).events())
+        n = len(events)
+        run_id = uuid.uuid4().hex[:8]
+
+        def produce(prefix: str) -> None:
+            # each round its own topics: a stage-1 worker continues from the changelog and profiles it finds
+            # under its prefix, so a round sharing them with the last would skip what that one applied
+            settings = Settings(broker=broker.address, topic_prefix=prefix, partitions=4)
+            ensure_project_topics(settings)
+            with RecordProducer(settings, linger_ms=20, batch_size=256_000) as p:
+                for topic, record in events:
+                    p.send(topic, record)
+                p.flush(60)
+
         # The machine is shared and noisy: alternate the two consumers over several rounds
         # and report the median of the per-round ratios (each round runs both back to back).
         rounds = 3 if quick else 5
@@ -142,12 +147,13 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
         t_stage: list[float] = []
         published: list[dict[str, int]] = []
         for r in range(rounds):
-            progress(f"round {r + 1}/{rounds}: {n} events, pass-through agent on one core")
-            t_pass.append(
-                _run_child("passthrough", broker.address, settings.topic_prefix, n, f"{tmp}/p{r}", f"pass{r}")["seconds"]
-            )
+            prefix = f"b{run_id}r{r}."
+            progress(f"round {r + 1}/{rounds}: producing {gpus} simulated GPUs x {sim_s} s ({n} events)")
+            produce(prefix)
+            progress(f"round {r + 1}/{rounds}: pass-through agent on one core")
+            t_pass.append(_run_child("passthrough", broker.address, prefix, n, f"{tmp}/p{r}", f"pass{r}")["seconds"])
             progress(f"round {r + 1}/{rounds}: pass-through {n / t_pass[-1]:.0f} events/s; stage 1 on one core")
-            report = _run_child("stage1", broker.address, settings.topic_prefix, n, f"{tmp}/s{r}", f"stage{r}")
+            report = _run_child("stage1", broker.address, prefix, n, f"{tmp}/s{r}", f"stage{r}")
             t_stage.append(report["seconds"])
             published.append(report["published"])
             progress(f"round {r + 1}/{rounds}: stage 1 {n / t_stage[-1]:.0f} events/s")
