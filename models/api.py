@@ -253,11 +253,36 @@ def run_refit(samples: Sequence[Sample], config: Config, seed: int) -> RefitResu
     )  # fmt: skip
 
 
+class Views:
+    """A sample's features per mode and category, each computed on first use (a what-if needs one of eight)."""
+
+    __slots__ = ("_cats", "_full", "sample")
+
+    def __init__(self, sample: Sample) -> None:
+        self.sample = sample
+        self._full: dict[str, dict[str, float]] = {}
+        self._cats: dict[tuple[str, str], dict[str, float]] = {}
+
+    def full(self, mode: str) -> dict[str, float]:
+        """Every feature of ``mode`` (empty when the sample has none: no percent changes, no solo profile)."""
+        f = self._full.get(mode)
+        if f is None:
+            f = self._full[mode] = self.sample.features(mode, "all")
+        return f
+
+    def get(self, mode: str, category: str) -> dict[str, float]:
+        x = self._cats.get((mode, category))
+        if x is None:
+            full = self.full(mode)
+            x = self._cats[(mode, category)] = full if category == "all" or not full else restrict(full, category)
+        return x
+
+
 @dataclass
 class _Pending:
     """A labelled observation waiting for the batch candidates' vectorised scoring."""
 
-    views: dict[str, dict[str, dict[str, float]]]
+    views: Views
     target: float
     slot: str
     seen: bool
@@ -310,14 +335,6 @@ class EnvironmentModels:
 
     # ------------------------------------------------------------------ scoring
 
-    @staticmethod
-    def _views(sample: Sample) -> dict[str, dict[str, dict[str, float]]]:
-        out: dict[str, dict[str, dict[str, float]]] = {}
-        for mode in MODES:
-            full = sample.features(mode, "all")
-            out[mode] = {cat: restrict(full, cat) for cat in CATEGORIES} if full else {}
-        return out
-
     def _score(self, key: Key, residual: float, seen: bool, slot_errors: dict[Key, Ewm] | None) -> None:
         """Record one prequential ``residual`` (measured - predicted) of a candidate: its error, and its residual
         for the candidate's interval in this regime."""
@@ -350,7 +367,7 @@ class EnvironmentModels:
 
     def learn_sample(self, sample: Sample) -> None:
         y = sample.target
-        views = self._views(sample)
+        views = Views(sample)
         key = slot(sample.job_type, sample.co_job_types)
         seen = self.baselines.measured(key) > 0
         slot_errors = self._slot_errors_for(key) if seen else None
@@ -370,13 +387,13 @@ class EnvironmentModels:
             if pred is not None:
                 err = y - clip_pct(pred, max_pct)[0]
                 for mode in MODES:
-                    if views[mode]:
+                    if views.full(mode):
                         self._score((mode, "all", name), err, seen, slot_errors)
         n = self.observations
         stride = max(1, self.config.heavy_stride)
         due = self._light + [k for i, k in enumerate(self._heavy) if (n + i) % stride == 0]
         for k in due:
-            x = views[k[0]].get(k[1])
+            x = views.get(k[0], k[1])
             if not x:
                 continue
             learner = self._online[k]
@@ -406,14 +423,14 @@ class EnvironmentModels:
         max_pct = self.config.max_pct
         slot_errors = [self._slot_errors_for(p.slot) if p.seen else None for p in pending]
         for mode in MODES:
-            rows = [i for i, p in enumerate(pending) if p.views[mode]]
+            rows = [i for i, p in enumerate(pending) if p.views.full(mode)]
             if not rows:
                 continue
-            frame = pd.DataFrame([pending[i].views[mode]["all"] for i in rows])
+            frame = pd.DataFrame([pending[i].views.full(mode) for i in rows])
             for k, model in self._batch.items():
                 if k[0] != mode:
                     continue
-                use = [j for j, i in enumerate(rows) if pending[i].views[mode].get(k[1])]
+                use = [j for j, i in enumerate(rows) if pending[i].views.get(mode, k[1])]
                 if not use:
                     continue
                 preds = np.asarray(model.predict(frame.iloc[use] if len(use) < len(rows) else frame), dtype=float)
@@ -486,8 +503,8 @@ class EnvironmentModels:
     def _can_serve(self, key: Key) -> bool:
         return key in self._online or key in self._batch or key[2] in BASELINES
 
-    def _predict_views(self, views: Mapping[str, Mapping[str, dict[str, float]]], key: str, mode: str) -> PredictionResult | None:
-        if self.observations == 0 or mode not in MODES or not views.get(mode):
+    def _predict_views(self, views: Views, key: str, mode: str) -> PredictionResult | None:
+        if self.observations == 0 or mode not in MODES or not views.full(mode):
             return None
         choice = self._choice(mode, key)
         if choice is None:
@@ -496,7 +513,7 @@ class EnvironmentModels:
         if name in BASELINES:
             raw = self.baselines.predict(name, key)
         else:
-            x = views[mode].get(cat)
+            x = views.get(mode, cat)
             if not x:
                 return None
             raw = float((self._online.get((mode, cat, name)) or self._batch[(mode, cat, name)]).predict_one(x))
@@ -523,7 +540,7 @@ class EnvironmentModels:
         return (min(lo, value), max(hi, value))
 
     def _predict_sample(self, sample: Sample, mode: str) -> PredictionResult | None:
-        result = self._predict_views(self._views(sample), slot(sample.job_type, sample.co_job_types), mode)
+        result = self._predict_views(Views(sample), slot(sample.job_type, sample.co_job_types), mode)
         if result is not None and result.clipped:
             self.clipped += 1
         return result

@@ -11,6 +11,7 @@ Features are plain ``dict[str, float]``; a feature that is unknown is left out
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -83,18 +84,18 @@ def restrict(features: Mapping[str, float], category: str) -> dict[str, float]:
     >>> restrict({"E_pct": 1.0, "S_pct": 2.0, "solo_S": 3.0, "solo_M": 4.0, "n_co": 1.0}, "1")
     {'E_pct': 1.0, 'solo_M': 4.0, 'n_co': 1.0}
     """
-    keep = set(CATEGORIES[category])
-    out = {}
-    for k, v in features.items():
-        if k.endswith("_pct") and len(k) == 5:
-            param = k[0]
-        elif k.startswith(("solo_", "other_solo_", "other_max_")):
-            param = k.rsplit("_", 1)[1]
-        else:
-            param = ""
-        if param not in _PARAMS or param in keep:
-            out[k] = v
-    return out
+    keep = CATEGORIES[category]
+    return {k: v for k, v in features.items() if (p := _parameter_of(k)) not in _PARAMS or p in keep}
+
+
+@functools.lru_cache(maxsize=8192)
+def _parameter_of(key: str) -> str:
+    """The GPU parameter a feature name measures (``E_pct`` -> ``E``, ``other_solo_S`` -> ``S``), else ``""``."""
+    if key.endswith("_pct") and len(key) == 5:
+        return key[0]
+    if key.startswith(("solo_", "other_solo_", "other_max_")):
+        return key.rsplit("_", 1)[1]
+    return ""
 
 
 def _log(v: float) -> float:

@@ -9,6 +9,7 @@ snapshot callables for the caller to run in an executor.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -38,10 +39,7 @@ def leaderboard_changed(before: Leaderboard | None, after: Leaderboard) -> bool:
     """True when anything but the timestamp differs."""
     if before is None:
         return True
-    a, b = to_dict(before), to_dict(after)
-    a.pop("ts", None)
-    b.pop("ts", None)
-    return a != b
+    return dataclasses.replace(before, ts=after.ts) != after  # records compare field by field
 
 
 class Stage2:
