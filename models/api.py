@@ -325,6 +325,9 @@ class EnvironmentModels:
         self._slot_errors: dict[str, dict[Key, Ewm]] = {}
         self._pending: list[_Pending] = []
         self._selected: dict[str, dict[str, tuple[float, str, str]]] = {regime: {} for regime in REGIMES}
+        self._stale = set(REGIMES)
+        """Regimes whose errors changed since their last selection (``new`` changes rarely: first observations
+        of a slot and refits)."""
         self._drift_detectors = {mode: self._new_detector() for mode in MODES}
 
     @staticmethod
@@ -339,6 +342,7 @@ class EnvironmentModels:
         """Record one prequential ``residual`` (measured - predicted) of a candidate: its error, and its residual
         for the candidate's interval in this regime."""
         regime, error = ("seen" if seen else "new"), abs(residual)
+        self._stale.add(regime)
         r = self._errors[regime].get(key)
         if r is None:
             r = self._errors[regime][key] = RollingMean(self.config.window)
@@ -472,6 +476,9 @@ class EnvironmentModels:
         """Per regime and mode, the (error, category, model) with the smallest error."""
         t0 = time.perf_counter()
         for regime in REGIMES:
+            if regime not in self._stale:
+                continue
+            self._stale.discard(regime)
             for mode in MODES:
                 best = self._best(regime, mode)
                 if best is not None:
@@ -583,6 +590,7 @@ class EnvironmentModels:
         self.score_pending()  # what arrived during the refit is scored by the models it was predicted with
         self._batch = dict(result.fitted)
         self._cv = dict(result.scores)
+        self._stale.update(REGIMES)  # other candidates, other CV errors
         self._intervals = dict(result.intervals)
         self.last_refit = result.finished_at
         self.refit_seconds = result.seconds
