@@ -48,6 +48,15 @@ def relative_error(pred: Sequence[float] | np.ndarray, actual: Sequence[float] |
     return float(np.mean(np.abs(p[keep] - a[keep]) / np.abs(a[keep])))
 
 
+def _fold_of(names: Sequence[str], k: int, seed: int) -> dict[str, int]:
+    """Each name's fold of ``min(k, len(names))`` (a seeded shuffle dealt round-robin); empty when fewer than 2."""
+    k = min(k, len(names))
+    if k < 2:
+        return {}
+    order = np.random.default_rng(seed).permutation(len(names))
+    return {names[g]: i % k for i, g in enumerate(order)}
+
+
 def grouped_folds(groups: Sequence[str], k: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     """``k`` folds (fewer if there are fewer groups) that never split a group.
 
@@ -55,13 +64,10 @@ def grouped_folds(groups: Sequence[str], k: int, seed: int = 0) -> list[tuple[np
     >>> all(not set(np.array(["a","a","b","c","c","d"])[tr]) & set(np.array(["a","a","b","c","c","d"])[te]) for tr, te in folds)
     True
     """
-    uniq = sorted(set(groups))
-    k = min(k, len(uniq))
-    if k < 2:
+    fold_of = _fold_of(sorted(set(groups)), k, seed)
+    if not fold_of:
         return []
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(uniq))
-    fold_of = {uniq[g]: i % k for i, g in enumerate(order)}
+    k = max(fold_of.values()) + 1
     f = np.array([fold_of[g] for g in groups])
     return [(np.flatnonzero(f != i), np.flatnonzero(f == i)) for i in range(k)]
 
@@ -85,13 +91,10 @@ def family_folds(families: Sequence[frozenset[str]], k: int, seed: int = 0) -> l
     >>> sorted(int(i) for _, te in folds for i in te)
     [0, 1, 2, 3, 4]
     """
-    uniq = sorted(set().union(*families)) if families else []
-    k = min(k, len(uniq))
-    if k < 2:
+    fold_of = _fold_of(sorted(set().union(*families)) if families else [], k, seed)
+    if not fold_of:
         return []
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(uniq))
-    fold_of = {uniq[g]: i % k for i, g in enumerate(order)}
+    k = max(fold_of.values()) + 1
     member = np.array([[any(fold_of[f] == i for f in fam) for i in range(k)] for fam in families], dtype=bool)
     first = member.argmax(axis=1)
     out = []
