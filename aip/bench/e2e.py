@@ -18,6 +18,8 @@ import time
 import urllib.request
 from typing import Any
 
+from producers.pacing import due_after_s
+
 STAGE1_TOPICS = ("gpu.metrics", "jobs.lifecycle")
 STAGE2_TOPICS = ("interference.observations",)
 
@@ -94,7 +96,7 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
         wall0 = time.time()
         with RecordProducer(settings, linger_ms=1) as p:
             for topic, record in sim.events():
-                due = wall0 + (record.ts - start_ts) / speedup
+                due = wall0 + due_after_s(record.ts, start_ts, speedup)
                 while time.time() < due:
                     for item in consumer.poll(timeout_s=max(0.0, min(0.05, due - time.time()))):
                         _latency(item, uuids, wall0, start_ts, speedup, latencies)
@@ -122,5 +124,5 @@ def _latency(item: Any, uuids: set[str], wall0: float, start_ts: float, speedup:
     r = item.record
     if r is None or r.gpu_uuid not in uuids or r.window_end is None:
         return
-    published = wall0 + (r.window_end - start_ts) / speedup  # the window's last sample was published by then
+    published = wall0 + due_after_s(r.window_end, start_ts, speedup)  # the window's last sample was published by then
     out.append(time.time() - published)

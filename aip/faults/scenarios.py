@@ -8,6 +8,7 @@ tests call them with small sizes; ``aip bench faults`` with the full ones.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -17,6 +18,7 @@ from typing import Any
 from config import Settings
 from events import JobEvent, MetricSample, Observation, Topics
 from events.topics import LIFECYCLE, METRICS
+from producers.pacing import at_rate
 
 Progress = Callable[[str], None]
 
@@ -91,13 +93,8 @@ def produce_raw(
     from transport import RecordProducer
 
     futures = []
-    t0 = time.monotonic()
     with RecordProducer(settings, max_request_size=8_000_000) as p:
-        for i, (topic, key, value) in enumerate(cases):
-            if rate_per_s > 0 and i % 200 == 0:
-                delay = t0 + i / rate_per_s - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
+        for topic, key, value in at_rate(cases, rate_per_s, min_sleep_s=0.05):
             futures.append((topic, p.send_raw(topic, value, key=key)))
         p.flush(120)
         out = []
@@ -288,16 +285,15 @@ class PacedSender:
 
         try:
             with RecordProducer(self.settings) as p:
-                t0 = time.monotonic()
-                n = len(self.events)
-                for i, (topic, record) in enumerate(self.events):
-                    due = t0 + self.run_s * i / n
-                    delay = due - time.monotonic()
-                    if delay > 0.02:
-                        p.flush(30)
-                        time.sleep(delay)
+
+                def flush_and_sleep(seconds: float) -> None:  # what is due goes out before the pause
+                    p.flush(30)
+                    time.sleep(seconds)
+
+                rate_per_s = len(self.events) / self.run_s
+                for topic, record in at_rate(self.events, rate_per_s, min_sleep_s=0.02, sleep=flush_and_sleep):
                     p.send(topic, record)
-                    self.sent = i + 1
+                    self.sent += 1
                 p.flush(60)
         except BaseException as exc:  # reported by the caller
             self.error = exc
@@ -485,18 +481,12 @@ def broker_outage(
     worker = start_worker(settings, workdir, "worker-outage").start()
     pub = Publisher(settings, "outage-sim", retry_s=0.2)
     stop = threading.Event()
-    handed = [0]
 
     def feed() -> None:  # the simulator 'running' in real time (sped up), through the spool
-        t0 = time.monotonic()
-        for i, (topic, record) in enumerate(events):
+        for topic, record in at_rate(events, len(events) / run_s, min_sleep_s=0.01, sleep=stop.wait):
             if stop.is_set():
                 return
-            delay = t0 + run_s * i / len(events) - time.monotonic()
-            if delay > 0.01:
-                time.sleep(delay)
             pub.publish(topic, record)
-            handed[0] = i + 1
 
     thread = threading.Thread(target=feed, daemon=True)
     before: list[Any] = []
@@ -662,18 +652,13 @@ def load_soak(
                     pid=1,
                 )
                 p.send_raw(LIFECYCLE, encode(ev), key=ev.gpu_uuid.encode())
-            t0 = time.monotonic()
-            tick = 0
-            while not stop.is_set():
-                due = t0 + tick / hz
-                delay = due - time.monotonic()
-                if delay > 0:
-                    stop.wait(delay)
+            for tick in at_rate(itertools.count(), hz, sleep=stop.wait):
+                if stop.is_set():
+                    break
                 ts = t_start + tick / hz
                 for g in range(gpus):
                     p.send_raw(METRICS, _soak_sample(g, tick, ts, model), key=f"GPU-soak-{g:05d}".encode())
                 produced[0] += gpus
-                tick += 1
             p.flush(60)
 
     thread = threading.Thread(target=produce, daemon=True)
