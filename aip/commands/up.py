@@ -144,7 +144,8 @@ def _aip(*argv: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aip.broker import die_with_parent, free_port, port_in_use
+    from aip.broker import free_port, port_in_use
+    from config.process import die_with_parent
     from transport import RecordConsumer, ensure_project_topics
 
     settings = settings_from(args)
