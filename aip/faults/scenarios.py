@@ -26,26 +26,19 @@ Progress = Callable[[str], None]
 class FaultCheckFailed(AssertionError):
     """A fault test found a broken guarantee; the message says which, ``result`` holds the figures."""
 
-    result: dict[str, Any] = {}
+    def __init__(self, message: str, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 def _quiet(_: str) -> None:
     return None
 
 
-_LAST: dict[str, Any] = {}
-
-
-def _attach(result: dict[str, Any]) -> None:
-    _LAST.clear()
-    _LAST.update(result)
-
-
-def check(condition: bool, message: str) -> None:
+def check(condition: bool, message: str, result: dict[str, Any]) -> None:
+    """Raise :class:`FaultCheckFailed` with ``message`` and the scenario's ``result`` unless ``condition``."""
     if not condition:
-        exc = FaultCheckFailed(message)
-        exc.result = dict(_LAST)
-        raise exc
+        raise FaultCheckFailed(message, result)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -166,7 +159,6 @@ def bad_input(
         wait_until(lambda: not dead.poll(1.0), 30, "the dead-letter topic to go quiet")
         letters = dead.records()
         recovery_s = time.monotonic() - t_sent
-        check(all(i.error is None for i in dead.items), "undecodable dead letter")
         got = {
             (
                 topics.base(d.source_topic)
@@ -180,7 +172,6 @@ def bad_input(
         missing = rejected - got
         unexpected = got - rejected
         reasons = Counter(d.error.split(":")[0] for d in letters)
-        check(all(d.error.strip() for d in letters), "a dead letter without a reason")
         obs_records = [o for o in obs.records() if o.environment == next(iter(expected.values())).environment] if expected else []
         got_obs = {o.observation_id: o for o in obs_records}
         missing_obs = set(expected) - set(got_obs)
@@ -209,16 +200,18 @@ def bad_input(
         }
         dead.close()
         obs.close()
-        _attach(result)
-        check(alive, f"the worker died: {worker.log_tail()}")
-        check(not missing, f"{len(missing)} rejected records without a dead letter, e.g. {sorted(missing)[:3]}")
+        check(all(i.error is None for i in dead.items), "undecodable dead letter", result)
+        check(all(d.error.strip() for d in letters), "a dead letter without a reason", result)
+        check(alive, f"the worker died: {worker.log_tail()}", result)
+        check(not missing, f"{len(missing)} rejected records without a dead letter, e.g. {sorted(missing)[:3]}", result)
         check(
             not unexpected,
             f"{len(unexpected)} dead letters for records that were valid, e.g. {[d.error for d in letters if (d.source_topic, d.partition, d.offset) in unexpected][:3]}",
+            result,
         )
-        check(len(letters) == len(rejected), f"{len(letters)} dead letters for {len(rejected)} rejected records")
-        check(not missing_obs, f"{len(missing_obs)} of {len(expected)} observations of the valid stream missing")
-        check(not differing, f"{len(differing)} observations differ from the reference (duplicates counted twice?)")
+        check(len(letters) == len(rejected), f"{len(letters)} dead letters for {len(rejected)} rejected records", result)
+        check(not missing_obs, f"{len(missing_obs)} of {len(expected)} observations of the valid stream missing", result)
+        check(not differing, f"{len(differing)} observations differ from the reference (duplicates counted twice?)", result)
         return result
     finally:
         worker.stop()
@@ -422,16 +415,19 @@ def worker_crash(
             "unique_observations": len(ids),
         }
         progress(str(result))
-        _attach(result)
         check(
             not lost,
             f"{len(missing)} of {len(expected)} observations missing ({no_solo} job-windows had no solo profile yet), "
             f"e.g. {sorted(missing)[:3]}",
+            result,
         )
-        check(learned <= len(ids), f"learned {learned} observations but only {len(ids)} distinct ones exist (learned twice)")
+        check(
+            learned <= len(ids), f"learned {learned} observations but only {len(ids)} distinct ones exist (learned twice)", result
+        )
         check(
             restored_profiles == saved_profiles,
             f"solo profiles in the checkpoint {saved_profiles} but restored {restored_profiles} after the restarts",
+            result,
         )
         return result
     finally:
@@ -568,10 +564,9 @@ def broker_outage(
             "restored_solo_profiles_after_worker_restart": restored,
         }
         progress(str(result))
-        _attach(result)
-        check(not lost, f"{len(lost)} of {len(samples)} samples lost, e.g. {sorted(lost)[:3]}")
-        check(worker_alive_during, "the worker died during the outage")
-        check(restored == profiles_saved > 0, f"solo profiles: {profiles_saved} checkpointed, {restored} restored")
+        check(not lost, f"{len(lost)} of {len(samples)} samples lost, e.g. {sorted(lost)[:3]}", result)
+        check(worker_alive_during, "the worker died during the outage", result)
+        check(restored == profiles_saved > 0, f"solo profiles: {profiles_saved} checkpointed, {restored} restored", result)
         return result
     finally:
         stop.set()
@@ -703,8 +698,7 @@ def load_soak(
             "lag_bounded": lag_slope <= 0.02 * gpus * hz,
         }
         progress(str(result))
-        _attach(result)
-        check(alive, f"the worker died: {worker.log_tail()}")
+        check(alive, f"the worker died: {worker.log_tail()}", result)
         return result
     finally:
         stop.set()
@@ -895,15 +889,18 @@ def worker_failover(
             "solo_profiles": len(profiles_survivor or {}),
         }
         progress(str(result))
-        _attach(result)
         check(
-            learned_after >= learned_before, f"the survivor's models learned {learned_after} < {learned_before} before the kill"
+            learned_after >= learned_before,
+            f"the survivor's models learned {learned_after} < {learned_before} before the kill",
+            result,
         )
         check(
-            learned_after <= labelled, f"learned {learned_after} but only {labelled} labelled observations exist (learned twice)"
+            learned_after <= labelled,
+            f"learned {learned_after} but only {labelled} labelled observations exist (learned twice)",
+            result,
         )
-        check(not missing, f"{len(missing)} of {len(expected)} windows after the kill without an observation")
-        check(result["profiles_agree"], "the workers' solo profiles differ")
+        check(not missing, f"{len(missing)} of {len(expected)} windows after the kill without an observation", result)
+        check(result["profiles_agree"], "the workers' solo profiles differ", result)
         return result
     finally:
         obs.close()
@@ -986,10 +983,11 @@ def rebalance(
             "missing_examples": sorted(missing)[:5],
         }
         progress(str(result))
-        _attach(result)
-        check(agree, "the remaining workers' solo profiles differ")
-        check(learned == labelled, f"the stage-2 worker learned {learned} of {labelled} labelled observations")
-        check(not missing, f"{len(missing)} of {len(expected)} windows without an observation, e.g. {sorted(missing)[:3]}")
+        check(agree, "the remaining workers' solo profiles differ", result)
+        check(learned == labelled, f"the stage-2 worker learned {learned} of {labelled} labelled observations", result)
+        check(
+            not missing, f"{len(missing)} of {len(expected)} windows without an observation, e.g. {sorted(missing)[:3]}", result
+        )
         return result
     finally:
         obs.close()
