@@ -236,9 +236,6 @@ def _same(a: Observation, b: Observation, tol: float = 1e-6) -> bool:
     return a.samples == b.samples and sorted(a.co_job_ids) == sorted(b.co_job_ids)
 
 
-__all__ = ["FaultCheckFailed", "JobEvent", "MetricSample", "bad_input"]
-
-
 # ----------------------------------------------------------------------------- 1. worker crash
 def _checkpointed_profiles(settings: Settings) -> int:
     """Solo profiles in the worker's local stage-1 checkpoint (0 when none was written yet)."""
@@ -624,7 +621,7 @@ def load_soak(
     import threading
 
     from aip.faults.worker import wait_until
-    from events import JobEvent, encode
+    from events import encode
     from transport import RecordProducer, ensure_project_topics
 
     ensure_project_topics(settings)

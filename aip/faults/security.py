@@ -93,5 +93,7 @@ def run(records_per_mechanism: int = 200, progress: Callable[[str], None] | None
     if broken or received != sent:
         from aip.faults.scenarios import FaultCheckFailed
 
-        raise FaultCheckFailed(f"security: records lost {sent - received}; no clear failure for {', '.join(broken) or 'none'}", result)
+        raise FaultCheckFailed(
+            f"security: records lost {sent - received}; no clear failure for {', '.join(broken) or 'none'}", result
+        )
     return result
