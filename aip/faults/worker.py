@@ -139,7 +139,7 @@ class WorkerProcess:
         return sum(metric_values(text, name, **labels))
 
     def rss_mb(self) -> float:
-        return psutil.Process(self.pid).memory_info().rss / 2**20
+        return float(psutil.Process(self.pid).memory_info().rss / 2**20)
 
     def kill(self) -> None:
         """SIGKILL: no clean shutdown, no final commit, no model save."""
