@@ -6,8 +6,6 @@ Memory-only storage: it is the local and test default, not durable storage.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import os
 import signal
 import socket
 import struct
@@ -17,6 +15,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from config.process import die_with_parent
 
 
 class BrokerError(RuntimeError):
@@ -61,16 +61,6 @@ def kafka_api_versions(host: str, port: int, timeout_s: float = 1.0) -> bool:
             return bool(correlation == 1)
     except OSError:
         return False
-
-
-def die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """``preexec_fn`` for children: Linux SIGTERMs the child when the process that started it dies
-    (even by SIGKILL), and the child gets its own process group (Ctrl-C goes to the parent, which
-    stops its children in order)."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    os.setpgrp()
 
 
 class EmbeddedBroker:

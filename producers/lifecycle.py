@@ -129,8 +129,6 @@ def track_optimizer(reporter: JobReporter, optimizer: Any) -> Any:
     """Torch training-loop helper: report a step after every ``optimizer.step()``.
 
     Uses ``Optimizer.register_step_post_hook`` (torch >= 2.0); returns the hook
-    handle (``.remove()`` to stop).  torch is imported only here, lazily.
+    handle (``.remove()`` to stop).  The optimizer brings torch: producers never import it.
     """
-    import torch  # noqa: F401  (lazy: producers never import torch at module level)
-
     return optimizer.register_step_post_hook(lambda *_args, **_kw: reporter.step())

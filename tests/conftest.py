@@ -75,3 +75,23 @@ def wait_for(condition: Callable[[], Any], timeout_s: float = 30.0, interval_s: 
 def data_dir() -> Path:
     """The datasets the project ships (licences beside them): gavel/, aip_paper/, miso_a100_solo/."""
     return DATA
+
+
+def children(pid: int) -> list[int]:
+    """The pids of ``pid``'s direct children (none when it is gone)."""
+    import psutil
+
+    try:
+        return [c.pid for c in psutil.Process(pid).children()]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def exited(pid: int) -> bool:
+    """True once ``pid`` is gone or a zombie (dead, not yet reaped)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

@@ -13,10 +13,12 @@ window to close (window end + lateness in event time, divided by the speedup).
 from __future__ import annotations
 
 import json
-import re
 import time
 import urllib.request
 from typing import Any
+
+from aip.faults.worker import metric_values, worker_on_embedded_broker
+from producers.pacing import due_after_s
 
 STAGE1_TOPICS = ("gpu.metrics", "jobs.lifecycle")
 STAGE2_TOPICS = ("interference.observations",)
@@ -28,16 +30,7 @@ def _metric(port: int, name: str, topics: tuple[str, ...]) -> float:
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
     except OSError:
         return -1.0
-    return metric_sum(body, name, topics)
-
-
-def metric_sum(body: str, name: str, topics: tuple[str, ...]) -> float:
-    """Sum of ``aip_stream_<name>{topic=...}`` over ``topics`` in a Prometheus text page."""
-    total = 0.0
-    for topic in topics:
-        m = re.search(rf'aip_stream_{name}\{{topic="{re.escape(topic)}"\}} ([0-9.e+]+)', body)
-        total += float(m.group(1)) if m else 0.0
-    return total
+    return sum(sum(metric_values(body, f"aip_stream_{name}", topic=topic)) for topic in topics)
 
 
 def _consumed(port: int, topics: tuple[str, ...] = STAGE1_TOPICS) -> float:
@@ -55,7 +48,6 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def run(quick: bool, progress: Any) -> dict[str, Any]:
-    from aip.faults.worker import worker_on_embedded_broker
     from producers.sim import Simulator
     from transport import RecordConsumer, RecordProducer
 
@@ -94,7 +86,7 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
         wall0 = time.time()
         with RecordProducer(settings, linger_ms=1) as p:
             for topic, record in sim.events():
-                due = wall0 + (record.ts - start_ts) / speedup
+                due = wall0 + due_after_s(record.ts, start_ts, speedup)
                 while time.time() < due:
                     for item in consumer.poll(timeout_s=max(0.0, min(0.05, due - time.time()))):
                         _latency(item, uuids, wall0, start_ts, speedup, latencies)
@@ -122,5 +114,5 @@ def _latency(item: Any, uuids: set[str], wall0: float, start_ts: float, speedup:
     r = item.record
     if r is None or r.gpu_uuid not in uuids or r.window_end is None:
         return
-    published = wall0 + (r.window_end - start_ts) / speedup  # the window's last sample was published by then
+    published = wall0 + due_after_s(r.window_end, start_ts, speedup)  # the window's last sample was published by then
     out.append(time.time() - published)

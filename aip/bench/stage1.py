@@ -74,9 +74,11 @@ def _keep_off_core_0(pid: int) -> None:
     others = set(range(os.cpu_count() or 1)) - {0}
     if not others:
         return
-    for task in os.listdir(f"/proc/{pid}/task"):
+    import psutil
+
+    for thread in psutil.Process(pid).threads():
         try:
-            os.sched_setaffinity(int(task), others)
+            os.sched_setaffinity(thread.id, others)
         except OSError:  # a thread that just exited
             pass
 

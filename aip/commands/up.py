@@ -52,20 +52,13 @@ class Producer(threading.Thread):
         self.error: str | None = None
 
     def run(self) -> None:
+        from producers.pacing import paced
         from transport import RecordProducer
 
         try:
             with RecordProducer(self.settings) as producer:
-                t0 = time.monotonic()
-                first_ts: float | None = None
-                for topic, record in self.events:
+                for topic, record in paced(self.events, self.speedup, sleep=self.stop_event.wait):
                     if self.stop_event.is_set():
-                        break
-                    if first_ts is None:
-                        first_ts = record.ts
-                    due = t0 + (record.ts - first_ts) / self.speedup
-                    delay = due - time.monotonic()
-                    if delay > 0 and self.stop_event.wait(delay):
                         break
                     producer.send(topic, record)
                     self.sent += 1
@@ -151,7 +144,8 @@ def _aip(*argv: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aip.broker import die_with_parent, free_port, port_in_use
+    from aip.broker import free_port, port_in_use
+    from config.process import die_with_parent
     from transport import RecordConsumer, ensure_project_topics
 
     settings = settings_from(args)

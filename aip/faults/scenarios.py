@@ -8,6 +8,7 @@ tests call them with small sizes; ``aip bench faults`` with the full ones.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -17,6 +18,7 @@ from typing import Any
 from config import Settings
 from events import JobEvent, MetricSample, Observation, Topics
 from events.topics import LIFECYCLE, METRICS
+from producers.pacing import at_rate
 
 Progress = Callable[[str], None]
 
@@ -24,26 +26,19 @@ Progress = Callable[[str], None]
 class FaultCheckFailed(AssertionError):
     """A fault test found a broken guarantee; the message says which, ``result`` holds the figures."""
 
-    result: dict[str, Any] = {}
+    def __init__(self, message: str, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 def _quiet(_: str) -> None:
     return None
 
 
-_LAST: dict[str, Any] = {}
-
-
-def _attach(result: dict[str, Any]) -> None:
-    _LAST.clear()
-    _LAST.update(result)
-
-
-def check(condition: bool, message: str) -> None:
+def check(condition: bool, message: str, result: dict[str, Any]) -> None:
+    """Raise :class:`FaultCheckFailed` with ``message`` and the scenario's ``result`` unless ``condition``."""
     if not condition:
-        exc = FaultCheckFailed(message)
-        exc.result = dict(_LAST)
-        raise exc
+        raise FaultCheckFailed(message, result)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -91,13 +86,8 @@ def produce_raw(
     from transport import RecordProducer
 
     futures = []
-    t0 = time.monotonic()
     with RecordProducer(settings, max_request_size=8_000_000) as p:
-        for i, (topic, key, value) in enumerate(cases):
-            if rate_per_s > 0 and i % 200 == 0:
-                delay = t0 + i / rate_per_s - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
+        for topic, key, value in at_rate(cases, rate_per_s, min_sleep_s=0.05):
             futures.append((topic, p.send_raw(topic, value, key=key)))
         p.flush(120)
         out = []
@@ -169,7 +159,6 @@ def bad_input(
         wait_until(lambda: not dead.poll(1.0), 30, "the dead-letter topic to go quiet")
         letters = dead.records()
         recovery_s = time.monotonic() - t_sent
-        check(all(i.error is None for i in dead.items), "undecodable dead letter")
         got = {
             (
                 topics.base(d.source_topic)
@@ -183,7 +172,6 @@ def bad_input(
         missing = rejected - got
         unexpected = got - rejected
         reasons = Counter(d.error.split(":")[0] for d in letters)
-        check(all(d.error.strip() for d in letters), "a dead letter without a reason")
         obs_records = [o for o in obs.records() if o.environment == next(iter(expected.values())).environment] if expected else []
         got_obs = {o.observation_id: o for o in obs_records}
         missing_obs = set(expected) - set(got_obs)
@@ -212,16 +200,18 @@ def bad_input(
         }
         dead.close()
         obs.close()
-        _attach(result)
-        check(alive, f"the worker died: {worker.log_tail()}")
-        check(not missing, f"{len(missing)} rejected records without a dead letter, e.g. {sorted(missing)[:3]}")
+        check(all(i.error is None for i in dead.items), "undecodable dead letter", result)
+        check(all(d.error.strip() for d in letters), "a dead letter without a reason", result)
+        check(alive, f"the worker died: {worker.log_tail()}", result)
+        check(not missing, f"{len(missing)} rejected records without a dead letter, e.g. {sorted(missing)[:3]}", result)
         check(
             not unexpected,
             f"{len(unexpected)} dead letters for records that were valid, e.g. {[d.error for d in letters if (d.source_topic, d.partition, d.offset) in unexpected][:3]}",
+            result,
         )
-        check(len(letters) == len(rejected), f"{len(letters)} dead letters for {len(rejected)} rejected records")
-        check(not missing_obs, f"{len(missing_obs)} of {len(expected)} observations of the valid stream missing")
-        check(not differing, f"{len(differing)} observations differ from the reference (duplicates counted twice?)")
+        check(len(letters) == len(rejected), f"{len(letters)} dead letters for {len(rejected)} rejected records", result)
+        check(not missing_obs, f"{len(missing_obs)} of {len(expected)} observations of the valid stream missing", result)
+        check(not differing, f"{len(differing)} observations differ from the reference (duplicates counted twice?)", result)
         return result
     finally:
         worker.stop()
@@ -244,9 +234,6 @@ def _same(a: Observation, b: Observation, tol: float = 1e-6) -> bool:
         if (x is None) != (y is None) or (x is not None and abs(x - y) > tol * max(1.0, abs(x))):
             return False
     return a.samples == b.samples and sorted(a.co_job_ids) == sorted(b.co_job_ids)
-
-
-__all__ = ["FaultCheckFailed", "JobEvent", "MetricSample", "bad_input"]
 
 
 # ----------------------------------------------------------------------------- 1. worker crash
@@ -288,16 +275,15 @@ class PacedSender:
 
         try:
             with RecordProducer(self.settings) as p:
-                t0 = time.monotonic()
-                n = len(self.events)
-                for i, (topic, record) in enumerate(self.events):
-                    due = t0 + self.run_s * i / n
-                    delay = due - time.monotonic()
-                    if delay > 0.02:
-                        p.flush(30)
-                        time.sleep(delay)
+
+                def flush_and_sleep(seconds: float) -> None:  # what is due goes out before the pause
+                    p.flush(30)
+                    time.sleep(seconds)
+
+                rate_per_s = len(self.events) / self.run_s
+                for topic, record in at_rate(self.events, rate_per_s, min_sleep_s=0.02, sleep=flush_and_sleep):
                     p.send(topic, record)
-                    self.sent = i + 1
+                    self.sent += 1
                 p.flush(60)
         except BaseException as exc:  # reported by the caller
             self.error = exc
@@ -426,16 +412,19 @@ def worker_crash(
             "unique_observations": len(ids),
         }
         progress(str(result))
-        _attach(result)
         check(
             not lost,
             f"{len(missing)} of {len(expected)} observations missing ({no_solo} job-windows had no solo profile yet), "
             f"e.g. {sorted(missing)[:3]}",
+            result,
         )
-        check(learned <= len(ids), f"learned {learned} observations but only {len(ids)} distinct ones exist (learned twice)")
+        check(
+            learned <= len(ids), f"learned {learned} observations but only {len(ids)} distinct ones exist (learned twice)", result
+        )
         check(
             restored_profiles == saved_profiles,
             f"solo profiles in the checkpoint {saved_profiles} but restored {restored_profiles} after the restarts",
+            result,
         )
         return result
     finally:
@@ -485,18 +474,12 @@ def broker_outage(
     worker = start_worker(settings, workdir, "worker-outage").start()
     pub = Publisher(settings, "outage-sim", retry_s=0.2)
     stop = threading.Event()
-    handed = [0]
 
     def feed() -> None:  # the simulator 'running' in real time (sped up), through the spool
-        t0 = time.monotonic()
-        for i, (topic, record) in enumerate(events):
+        for topic, record in at_rate(events, len(events) / run_s, min_sleep_s=0.01, sleep=stop.wait):
             if stop.is_set():
                 return
-            delay = t0 + run_s * i / len(events) - time.monotonic()
-            if delay > 0.01:
-                time.sleep(delay)
             pub.publish(topic, record)
-            handed[0] = i + 1
 
     thread = threading.Thread(target=feed, daemon=True)
     before: list[Any] = []
@@ -578,10 +561,9 @@ def broker_outage(
             "restored_solo_profiles_after_worker_restart": restored,
         }
         progress(str(result))
-        _attach(result)
-        check(not lost, f"{len(lost)} of {len(samples)} samples lost, e.g. {sorted(lost)[:3]}")
-        check(worker_alive_during, "the worker died during the outage")
-        check(restored == profiles_saved > 0, f"solo profiles: {profiles_saved} checkpointed, {restored} restored")
+        check(not lost, f"{len(lost)} of {len(samples)} samples lost, e.g. {sorted(lost)[:3]}", result)
+        check(worker_alive_during, "the worker died during the outage", result)
+        check(restored == profiles_saved > 0, f"solo profiles: {profiles_saved} checkpointed, {restored} restored", result)
         return result
     finally:
         stop.set()
@@ -639,7 +621,7 @@ def load_soak(
     import threading
 
     from aip.faults.worker import wait_until
-    from events import JobEvent, encode
+    from events import encode
     from transport import RecordProducer, ensure_project_topics
 
     ensure_project_topics(settings)
@@ -662,18 +644,13 @@ def load_soak(
                     pid=1,
                 )
                 p.send_raw(LIFECYCLE, encode(ev), key=ev.gpu_uuid.encode())
-            t0 = time.monotonic()
-            tick = 0
-            while not stop.is_set():
-                due = t0 + tick / hz
-                delay = due - time.monotonic()
-                if delay > 0:
-                    stop.wait(delay)
+            for tick in at_rate(itertools.count(), hz, sleep=stop.wait):
+                if stop.is_set():
+                    break
                 ts = t_start + tick / hz
                 for g in range(gpus):
                     p.send_raw(METRICS, _soak_sample(g, tick, ts, model), key=f"GPU-soak-{g:05d}".encode())
                 produced[0] += gpus
-                tick += 1
             p.flush(60)
 
     thread = threading.Thread(target=produce, daemon=True)
@@ -718,8 +695,7 @@ def load_soak(
             "lag_bounded": lag_slope <= 0.02 * gpus * hz,
         }
         progress(str(result))
-        _attach(result)
-        check(alive, f"the worker died: {worker.log_tail()}")
+        check(alive, f"the worker died: {worker.log_tail()}", result)
         return result
     finally:
         stop.set()
@@ -910,15 +886,18 @@ def worker_failover(
             "solo_profiles": len(profiles_survivor or {}),
         }
         progress(str(result))
-        _attach(result)
         check(
-            learned_after >= learned_before, f"the survivor's models learned {learned_after} < {learned_before} before the kill"
+            learned_after >= learned_before,
+            f"the survivor's models learned {learned_after} < {learned_before} before the kill",
+            result,
         )
         check(
-            learned_after <= labelled, f"learned {learned_after} but only {labelled} labelled observations exist (learned twice)"
+            learned_after <= labelled,
+            f"learned {learned_after} but only {labelled} labelled observations exist (learned twice)",
+            result,
         )
-        check(not missing, f"{len(missing)} of {len(expected)} windows after the kill without an observation")
-        check(result["profiles_agree"], "the workers' solo profiles differ")
+        check(not missing, f"{len(missing)} of {len(expected)} windows after the kill without an observation", result)
+        check(result["profiles_agree"], "the workers' solo profiles differ", result)
         return result
     finally:
         obs.close()
@@ -1001,10 +980,11 @@ def rebalance(
             "missing_examples": sorted(missing)[:5],
         }
         progress(str(result))
-        _attach(result)
-        check(agree, "the remaining workers' solo profiles differ")
-        check(learned == labelled, f"the stage-2 worker learned {learned} of {labelled} labelled observations")
-        check(not missing, f"{len(missing)} of {len(expected)} windows without an observation, e.g. {sorted(missing)[:3]}")
+        check(agree, "the remaining workers' solo profiles differ", result)
+        check(learned == labelled, f"the stage-2 worker learned {learned} of {labelled} labelled observations", result)
+        check(
+            not missing, f"{len(missing)} of {len(expected)} windows without an observation, e.g. {sorted(missing)[:3]}", result
+        )
         return result
     finally:
         obs.close()

@@ -93,7 +93,7 @@ def run(records_per_mechanism: int = 200, progress: Callable[[str], None] | None
     if broken or received != sent:
         from aip.faults.scenarios import FaultCheckFailed
 
-        exc = FaultCheckFailed(f"security: records lost {sent - received}; no clear failure for {', '.join(broken) or 'none'}")
-        exc.result = result
-        raise exc
+        raise FaultCheckFailed(
+            f"security: records lost {sent - received}; no clear failure for {', '.join(broken) or 'none'}", result
+        )
     return result

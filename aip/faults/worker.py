@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -17,6 +16,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
 
 from config import Settings
 
@@ -29,6 +31,21 @@ def settings_env(settings: Settings) -> dict[str, str]:
         if value != f.default:
             env[f"AIP_{f.name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
     return env
+
+
+def metric_values(text: str, name: str, **labels: str) -> list[float]:
+    """The values of the samples named ``name`` whose labels include ``labels``, in a Prometheus text page.
+
+    >>> page = 'x_total{topic="a",p="0"} 2\\nx_total{topic="a",p="1"} 3\\nx_total{topic="b",p="0"} 5\\n'
+    >>> metric_values(page, "x_total", topic="a")
+    [2.0, 3.0]
+    """
+    return [
+        float(s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and labels.items() <= s.labels.items()
+    ]
 
 
 def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
@@ -113,36 +130,16 @@ class WorkerProcess:
         wait_until(self.ready, timeout_s, "the worker's web server")
         return time.monotonic() - t0
 
-    def metrics(self) -> dict[str, float]:
-        """Prometheus samples as ``{'name{labels}': value}``; empty when the worker does not answer."""
+    def counter(self, name: str, **labels: str) -> float:
+        """Sum of the samples of ``name`` whose labels include ``labels`` (0 when none or the worker does not answer)."""
         try:
             text = self.get("/metrics", timeout_s=2.0)
         except OSError:
-            return {}
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                try:
-                    out[name] = float(value)
-                except ValueError:
-                    continue
-        return out
-
-    def counter(self, name: str, **labels: str) -> float:
-        """Sum of the samples of ``name`` whose labels include ``labels`` (0 when none)."""
-        want = [f'{k}="{v}"' for k, v in labels.items()]
-        total = 0.0
-        for key, value in self.metrics().items():
-            base, _, rest = key.partition("{")
-            if base == name and all(w in rest for w in want):
-                total += value
-        return total
+            return 0.0
+        return sum(metric_values(text, name, **labels))
 
     def rss_mb(self) -> float:
-        text = Path(f"/proc/{self.pid}/status").read_text()
-        m = re.search(r"VmRSS:\s+(\d+) kB", text)
-        return int(m.group(1)) / 1024 if m else 0.0
+        return float(psutil.Process(self.pid).memory_info().rss / 2**20)
 
     def kill(self) -> None:
         """SIGKILL: no clean shutdown, no final commit, no model save."""

@@ -8,10 +8,9 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from conftest import children, exited, wait_for
 from records import job_event, sample
 
 from aip.broker import free_port
@@ -19,20 +18,6 @@ from transport import RecordProducer, ensure_project_topics
 
 pytestmark = pytest.mark.integration
 AIP = [sys.executable, "-m", "aip.cli"]
-
-
-def _children(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split()[2] != "Z"
 
 
 def _start_broker(port: int) -> subprocess.Popen[str]:
@@ -46,20 +31,20 @@ def _start_broker(port: int) -> subprocess.Popen[str]:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_broker_stops_cleanly_and_leaves_no_process(sig: signal.Signals) -> None:
     proc = _start_broker(free_port())
-    children = wait_for(lambda: _children(proc.pid), timeout_s=5, what="the tansu child")
+    tansu = wait_for(lambda: children(proc.pid), timeout_s=5, what="the tansu child")
     proc.send_signal(sig)
     assert proc.wait(timeout=10) == 0
-    for child in children:
-        wait_for(lambda child=child: not _alive(child), timeout_s=5, what="tansu to exit")
+    for child in tansu:
+        wait_for(lambda child=child: exited(child), timeout_s=5, what="tansu to exit")
 
 
 def test_broker_child_dies_with_a_killed_parent() -> None:
     proc = _start_broker(free_port())
-    children = wait_for(lambda: _children(proc.pid), timeout_s=5, what="the tansu child")
+    tansu = wait_for(lambda: children(proc.pid), timeout_s=5, what="the tansu child")
     proc.kill()
     proc.wait(timeout=5)
-    for child in children:
-        wait_for(lambda child=child: not _alive(child), timeout_s=5, what="orphaned tansu to exit")
+    for child in tansu:
+        wait_for(lambda child=child: exited(child), timeout_s=5, what="orphaned tansu to exit")
 
 
 def test_broker_on_a_port_in_use_is_one_line_exit_2(broker) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_for
+from conftest import children, exited, wait_for
 
 from aip.broker import free_port
 
@@ -285,14 +285,14 @@ def test_broker_with_users_stops_cleanly_and_never_logs_a_password(tmp_path: Pat
     from transport import BrokerUnavailable, check_reachable
 
     broker = start_auth_broker(tmp_path)
-    children = {int(c) for t in Path(f"/proc/{broker.proc.pid}/task").iterdir() for c in (t / "children").read_text().split()}
-    assert children, "Tansu runs as a child of aip broker"
+    tansu = children(broker.proc.pid)
+    assert tansu, "Tansu runs as a child of aip broker"
     right = Settings(broker=broker.address, security_protocol="SASL_PLAINTEXT", sasl_username="alice", sasl_password=SECRET)
     check_reachable(right)
     with pytest.raises(BrokerUnavailable):
         check_reachable(right.replace(sasl_password=WRONG))
     assert stop(broker) == 0
-    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in children), timeout_s=10, what="Tansu to exit")
+    wait_for(lambda: all(exited(pid) for pid in tansu), timeout_s=10, what="Tansu to exit")
     output = broker.output()
     assert "broker stopped" in output
     assert "authenticated as alice" in output and "refused: authentication failed (PLAIN)" in output

@@ -11,7 +11,9 @@ import uuid
 from typing import Any
 
 import pytest
-from conftest import wait_for
+from conftest import children, exited, wait_for
+
+from aip.faults.worker import metric_values
 
 pytestmark = pytest.mark.integration
 
@@ -48,14 +50,14 @@ def test_up_prints_a_summary_with_observations_predictions_and_leaderboard(broke
         metrics = wait_for(
             lambda: (
                 (body := _get(match.group(1) + "/metrics"))
-                and all(re.search(rf"^{f}{{", body, re.M) for f in METRIC_FAMILIES)
+                and all(metric_values(body, f) for f in METRIC_FAMILIES)
                 and body
             ),
             timeout_s=60,
             interval_s=0.5,
             what="the worker's metrics with every family",
         )
-        assert 'aip_stream_consumed_records_total{topic="gpu.metrics"}' in metrics
+        assert metric_values(metrics, "aip_stream_consumed_records_total", topic="gpu.metrics")
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -77,8 +79,6 @@ def test_up_prints_a_summary_with_observations_predictions_and_leaderboard(broke
 
 def test_up_killed_leaves_no_worker_behind(broker: Any) -> None:
     """Even SIGKILL of `aip up` (no chance to clean up) ends its worker: children die with their parent."""
-    import os
-
     prefix = f"up{uuid.uuid4().hex[:10]}."
     proc = subprocess.Popen(
         [
@@ -102,22 +102,9 @@ def test_up_killed_leaves_no_worker_behind(broker: Any) -> None:
     try:
         assert proc.stderr is not None
         assert "worker at" in proc.stderr.readline()
-        children = wait_for(
-            lambda: subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split(),
-            timeout_s=30,
-            what="aip up's worker process",
-        )
+        pids = wait_for(lambda: children(proc.pid), timeout_s=30, what="aip up's worker process")
     finally:
         proc.kill()
         proc.wait(10)
-
-    def gone(pid: int) -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] == "Z"
-
-    for pid in map(int, children):
-        wait_for(lambda pid=pid: gone(pid), timeout_s=15, what=f"orphaned child {pid} to exit")
+    for pid in pids:
+        wait_for(lambda pid=pid: exited(pid), timeout_s=15, what=f"orphaned child {pid} to exit")

@@ -11,7 +11,7 @@ from records import sample
 from config import Settings
 from events import MetricSample, decode
 from producers import replay
-from producers.pacing import paced
+from producers.pacing import at_rate, paced
 from producers.publisher import Publisher
 from producers.spool import Spool
 
@@ -138,3 +138,18 @@ def test_pacing_follows_event_time_at_the_speedup() -> None:
     list(paced(items, 2.0, clock=lambda: now[0], sleep=sleep))
     assert sleeps == [0.5, 0.5, 0.5]
     assert list(paced(items, 0.0, clock=lambda: 0.0, sleep=sleeps.append)) == items and len(sleeps) == 3
+
+
+def test_a_rate_sleeps_in_bursts_of_min_sleep_and_an_event_wait_stops_it() -> None:
+    now = [0.0]
+    sleeps: list[float] = []
+
+    def sleep(s: float) -> bool:
+        sleeps.append(round(s, 6))
+        now[0] += s
+        return len(sleeps) == 2  # the second wait is interrupted (Event.wait returns True)
+
+    # 10 per second, asleep only when over 0.25 s ahead: 0-2 at once, a sleep before 3, then before 6 the stop
+    sent = list(at_rate(range(10), 10.0, min_sleep_s=0.25, clock=lambda: now[0], sleep=sleep))
+    assert sleeps == [0.3, 0.3] and sent == [0, 1, 2, 3, 4, 5]
+    assert list(at_rate(range(5), 0.0, sleep=sleeps.append)) == list(range(5)) and len(sleeps) == 2
