@@ -210,7 +210,9 @@ def slowdown_pct(speed_fraction: float) -> float:
 class Guided:
     """Prediction-guided placement: every decision goes through :class:`SchedulerClient`."""
 
-    def __init__(self, service: WhatIfService | TruthService, environment: str, risk: str = "expected", name: str | None = None) -> None:
+    def __init__(
+        self, service: WhatIfService | TruthService, environment: str, risk: str = "expected", name: str | None = None
+    ) -> None:
         self.service = service
         self.environment = environment
         self.risk = risk
