@@ -303,6 +303,8 @@ class EnvironmentModels:
         self.drift_events = 0
         self.clipped = 0
         """Served predictions that were bounded to ``[-100, max_pct]``."""
+        self.withheld_novel = 0
+        """Predictions not made because a job type of the slot was never measured here (see :meth:`predict`)."""
         self.history: deque[Sample] = deque(maxlen=self.config.history)
         self._since_refit = 0
         self._drift = False
@@ -404,7 +406,7 @@ class EnvironmentModels:
             if learner.n:
                 self._score(k, y - clip_pct(learner.predict_one(x), max_pct)[0], seen, slot_errors)
             learner.learn_one(x, y)
-        self.baselines.update(key, y)
+        self.baselines.update(key, y, (sample.job_type, *sample.co_job_types))
         if self._batch:
             self._pending.append(_Pending(views, y, key, seen))
             if len(self._pending) >= self.config.score_batch_every:
@@ -513,6 +515,8 @@ class EnvironmentModels:
     def _predict_views(self, views: Views, key: str, mode: str) -> PredictionResult | None:
         if self.observations == 0 or mode not in MODES or not views.full(mode):
             return None
+        if self.baselines.novel((views.sample.job_type, *views.sample.co_job_types)):
+            return None  # a job type never measured here: no candidate carries over to it (docs/MODELS.md)
         choice = self._choice(mode, key)
         if choice is None:
             return None
@@ -550,10 +554,14 @@ class EnvironmentModels:
         result = self._predict_views(Views(sample), slot(sample.job_type, sample.co_job_types), mode)
         if result is not None and result.clipped:
             self.clipped += 1
+        elif result is None and self.observations and self.baselines.novel((sample.job_type, *sample.co_job_types)):
+            self.withheld_novel += 1
         return result
 
     def predict(self, obs: Observation, mode: str) -> PredictionResult | None:
-        """The selected model's prediction for ``obs`` (None before any labelled observation)."""
+        """The selected model's prediction for ``obs``.  None before any labelled observation, and where the job
+        or a co-runner is of a type never measured in this environment (a *novel* type: its solo profile may be
+        known, but no candidate has seen it share a GPU; a scheduler ranks such GPUs by load instead)."""
         return self._predict_sample(sample_of(obs), mode)
 
     def predict_placement(

@@ -15,7 +15,7 @@ No Kafka, no faust, no live state beyond what is passed in.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 LAST_MEASURED = "baseline.last_measured"
@@ -86,11 +86,23 @@ class Baselines:
         self.lo = math.inf
         self.hi = -math.inf
         """The smallest and largest measurement so far: a new job set predicted outside them is extrapolation."""
+        self.types: dict[str, int] = {}
+        """Measurements per job type, as the job or a co-runner (at most ``max_slots`` types)."""
 
     def measured(self, key: str) -> int:
         """How many measurements of this slot the baselines hold (0: a job set never measured)."""
         e = self.last.get(key)
         return 0 if e is None else e.n
+
+    def novel(self, job_types: Iterable[str]) -> bool:
+        """Whether one of ``job_types`` was never measured here, as a job or a co-runner.
+
+        >>> b = Baselines()
+        >>> b.update(slot("A", ["B"]), 40.0, ["A", "B"])
+        >>> b.novel(["B", "A"]), b.novel(["A", "C"])
+        (False, True)
+        """
+        return any(t not in self.types for t in job_types)
 
     def predict(self, name: str, key: str) -> float | None:
         if name == LAST_MEASURED:
@@ -98,7 +110,11 @@ class Baselines:
             return None if e is None else e.mean
         return None if self.labels == 0 else float(self._median.get())
 
-    def update(self, key: str, y: float) -> None:
+    def update(self, key: str, y: float, job_types: Sequence[str] = ()) -> None:
+        """Learn measurement ``y`` of slot ``key``, whose job and co-runners are ``job_types``."""
+        for t in job_types:
+            if t in self.types or len(self.types) < self.max_slots:
+                self.types[t] = self.types.get(t, 0) + 1
         e = self.last.get(key)
         if e is None:
             if len(self.last) >= self.max_slots:  # forget the oldest slot (dicts keep insertion order)
@@ -119,6 +135,7 @@ class Baselines:
             "recent": self._recent[-self.median_window :],
             "labels": self.labels,
             "range": [self.lo, self.hi] if self.labels else None,
+            "types": self.types,
         }
 
     @classmethod
@@ -132,6 +149,13 @@ class Baselines:
         self.labels = int(d["labels"])
         if d.get("range"):
             self.lo, self.hi = (float(v) for v in d["range"])
+        if "types" in d:
+            self.types = {str(t): int(n) for t, n in d["types"].items()}
+        else:  # saved before types were counted: the slots' job types, each counted as measured
+            for key, e in self.last.items():
+                job, _, co = key.partition(" | ")
+                for t in (job, *(c for c in co.split(" + ") if c)):
+                    self.types[t] = self.types.get(t, 0) + e.n
         return self
 
 

@@ -173,14 +173,50 @@ class WhatIfService:
         return entries
 
 
+class TruthService:
+    """What-if entries from the ground truth itself, built as :class:`WhatIfService` builds them: the
+    newcomer's true slowdown and the true summed slowdown of the jobs already there.  Guided placement on
+    these (the ``oracle`` policy) is what perfect predictions would be worth to the same scheduler."""
+
+    def __init__(self, truth: Truth) -> None:
+        self.truth = truth
+        self._cache: dict[tuple[str, ...], list[WhatIf]] = {}
+
+    def what_if(self, running: Sequence[str]) -> list[WhatIf]:
+        key = tuple(sorted(running))
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self._cache[key] = [
+                WhatIf(
+                    job_type=t,
+                    newcomer_pct=slowdown_pct(self.truth.speed([*key, t], len(key))),
+                    existing_pct=sum(slowdown_pct(self.truth.speed([*key, t], i)) for i in range(len(key))),
+                )
+                for t in self.truth.types
+                if self.truth.fits([*key, t])
+            ]
+        return cached
+
+
+def slowdown_pct(speed_fraction: float) -> float:
+    """The interference rate of a job running at ``speed_fraction`` of its solo speed.
+
+    >>> slowdown_pct(0.5), slowdown_pct(1.0)
+    (100.0, 0.0)
+    """
+    return (1.0 / speed_fraction - 1.0) * 100.0
+
+
 class Guided:
     """Prediction-guided placement: every decision goes through :class:`SchedulerClient`."""
 
-    def __init__(self, service: WhatIfService, environment: str, risk: str = "expected") -> None:
+    def __init__(
+        self, service: WhatIfService | TruthService, environment: str, risk: str = "expected", name: str | None = None
+    ) -> None:
         self.service = service
         self.environment = environment
         self.risk = risk
-        self.name = "guided" if risk == "expected" else f"guided_{risk}"
+        self.name = name or ("guided" if risk == "expected" else f"guided_{risk}")
         self.client = SchedulerClient(max_age_s=float("inf"), clock=lambda: EPOCH_S)
         self._announced = False
 
@@ -215,7 +251,8 @@ class Guided:
 
 
 def run_seed(seed: int, setup: Setup, truth: Truth, service: WhatIfService) -> dict[str, dict[str, float]]:
-    """One arrival sequence, placed by each policy; per policy the :func:`placement.fleet.summary`, and with
+    """One arrival sequence, placed by each policy (``oracle``: guided by the true slowdowns,
+    :class:`TruthService`); per policy the :func:`placement.fleet.summary`, and with
     ``setup.unseen_families`` also ``<policy>.seen`` / ``<policy>.unseen``: the summaries of the jobs of families
     the training fleet ran / never ran."""
     mean_work = (setup.work_s[1] - setup.work_s[0]) / (_log(setup.work_s[1]) - _log(setup.work_s[0]))
@@ -224,6 +261,7 @@ def run_seed(seed: int, setup: Setup, truth: Truth, service: WhatIfService) -> d
     names = [f"GPU-s{seed}-{i:02d}" for i in range(setup.gpus)]
     policies: list[Policy] = [
         RandomPolicy(seed), LeastLoaded(), Guided(service, setup.gpu_model), Guided(service, setup.gpu_model, "upper"),
+        Guided(TruthService(truth), setup.gpu_model, name="oracle"),
     ]  # fmt: skip
     out = {}
     for policy in policies:
@@ -285,7 +323,7 @@ def run_experiment(seeds: Sequence[int], setup: Setup, progress: Callable[[str],
     split: dict[str, Any] = {}
     if setup.unseen_families:
         split["unseen_families"] = list(setup.unseen_families)
-        for guided in ("guided", "guided_upper"):
+        for guided in ("guided", "guided_upper", "oracle"):
             for part in ("seen", "unseen"):
                 for other in ("least_loaded", "random"):
                     split[f"{guided}_beats_{other}_{part}_in_seeds"] = sum(

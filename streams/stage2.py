@@ -219,8 +219,11 @@ class Stage2:
                 known.setdefault(jt, prof)
         now = self.clock()
         job_set = sorted([obs.job_type, *obs.co_job_types])
+        withheld = models.withheld_novel
         observed = models.predict(obs, "observed")
         placement = models.predict(obs, "placement")
+        if models.withheld_novel > withheld:
+            self.counters["predictions_withheld_novel"] += models.withheld_novel - withheld
         for result in (observed, placement):
             if result is None:
                 continue

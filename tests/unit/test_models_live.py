@@ -85,11 +85,19 @@ def test_trees_that_predict_measured_job_sets_best_are_served() -> None:
     assert later_mae < 3.0, later_mae
     served = {(s.mode, s.regime): s for s in lb.served}
     assert served[("observed", "seen")].model == "DecisionTree"
-    # a job set never measured is served by its CV error, and the prediction says so
-    new = Sample("A-new", ("B-new",), math.nan, "A-new + B-new", "v100", {"S": 5000.0, "V": 1.0})
+    # a job set never measured, of job types measured in other sets, is served by its CV error, and the
+    # prediction says so
+    new = Sample("A0", ("B1",), math.nan, "A0 + B1", "v100", {"S": 5000.0, "V": 1.0})
     r = em._predict_sample(new, "observed")
     assert r is not None and r.regime == "new"
     assert r.expected_error_pct == pytest.approx(min(v[0] for k, v in em._cv.items() if k[0] == "observed"))
+    # a job type never measured at all: no prediction, and it is counted
+    for novel in (
+        Sample("A-new", ("B1",), math.nan, "A-new + B1", "v100", {"S": 5000.0, "V": 1.0}),
+        Sample("A0", ("B-new",), math.nan, "A0 + B-new", "v100", {"S": 5000.0, "V": 1.0}),
+    ):
+        assert em._predict_sample(novel, "observed") is None
+    assert em.withheld_novel == 2
 
 
 def test_served_model_has_the_lowest_prequential_error_of_its_regime() -> None:
@@ -266,7 +274,7 @@ def test_a_new_job_set_is_not_predicted_outside_every_measured_slowdown() -> Non
         y = 5.0 * j + rng.gauss(0, 0.5)
         em.learn_sample(Sample(f"A{j}", (f"B{j}",), y, f"A{j} + B{j}", "v100", {"S": float(j), "V": rng.gauss(0, 1)}))
     em.refit_now()
-    far = Sample("A-far", ("B-far",), math.nan, "", "v100", {"S": -1000.0, "V": 0.0})
+    far = Sample("A0", ("B1",), math.nan, "", "v100", {"S": -1000.0, "V": 0.0})  # a job set never measured
     raw = em._batch[("observed", "all", "LinearRegression")].predict_one(far.features("observed", "all"))
     assert raw < -1000.0  # what the model alone says
     r = em._predict_sample(far, "observed")

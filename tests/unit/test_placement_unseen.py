@@ -14,6 +14,22 @@ def test_training_never_sees_hidden_families_and_results_split_by_family() -> No
     assert len(everything) > len(obs)  # the same fleet did run them: they were left out
     service = WhatIfService(train_models(setup, truth), truth)
     result = run_seed(3, setup, truth, service)
-    for policy in ("random", "least_loaded", "guided", "guided_upper"):
+    for policy in ("random", "least_loaded", "guided", "guided_upper", "oracle"):
         seen, unseen = result[f"{policy}.seen"]["jobs"], result[f"{policy}.unseen"]["jobs"]
         assert unseen > 0 and seen + unseen == result[policy]["jobs"] == 40.0
+
+
+def test_oracle_what_ifs_are_the_true_slowdowns() -> None:
+    from placement.experiment import Truth, TruthService
+
+    truth = Truth("v100")
+    service = TruthService(truth)
+    running = [truth.types[0]]
+    entries = {e.job_type: e for e in service.what_if(running)}
+    assert entries and set(entries) == {t for t in truth.types if truth.fits([*running, t])}
+    t = next(iter(entries))
+    pair = [*running, t]
+    assert entries[t].newcomer_pct == (1.0 / truth.speed(pair, 1) - 1.0) * 100.0
+    assert entries[t].existing_pct == (1.0 / truth.speed(pair, 0) - 1.0) * 100.0
+    idle = {e.job_type: e for e in service.what_if([])}
+    assert set(idle) == set(truth.types) and all(e.newcomer_pct == 0.0 == e.existing_pct for e in idle.values())

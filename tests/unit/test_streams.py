@@ -293,12 +293,19 @@ def test_stage2_predictions_say_their_regime_and_stay_in_range(tmp_path) -> None
     preds = [p for out in outs for p in out.predictions]
     assert {p.regime for p in preds} == {"seen"}  # one job set, measured from the first observation on
     last = observations()[-1]
-    newcomer = dataclasses.replace(
-        last, job_id="j-new", job_type="gan", window_start=last.window_start + 100, window_end=last.window_end + 100
-    )
-    fresh = stage.on_observation(newcomer).predictions
-    assert fresh and {p.regime for p in fresh} == {"new"}  # this job next to these co-runners: never measured
+    later = {"window_start": last.window_start + 100, "window_end": last.window_end + 100}
+    # lm next to resnet, both measured in the other role: this job next to these co-runners was never measured
+    swapped = dataclasses.replace(
+        last, job_id="j2", job_type="lm", co_job_types=["resnet"], co_job_ids=["j1"], solo=last.co_solo[0],
+        co_solo=[last.solo], **later,
+    )  # fmt: skip
+    fresh = stage.on_observation(swapped).predictions
+    assert fresh and {p.regime for p in fresh} == {"new"}
     preds += fresh
+    # a job type never measured here: no prediction, counted
+    novel = dataclasses.replace(last, job_id="j-new", job_type="gan", **later)
+    assert stage.on_observation(novel).predictions == []
+    assert stage.counters["predictions_withheld_novel"] == 2  # observed and placement
     assert all(-100.0 <= p.interference_pct <= 20.0 for p in preds)
     assert all(-100.0 <= w.newcomer_pct <= 20.0 for p in preds for w in p.what_if)
     assert stage.counters["predictions_clipped"] > 0  # measured slowdowns go above 20 %
