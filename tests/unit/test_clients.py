@@ -138,9 +138,9 @@ def test_placement_guided_uses_the_client_and_beats_random(quick_jobs: int) -> N
 
 # ---------------------------------------------------------------- a client that joins mid-stream (issue 16, item 4)
 def at(p: Prediction, window_end: float) -> Prediction:
-    import dataclasses
+    import msgspec
 
-    return dataclasses.replace(p, window_end=window_end)
+    return msgspec.structs.replace(p, window_end=window_end)
 
 
 def test_mid_stream_client_does_not_call_a_busy_gpu_idle_after_an_older_job_finishes() -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import random
 
+import msgspec
 import orjson
 import pytest
 from records import job_event, sample
@@ -293,7 +293,7 @@ def test_stage2_predictions_say_their_regime_and_stay_in_range(tmp_path) -> None
     preds = [p for out in outs for p in out.predictions]
     assert {p.regime for p in preds} == {"seen"}  # one job set, measured from the first observation on
     last = observations()[-1]
-    newcomer = dataclasses.replace(
+    newcomer = msgspec.structs.replace(
         last, job_id="j-new", job_type="gan", window_start=last.window_start + 100, window_end=last.window_end + 100
     )
     fresh = stage.on_observation(newcomer).predictions
