@@ -13,12 +13,12 @@ unsupported by the hardware: never 0.
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Final, Literal, get_args
 
 import msgspec
 from msgspec import Meta
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 """The version every record carries.  A reader rejects any other; a record without the field is read as this one."""
 
 # Timestamps are epoch seconds; anything outside this range is a unit or clock error.
@@ -91,7 +91,7 @@ class Record(msgspec.Struct, frozen=True, gc=False):
     """Base of every record: immutable, and not tracked by the garbage collector (records hold no cycles)."""
 
 
-class GpuProcess(Record):
+class GpuProcess(Record, frozen=True):
     """One compute process on a GPU.  ``sm_util_pct`` and ``mem_util_pct`` are its own SM and memory
     utilisation over the last sampling interval (``nvmlDeviceGetProcessUtilization``): null when the
     driver had no sample in the interval, or does not support the call (then named in the sample's
@@ -103,7 +103,7 @@ class GpuProcess(Record):
     mem_util_pct: Pct | None = None
 
 
-class MetricSample(Record):
+class MetricSample(Record, frozen=True):
     """One NVML sample of one GPU (or MIG instance).  Topic ``gpu.metrics``, key ``gpu_uuid``.
 
     ``seq`` counts samples per (producer, gpu_uuid) from 0 so consumers detect gaps
@@ -152,7 +152,7 @@ def progress_has_steps(event: JobEvent) -> None:
         raise RecordError("progress: steps and step_time_s are required")
 
 
-class JobEvent(Record):
+class JobEvent(Record, frozen=True):
     """A job's lifecycle on one GPU.  Topic ``jobs.lifecycle``, key ``gpu_uuid``.
 
     ``progress`` carries the cumulative ``steps`` and the mean ``step_time_s``
@@ -182,7 +182,7 @@ class JobEvent(Record):
         return self.gpu_uuid
 
 
-class Observation(Record):
+class Observation(Record, frozen=True):
     """One job in one co-located window.  Topic ``interference.observations``, key ``environment``.
 
     ``*_pct`` are the percent changes of the six parameters against the job's solo
@@ -236,7 +236,7 @@ class Observation(Record):
         return value
 
 
-class WhatIf(Record):
+class WhatIf(Record, frozen=True):
     """Predicted effect of adding one job of ``job_type`` to a GPU.
 
     ``newcomer_pct``: the newcomer's own slowdown; ``existing_pct``: the sum of the
@@ -250,7 +250,7 @@ class WhatIf(Record):
     """90 % interval ``[lo, hi]`` of ``newcomer_pct`` (absent from producers before it existed)."""
 
 
-class Prediction(Record):
+class Prediction(Record, frozen=True):
     """Predicted interference of one job.  Topic ``interference.predictions``, key ``gpu_uuid``."""
 
     ts: Ts
@@ -282,7 +282,7 @@ class Prediction(Record):
         return self.gpu_uuid
 
 
-class Alert(Record):
+class Alert(Record, frozen=True):
     """Interference crossed a threshold (raised) or fell below the clear level (cleared).
 
     Topic ``interference.alerts``, key ``gpu_uuid``.
@@ -305,7 +305,7 @@ class Alert(Record):
         return self.gpu_uuid
 
 
-class LeaderboardEntry(Record):
+class LeaderboardEntry(Record, frozen=True):
     """The errors of one model in one category and mode."""
 
     model: Str
@@ -325,7 +325,7 @@ class LeaderboardEntry(Record):
     new_samples: Count | None = None
 
 
-class ServedModel(Record):
+class ServedModel(Record, frozen=True):
     """What a mode serves in a regime, and the error it was chosen by."""
 
     mode: Mode
@@ -335,7 +335,7 @@ class ServedModel(Record):
     error_pct: NonNeg | None = None
 
 
-class Leaderboard(Record):
+class Leaderboard(Record, frozen=True):
     """Errors of every model per category and mode, and the selection.
 
     Topic ``models.leaderboard``, key ``environment``.  ``selected`` maps
@@ -357,7 +357,7 @@ class Leaderboard(Record):
         return self.environment
 
 
-class DeadLetter(Record):
+class DeadLetter(Record, frozen=True):
     """A record some stage could not use, with the reason.  Topic ``aip.deadletter``."""
 
     ts: Ts
@@ -371,7 +371,7 @@ class DeadLetter(Record):
     schema_version: Version = SCHEMA_VERSION
 
 
-class ProfileSource(Record):
+class ProfileSource(Record, frozen=True):
     """One input partition's share of a solo profile: its running means and counts.
 
     ``source`` names the stage-1 input partition whose GPUs ran the solo windows
@@ -386,7 +386,7 @@ class ProfileSource(Record):
     updated_ts: Ts
 
 
-class SoloProfile(Record):
+class SoloProfile(Record, frozen=True):
     """The solo profile of one job type in one environment.  Topic ``interference.profiles`` (compacted),
     key ``"<environment>|<job_type>"``.
 

@@ -19,7 +19,8 @@ def prediction(gpu: str, job_set: list[str], what_if: dict[str, tuple[float, flo
 
 
 def job(gpu: str, job_id: str, job_type: str, kind: str = "started", ts: float = T0) -> JobEvent:
-    return JobEvent(ts=ts, kind=kind, job_id=job_id, job_type=job_type, gpu_uuid=gpu, host="h")
+    progress = {"steps": 1, "step_time_s": 0.1} if kind == "progress" else {}
+    return JobEvent(ts=ts, kind=kind, job_id=job_id, job_type=job_type, gpu_uuid=gpu, host="h", **progress)
 
 
 def client(**kw: object) -> SchedulerClient:
