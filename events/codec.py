@@ -6,9 +6,12 @@ Integers are JSON integers: ``3.0`` in an int field is rejected (every producer 
 from __future__ import annotations
 
 import base64
+import functools
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import msgspec
+import msgspec.inspect
 
 from events.records import RecordError
 
@@ -26,10 +29,10 @@ def _decoder(cls: type[T]) -> msgspec.json.Decoder[T]:
 
 
 def encode(record: Any) -> bytes:
-    """Serialise ``record`` to JSON bytes, and check that those bytes decode to the same record.
+    """Validate ``record`` and serialise it to JSON bytes.
 
-    A Struct built in Python is not validated by msgspec, so the bytes are: nothing invalid is
-    published (a bound, a wrong type, NaN or infinity, which JSON would write as null).
+    msgspec validates what it decodes, not a Struct built in Python: :func:`check` does, so that
+    nothing invalid is published (a value beyond its bounds, of a wrong type, NaN or infinity).
 
     >>> from events.records import GpuProcess
     >>> encode(GpuProcess(pid=7, used_mem_mb=512.0))
@@ -39,20 +42,37 @@ def encode(record: Any) -> bytes:
     ...
     events.records.RecordError: Expected `float` <= 100.0 - at `$.sm_util_pct`
     """
+    check(record)
     try:
-        data = _ENCODER.encode(record)
-    except (TypeError, ValueError, OverflowError) as exc:  # e.g. an object that is not JSON, an int beyond 64 bits
+        return _ENCODER.encode(record)
+    except (TypeError, ValueError, OverflowError) as exc:  # e.g. an integer beyond 64 bits in a float field
         raise RecordError(f"cannot be written as JSON: {exc}") from None
-    back = decode(type(record), data)
-    if back != record:
-        raise RecordError(_changed_field(record, back))
-    return data
 
 
-def _changed_field(record: Any, back: Any) -> str:
-    """The error for a record whose JSON reads back as something else (NaN or infinity became null, ...)."""
-    name = next(n for n in record.__struct_fields__ if getattr(record, n) != getattr(back, n))
-    return f"{name}: {getattr(record, name)!r:.60} cannot be written as JSON (it reads back as {getattr(back, name)!r:.60})"
+def check(record: Any) -> None:
+    """Validate a record built in Python as decoding would, its nested records included."""
+    cls: Any = type(record)
+    try:
+        msgspec.convert(_fields(cls)(record), cls)
+    except msgspec.ValidationError as exc:
+        raise RecordError(str(exc)) from None
+    except TypeError as exc:  # to_builtins of an object JSON has no form for
+        raise RecordError(f"cannot be written as JSON: {exc}") from None
+
+
+@functools.cache
+def _fields(cls: Any) -> Callable[[Any], Any]:
+    """A record's fields as ``convert`` checks them all: ``convert`` takes a nested record instance as it is,
+    so a record holding records goes as builtins; any other as its field dict, which is cheaper."""
+
+    def holds_records(t: msgspec.inspect.Type) -> bool:
+        if isinstance(t, msgspec.inspect.UnionType):
+            return any(holds_records(u) for u in t.types)
+        return isinstance(t, msgspec.inspect.ListType) and isinstance(t.item_type, msgspec.inspect.StructType)
+
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return msgspec.to_builtins if any(holds_records(f.type) for f in info.fields) else msgspec.structs.asdict
 
 
 def decode(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> T:

@@ -16,6 +16,7 @@ from events import (
     CATEGORIES,
     RECORD_OF,
     SCHEMA_VERSION,
+    GpuProcess,
     JobEvent,
     MetricSample,
     Observation,
@@ -175,8 +176,9 @@ def test_unknown_fields_are_ignored_for_forward_compatibility() -> None:
         ("pcie_rx_kbps", math.inf),
         ("seq", 3.0),  # a float in an int field
         ("host", 7),
-        ("processes", [{"pid": 1}]),  # a dict where a record belongs
-        ("unavailable", ("a",)),  # a tuple where a list belongs
+        ("processes", [GpuProcess(pid=-1)]),  # a nested record beyond a bound
+        ("processes", [{"pid": -1}]),  # likewise, as a dict
+        ("unavailable", [1]),  # not strings
         ("gpu_index", 2**64),  # beyond 64 bits
         ("mem_used_mb", object()),
     ],
