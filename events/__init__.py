@@ -1,6 +1,6 @@
 """The wire contract: one record per topic, validation, and the JSON codec."""
 
-from events.codec import b64, decode, decode_obj, encode
+from events.codec import b64, decode, decode_obj, encode, to_dict
 from events.records import (
     ALERT_SOURCES,
     ALERT_STATES,
@@ -11,6 +11,7 @@ from events.records import (
     PARAMETERS,
     REGIMES,
     RW_SOURCES,
+    SCHEMA_VERSION,
     Alert,
     DeadLetter,
     GpuProcess,
@@ -21,12 +22,12 @@ from events.records import (
     Observation,
     Prediction,
     ProfileSource,
+    RecordError,
     ServedModel,
     SoloProfile,
     WhatIf,
     profile_key,
 )
-from events.schema import SCHEMA_VERSION, RecordError, to_dict
 from events.topics import RECORD_OF, Topics
 
 __all__ = [

@@ -1,81 +1,75 @@
-"""JSON codec for records: bytes <-> validated dataclass instances."""
+"""JSON codec for records: bytes <-> validated record instances, all by msgspec from the record's Struct.
+
+Integers are JSON integers: ``3.0`` in an int field is rejected (every producer writes ints as ints).
+"""
 
 from __future__ import annotations
 
 import base64
+import functools
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-from events.fast import fast_checker, fast_decoder
-from events.schema import SCHEMA_VERSION, RecordError, from_dict, to_dict, validate_dict
+import msgspec
+import msgspec.inspect
 
-try:  # orjson is strict (no NaN literals) and several times faster than json
-    import orjson as _json
-
-    def _dumps(obj: Any) -> bytes:
-        return _json.dumps(obj)
-
-    def _loads(data: bytes) -> Any:
-        return _json.loads(data)
-
-    _JSONError: tuple[type[Exception], ...] = (_json.JSONDecodeError, TypeError)
-    _DUMPS_RECORDS = True  # orjson serialises dataclass instances itself
-except ImportError:  # pragma: no cover - exercised where orjson is absent
-    import json as _stdjson
-
-    def _dumps(obj: Any) -> bytes:
-        return _stdjson.dumps(obj, allow_nan=False, separators=(",", ":")).encode()
-
-    def _reject_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not valid JSON")
-
-    def _loads(data: bytes) -> Any:
-        return _stdjson.loads(data, parse_constant=_reject_constant)
-
-    _JSONError = (ValueError, TypeError, RecursionError)
-    _DUMPS_RECORDS = False
+from events.records import RecordError
 
 T = TypeVar("T")
+
+_ENCODER = msgspec.json.Encoder()
+_DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+
+def _decoder(cls: type[T]) -> msgspec.json.Decoder[T]:
+    decoder = _DECODERS.get(cls)
+    if decoder is None:
+        decoder = _DECODERS[cls] = msgspec.json.Decoder(cls)
+    return decoder
 
 
 def encode(record: Any) -> bytes:
     """Validate ``record`` and serialise it to JSON bytes.
 
+    msgspec validates what it decodes, not a Struct built in Python: :func:`check` does, so that
+    nothing invalid is published (a value beyond its bounds, of a wrong type, NaN or infinity).
+
     >>> from events.records import GpuProcess
     >>> encode(GpuProcess(pid=7, used_mem_mb=512.0))
     b'{"pid":7,"used_mem_mb":512.0,"sm_util_pct":null,"mem_util_pct":null}'
+    >>> encode(GpuProcess(pid=7, sm_util_pct=101.0))
+    Traceback (most recent call last):
+    ...
+    events.records.RecordError: Expected `float` <= 100.0 - at `$.sm_util_pct`
     """
-    fast = fast_checker(type(record)) if _DUMPS_RECORDS else None
-    if fast is not None:
-        try:
-            fast(record)
-        except Exception:  # not plainly valid: the general path accepts it or words the error
-            pass
-        else:
-            _cross_check(record)
-            return _serialise(record)  # orjson writes dataclasses as to_dict would
-    return encode_general(record)
+    check(record)
+    return _ENCODER.encode(record)
 
 
-def encode_general(record: Any) -> bytes:
-    """:func:`encode` without the msgspec fast path (the reference the fast path is tested against)."""
-    data = to_dict(record)
-    validate_dict(type(record), data)
-    _cross_check(record)
-    return _serialise(data)
-
-
-def _cross_check(record: Any) -> None:
-    """The record's own cross-field rules (``check()``), where it has any."""
-    check = getattr(record, "check", None)
-    if check is not None:
-        check()
-
-
-def _serialise(obj: Any) -> bytes:
+def check(record: Any) -> None:
+    """Validate a record built in Python as decoding would, its nested records included."""
+    cls: Any = type(record)
     try:
-        return _dumps(obj)
-    except (TypeError, ValueError) as exc:  # e.g. an integer beyond 64 bits in a float field
+        msgspec.convert(_fields(cls)(record), cls)
+    except msgspec.ValidationError as exc:
+        raise RecordError(str(exc)) from None
+    except TypeError as exc:  # to_builtins of an object JSON has no form for
         raise RecordError(f"cannot be written as JSON: {exc}") from None
+
+
+@functools.cache
+def _fields(cls: Any) -> Callable[[Any], Any]:
+    """A record's fields as ``convert`` checks them all: ``convert`` takes a nested record instance as it is,
+    so a record holding records goes as builtins; any other as its field dict, which is cheaper."""
+
+    def holds_records(t: msgspec.inspect.Type) -> bool:
+        if isinstance(t, msgspec.inspect.UnionType):
+            return any(holds_records(u) for u in t.types)
+        return isinstance(t, msgspec.inspect.ListType) and isinstance(t.item_type, msgspec.inspect.StructType)
+
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return msgspec.to_builtins if any(holds_records(f.type) for f in info.fields) else msgspec.structs.asdict
 
 
 def decode(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> T:
@@ -87,46 +81,47 @@ def decode(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> T
     >>> decode(GpuProcess, b'{"pid": -1}')
     Traceback (most recent call last):
     ...
-    events.schema.RecordError: pid: -1 is below the minimum 0
+    events.records.RecordError: Expected `int` >= 0 - at `$.pid`
     """
     if data is None:
         raise RecordError("empty message (null value)")
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogatepass")
-    fast = fast_decoder(cls)
-    if fast is not None:
-        try:
-            record: T = fast(data)
-        except Exception:  # not plainly valid: the general path accepts it or words the error
-            pass
-        else:
-            _cross_check(record)
-            return record
-    return decode_general(cls, data)
-
-
-def decode_general(cls: type[T], data: bytes | bytearray | memoryview) -> T:
-    """:func:`decode` without the msgspec fast path (the reference the fast path is tested against)."""
     try:
-        obj = _loads(bytes(data))
-    except _JSONError as exc:
+        return _decoder(cls).decode(data)
+    except msgspec.ValidationError as exc:  # not a valid record (the cross-field checks included) ...
+        _check_json(data)  # ... unless not JSON at all, which the typed decoder may stop before it sees
+        raise RecordError(str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise RecordError(f"not valid JSON: {exc}") from None
+    except RecursionError:  # an unknown field nested thousands deep
+        raise RecordError("not valid JSON: nested too deeply") from None
+
+
+def _check_json(data: bytes | bytearray | memoryview) -> None:
+    """Raise :class:`RecordError` ("not valid JSON") unless ``data`` is well-formed JSON (UTF-8, nesting)."""
+    try:
+        msgspec.json.decode(data)
+    except msgspec.ValidationError:  # well-formed, but a number beyond a float's range
+        pass
+    except msgspec.DecodeError as exc:
         raise RecordError(f"not valid JSON: {exc}") from None
     except RecursionError:
         raise RecordError("not valid JSON: nested too deeply") from None
-    return decode_obj(cls, obj)
 
 
 def decode_obj(cls: type[T], obj: Any) -> T:
-    """Validate an already-parsed JSON value as a ``cls`` record."""
-    if isinstance(obj, dict) and "schema_version" in obj:
-        version = obj["schema_version"]
-        if version != SCHEMA_VERSION or isinstance(version, bool):
-            raise RecordError(f"schema_version {version!r:.20} is not supported (this build reads {SCHEMA_VERSION})")
-    elif isinstance(obj, dict) and getattr(cls, "__dataclass_fields__", {}).get("schema_version") is not None:
-        raise RecordError("schema_version: required field missing")
-    record: T = from_dict(cls, obj)
-    _cross_check(record)
-    return record
+    """Validate an already-parsed JSON value (``json.loads``' output) as a ``cls`` record."""
+    try:
+        return msgspec.convert(obj, cls)
+    except msgspec.ValidationError as exc:
+        raise RecordError(str(exc)) from None
+
+
+def to_dict(record: Any) -> dict[str, Any]:
+    """The plain-JSON form of ``record`` (nested records as dicts), as :func:`encode` writes it."""
+    out: dict[str, Any] = msgspec.to_builtins(record)
+    return out
 
 
 def b64(data: bytes | None) -> str:

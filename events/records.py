@@ -1,4 +1,10 @@
-"""One record class per topic (see DESIGN.md, "Topics and records").
+"""One record class per topic (``events.topics.RECORD_OF``; docs/INTEGRATION.md describes them for other readers).
+
+Each record is a frozen msgspec Struct whose annotations carry its constraints
+(``msgspec.Meta`` bounds and lengths, ``Literal`` choices): decoding, encoding,
+validation and the JSON Schemas (:mod:`events.jsonschema`) all come from them.
+Rules between fields are small functions beside the records, run by
+``__post_init__`` (so on decoding and on construction alike).
 
 Units are in the field names.  Optional fields are ``None`` when unknown or
 unsupported by the hardware: never 0.
@@ -6,10 +12,55 @@ unsupported by the hardware: never 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import sys
+from typing import Annotated, Final, Literal, get_args
 
-from events.schema import SCHEMA_VERSION, TS_MAX_S, TS_MIN_S, RecordError, spec
+import msgspec
+from msgspec import Meta
+
+SCHEMA_VERSION: Final = 1
+"""The version every record carries.  A reader rejects any other; a record without the field is read as this one."""
+
+# Timestamps are epoch seconds; anything outside this range is a unit or clock error.
+TS_MIN_S = 946_684_800.0  # 2000-01-01
+TS_MAX_S = 4_102_444_800.0  # 2100-01-01
+MAX_STR_LEN = 256
+MAX_LIST_LEN = 1024
+FLOAT_MAX = sys.float_info.max
+"""Bounds on every float: msgspec accepts NaN and infinities unless a field is bounded."""
+INT_MAX = 2**63 - 1
+"""Integers are 64-bit signed, as most JSON readers outside Python expect."""
+
+
+class RecordError(ValueError):
+    """Raised for any record that cannot be decoded or does not validate (one line naming the field)."""
+
+
+Finite = Annotated[float, Meta(ge=-FLOAT_MAX, le=FLOAT_MAX)]
+Ts = Annotated[float, Meta(ge=TS_MIN_S, le=TS_MAX_S)]
+Pct = Annotated[float, Meta(ge=0.0, le=100.0)]
+NonNeg = Annotated[float, Meta(ge=0.0, le=FLOAT_MAX)]
+Int = Annotated[int, Meta(ge=-INT_MAX - 1, le=INT_MAX)]
+Count = Annotated[int, Meta(ge=0, le=INT_MAX)]
+Str = Annotated[str, Meta(max_length=MAX_STR_LEN)]
+Strs = Annotated[list[Str], Meta(max_length=MAX_LIST_LEN)]
+Floats = Annotated[dict[Annotated[str, Meta(max_length=64)], Finite | None], Meta(max_length=MAX_LIST_LEN)]
+"""Values per parameter name (E, T, S, V, R, W, M, throughput): null where unknown."""
+StrMap = Annotated[dict[Str, Str], Meta(max_length=MAX_LIST_LEN)]
+Interval = Annotated[list[Finite], Meta(min_length=2, max_length=2)]
+"""``[lo, hi]``."""
+Version = Literal[1]  # SCHEMA_VERSION
+
+JobKind = Literal["started", "progress", "finished"]
+AlertState = Literal["raised", "cleared"]
+AlertSource = Literal["measured", "predicted"]
+Mode = Literal["observed", "placement"]
+Regime = Literal["seen", "new"]
+ModelKind = Literal["online", "batch", "baseline"]
+RwSource = Literal["dram_bw_util_pct", "pcie_kbps"]
+"""Where an observation's R and W came from: GPM DRAM bandwidth utilisation (%, one counter for both
+directions) where the samples carry it, else the PCIe RX/TX counters (KB/s)."""
+Category = Literal["1", "2", "3", "all"]
 
 PARAMETERS = ("E", "T", "S", "V", "R", "W")
 """The six GPU parameters of the paper: power, temperature, SM utilisation,
@@ -25,45 +76,34 @@ PARAMETER_FIELDS = {
 }
 """Which MetricSample field measures each parameter."""
 
-CATEGORIES = {"1": ("E", "T"), "2": ("S", "V"), "3": ("R", "W"), "all": PARAMETERS}
-JOB_KINDS = ("started", "progress", "finished")
-ALERT_STATES = ("raised", "cleared")
-ALERT_SOURCES = ("measured", "predicted")
-MODES = ("observed", "placement")
-REGIMES = ("seen", "new")
-MODEL_KINDS = ("online", "batch", "baseline")
-RW_SOURCES = ("dram_bw_util_pct", "pcie_kbps")
-"""Where an observation's R and W came from: GPM DRAM bandwidth utilisation (%, one counter for both
-directions) where the samples carry it, else the PCIe RX/TX counters (KB/s)."""
+CATEGORIES: dict[str, tuple[str, ...]] = {"1": ("E", "T"), "2": ("S", "V"), "3": ("R", "W"), "all": PARAMETERS}
+"""The parameters of each :data:`Category`."""
+JOB_KINDS: tuple[str, ...] = get_args(JobKind)
+ALERT_STATES: tuple[str, ...] = get_args(AlertState)
+ALERT_SOURCES: tuple[str, ...] = get_args(AlertSource)
+MODES: tuple[str, ...] = get_args(Mode)
+REGIMES: tuple[str, ...] = get_args(Regime)
+MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
+RW_SOURCES: tuple[str, ...] = get_args(RwSource)
 
 
-def _ts(optional: bool = False) -> Any:
-    return spec("float", lo=TS_MIN_S, hi=TS_MAX_S, optional=optional)
+class Record(msgspec.Struct, frozen=True, gc=False):
+    """Base of every record: immutable, and not tracked by the garbage collector (records hold no cycles)."""
 
 
-def _pct(optional: bool = True) -> Any:
-    return spec("float", lo=0.0, hi=100.0, optional=optional)
-
-
-def _nonneg(optional: bool = True) -> Any:
-    return spec("float", lo=0.0, optional=optional)
-
-
-@dataclass(frozen=True, slots=True)
-class GpuProcess:
+class GpuProcess(Record, frozen=True):
     """One compute process on a GPU.  ``sm_util_pct`` and ``mem_util_pct`` are its own SM and memory
     utilisation over the last sampling interval (``nvmlDeviceGetProcessUtilization``): null when the
     driver had no sample in the interval, or does not support the call (then named in the sample's
     ``unavailable`` as ``processes.sm_util_pct``, ``processes.mem_util_pct``)."""
 
-    pid: int = spec("int", lo=0)
-    used_mem_mb: float | None = _nonneg()
-    sm_util_pct: float | None = _pct()
-    mem_util_pct: float | None = _pct()
+    pid: Count
+    used_mem_mb: NonNeg | None = None
+    sm_util_pct: Pct | None = None
+    mem_util_pct: Pct | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class MetricSample:
+class MetricSample(Record, frozen=True):
     """One NVML sample of one GPU (or MIG instance).  Topic ``gpu.metrics``, key ``gpu_uuid``.
 
     ``seq`` counts samples per (producer, gpu_uuid) from 0 so consumers detect gaps
@@ -75,71 +115,74 @@ class MetricSample:
     ``gpm_sm_util_pct`` (busy SMs) and ``pcie_rx_bytes_per_s`` / ``pcie_tx_bytes_per_s``.
     """
 
-    ts: float = _ts()
-    host: str = spec("str")
-    gpu_uuid: str = spec("str")
-    gpu_index: int = spec("int", lo=0)
-    gpu_model: str = spec("str")
-    seq: int = spec("int", lo=0)
-    power_w: float | None = _nonneg()
-    temp_c: float | None = spec("float", lo=-50.0, hi=200.0, optional=True)
-    sm_util_pct: float | None = _pct()
-    mem_util_pct: float | None = _pct()
-    mem_used_mb: float | None = _nonneg()
-    mem_total_mb: float | None = _nonneg()
-    pcie_rx_kbps: float | None = _nonneg()
-    pcie_tx_kbps: float | None = _nonneg()
-    energy_mj: float | None = _nonneg()
-    dram_bw_util_pct: float | None = _pct()
-    processes: list[GpuProcess] | None = spec("list_record", record=GpuProcess, optional=True)
-    producer_id: str | None = spec("str", optional=True)
-    parent_uuid: str | None = spec("str", optional=True)
-    unavailable: list[str] | None = spec("list_str", optional=True)
-    sm_occupancy_pct: float | None = _pct()
-    gpm_sm_util_pct: float | None = _pct()
-    pcie_rx_bytes_per_s: float | None = _nonneg()
-    pcie_tx_bytes_per_s: float | None = _nonneg()
-    schema_version: int = SCHEMA_VERSION
+    ts: Ts
+    host: Str
+    gpu_uuid: Str
+    gpu_index: Count
+    gpu_model: Str
+    seq: Count
+    power_w: NonNeg | None = None
+    temp_c: Annotated[float, Meta(ge=-50.0, le=200.0)] | None = None
+    sm_util_pct: Pct | None = None
+    mem_util_pct: Pct | None = None
+    mem_used_mb: NonNeg | None = None
+    mem_total_mb: NonNeg | None = None
+    pcie_rx_kbps: NonNeg | None = None
+    pcie_tx_kbps: NonNeg | None = None
+    energy_mj: NonNeg | None = None
+    dram_bw_util_pct: Pct | None = None
+    processes: Annotated[list[GpuProcess], Meta(max_length=MAX_LIST_LEN)] | None = None
+    producer_id: Str | None = None
+    parent_uuid: Str | None = None
+    unavailable: Strs | None = None
+    sm_occupancy_pct: Pct | None = None
+    gpm_sm_util_pct: Pct | None = None
+    pcie_rx_bytes_per_s: NonNeg | None = None
+    pcie_tx_bytes_per_s: NonNeg | None = None
+    schema_version: Version = SCHEMA_VERSION
 
     @property
     def key(self) -> str:
         return self.gpu_uuid
 
 
-@dataclass(frozen=True, slots=True)
-class JobEvent:
+def progress_has_steps(event: JobEvent) -> None:
+    """A ``progress`` event carries ``steps`` and ``step_time_s``."""
+    if event.kind == "progress" and (event.steps is None or event.step_time_s is None):
+        raise RecordError("progress: steps and step_time_s are required")
+
+
+class JobEvent(Record, frozen=True):
     """A job's lifecycle on one GPU.  Topic ``jobs.lifecycle``, key ``gpu_uuid``.
 
     ``progress`` carries the cumulative ``steps`` and the mean ``step_time_s``
     since the previous progress event.
     """
 
-    ts: float = _ts()
-    kind: str = spec("enum", choices=JOB_KINDS)
-    job_id: str = spec("str")
-    job_type: str = spec("str")
-    gpu_uuid: str = spec("str")
-    host: str = spec("str")
-    pid: int | None = spec("int", lo=0, optional=True)
-    batch_size: int | None = spec("int", lo=1, optional=True)
-    steps: int | None = spec("int", lo=0, optional=True)
-    step_time_s: float | None = spec("float", lo=0.0, optional=True)
-    exit_code: int | None = spec("int", optional=True)
-    seq: int | None = spec("int", lo=0, optional=True)
-    producer_id: str | None = spec("str", optional=True)
-    schema_version: int = SCHEMA_VERSION
+    ts: Ts
+    kind: JobKind
+    job_id: Str
+    job_type: Str
+    gpu_uuid: Str
+    host: Str
+    pid: Count | None = None
+    batch_size: Annotated[int, Meta(ge=1, le=INT_MAX)] | None = None
+    steps: Count | None = None
+    step_time_s: NonNeg | None = None
+    exit_code: Int | None = None
+    seq: Count | None = None
+    producer_id: Str | None = None
+    schema_version: Version = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        progress_has_steps(self)
 
     @property
     def key(self) -> str:
         return self.gpu_uuid
 
-    def check(self) -> None:
-        if self.kind == "progress" and (self.steps is None or self.step_time_s is None):
-            raise RecordError("progress: steps and step_time_s are required")
 
-
-@dataclass(frozen=True, slots=True)
-class Observation:
+class Observation(Record, frozen=True):
     """One job in one co-located window.  Topic ``interference.observations``, key ``environment``.
 
     ``*_pct`` are the percent changes of the six parameters against the job's solo
@@ -149,35 +192,35 @@ class Observation:
     slowdown, null when the job reports no progress.
     """
 
-    window_start: float = _ts()
-    window_end: float = _ts()
-    gpu_uuid: str = spec("str")
-    environment: str = spec("str")
-    job_id: str = spec("str")
-    job_type: str = spec("str")
-    co_job_types: list[str] = spec("list_str")
-    co_job_ids: list[str] = spec("list_str", default=[])
-    E_pct: float | None = spec("float", optional=True)
-    T_pct: float | None = spec("float", optional=True)
-    S_pct: float | None = spec("float", optional=True)
-    V_pct: float | None = spec("float", optional=True)
-    R_pct: float | None = spec("float", optional=True)
-    W_pct: float | None = spec("float", optional=True)
-    window_means: dict[str, float | None] = spec("dict_float", default={})
-    solo: dict[str, float | None] = spec("dict_float", default={})
-    co_solo: list[dict[str, float | None]] = spec("list_dict_float", default=[])
-    interference_pct: float | None = spec("float", lo=-100.0, optional=True)
-    throughput_steps_per_s: float | None = _nonneg()
-    samples: int = spec("int", lo=0, default=0)
-    proc_sm_util_pct: float | None = _pct()
+    window_start: Ts
+    window_end: Ts
+    gpu_uuid: Str
+    environment: Str
+    job_id: Str
+    job_type: Str
+    co_job_types: Strs
+    co_job_ids: Strs = []
+    E_pct: Finite | None = None
+    T_pct: Finite | None = None
+    S_pct: Finite | None = None
+    V_pct: Finite | None = None
+    R_pct: Finite | None = None
+    W_pct: Finite | None = None
+    window_means: Floats = {}
+    solo: Floats = {}
+    co_solo: Annotated[list[Floats], Meta(max_length=MAX_LIST_LEN)] = []
+    interference_pct: Annotated[float, Meta(ge=-100.0, le=FLOAT_MAX)] | None = None
+    throughput_steps_per_s: NonNeg | None = None
+    samples: Count = 0
+    proc_sm_util_pct: Pct | None = None
     """The job's own SM utilisation in the window (mean of its process's per-process samples)."""
-    proc_mem_util_pct: float | None = _pct()
+    proc_mem_util_pct: Pct | None = None
     """The job's own memory utilisation in the window, likewise."""
-    sm_share_pct: float | None = _pct()
+    sm_share_pct: Pct | None = None
     """The job's share of the SM utilisation of all the window's jobs (null unless every job has its own)."""
-    rw_source: str | None = spec("enum", choices=RW_SOURCES, optional=True)
+    rw_source: RwSource | None = None
     """What ``R_pct``/``W_pct`` and ``window_means`` R/W were computed from (see :data:`RW_SOURCES`)."""
-    schema_version: int = SCHEMA_VERSION
+    schema_version: Version = SCHEMA_VERSION
 
     @property
     def key(self) -> str:
@@ -193,148 +236,142 @@ class Observation:
         return value
 
 
-@dataclass(frozen=True, slots=True)
-class WhatIf:
+class WhatIf(Record, frozen=True):
     """Predicted effect of adding one job of ``job_type`` to a GPU.
 
     ``newcomer_pct``: the newcomer's own slowdown; ``existing_pct``: the sum of the
     slowdowns of the jobs already there once it joins.
     """
 
-    job_type: str = spec("str")
-    newcomer_pct: float = spec("float")
-    existing_pct: float = spec("float")
-    interval_pct: list[float] | None = spec("interval", optional=True)
+    job_type: Str
+    newcomer_pct: Finite
+    existing_pct: Finite
+    interval_pct: Interval | None = None
     """90 % interval ``[lo, hi]`` of ``newcomer_pct`` (absent from producers before it existed)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Prediction:
+class Prediction(Record, frozen=True):
     """Predicted interference of one job.  Topic ``interference.predictions``, key ``gpu_uuid``."""
 
-    ts: float = _ts()
-    gpu_uuid: str = spec("str")
-    environment: str = spec("str")
-    job_id: str = spec("str")
-    job_type: str = spec("str")
-    job_set: list[str] = spec("list_str")
-    mode: str = spec("enum", choices=MODES)
-    interference_pct: float = spec("float")
-    model: str = spec("str")
-    category: str = spec("enum", choices=tuple(CATEGORIES))
-    expected_error_pct: float | None = _nonneg()
-    measured_pct: float | None = spec("float", optional=True)
-    what_if: list[WhatIf] = spec("list_record", record=WhatIf, default=[])
-    window_end: float | None = _ts(optional=True)
-    regime: str | None = spec("enum", choices=REGIMES, optional=True)
+    ts: Ts
+    gpu_uuid: Str
+    environment: Str
+    job_id: Str
+    job_type: Str
+    job_set: Strs
+    mode: Mode
+    interference_pct: Finite
+    model: Str
+    category: Category
+    expected_error_pct: NonNeg | None = None
+    measured_pct: Finite | None = None
+    what_if: Annotated[list[WhatIf], Meta(max_length=MAX_LIST_LEN)] = []
+    window_end: Ts | None = None
+    regime: Regime | None = None
     """``seen``: this job next to these co-runners was measured before (the model was chosen by its error on
     measured job sets); ``new``: never measured (chosen by its error on job sets left out of training)."""
-    interval_pct: list[float] | None = spec("interval", optional=True)
+    interval_pct: Interval | None = None
     """90 % interval ``[lo, hi]`` of ``interference_pct``: conformal (batch models, from out-of-fold residuals) or
     rolling prequential residual quantiles (online learners, baselines); null until enough residuals.  An
     additive optional field: ``schema_version`` stays 1, since readers of version 1 ignore unknown keys and
     decode a record without it, while a new version would make every such reader reject every record."""
-    schema_version: int = SCHEMA_VERSION
+    schema_version: Version = SCHEMA_VERSION
 
     @property
     def key(self) -> str:
         return self.gpu_uuid
 
 
-@dataclass(frozen=True, slots=True)
-class Alert:
+class Alert(Record, frozen=True):
     """Interference crossed a threshold (raised) or fell below the clear level (cleared).
 
     Topic ``interference.alerts``, key ``gpu_uuid``.
     """
 
-    ts: float = _ts()
-    state: str = spec("enum", choices=ALERT_STATES)
-    gpu_uuid: str = spec("str")
-    job_id: str = spec("str")
-    interference_pct: float = spec("float")
-    threshold: float = spec("float")
-    source: str = spec("enum", choices=ALERT_SOURCES)
-    clear_level: float | None = spec("float", optional=True)
-    job_type: str | None = spec("str", optional=True)
-    environment: str | None = spec("str", optional=True)
-    schema_version: int = SCHEMA_VERSION
+    ts: Ts
+    state: AlertState
+    gpu_uuid: Str
+    job_id: Str
+    interference_pct: Finite
+    threshold: Finite
+    source: AlertSource
+    clear_level: Finite | None = None
+    job_type: Str | None = None
+    environment: Str | None = None
+    schema_version: Version = SCHEMA_VERSION
 
     @property
     def key(self) -> str:
         return self.gpu_uuid
 
 
-@dataclass(frozen=True, slots=True)
-class LeaderboardEntry:
-    model: str = spec("str")
-    category: str = spec("enum", choices=tuple(CATEGORIES))
-    mode: str = spec("enum", choices=MODES)
-    kind: str = spec("enum", choices=MODEL_KINDS)
-    samples: int = spec("int", lo=0)
+class LeaderboardEntry(Record, frozen=True):
+    """The errors of one model in one category and mode."""
+
+    model: Str
+    category: Category
+    mode: Mode
+    kind: ModelKind
+    samples: Count
     """Prequential predictions scored on job sets measured before (``mae`` is their rolling MAE)."""
-    mae: float | None = _nonneg()
-    relative_error: float | None = _nonneg()
+    mae: NonNeg | None = None
+    relative_error: NonNeg | None = None
     """The paper's relative error of the grouped cross-validation (batch models)."""
-    cv_mae: float | None = _nonneg()
+    cv_mae: NonNeg | None = None
     """Grouped-CV MAE of the last refit: the error expected on job sets never measured."""
-    cv_samples: int | None = spec("int", lo=0, optional=True)
-    new_mae: float | None = _nonneg()
+    cv_samples: Count | None = None
+    new_mae: NonNeg | None = None
     """Prequential MAE on first observations of a job set (job and co-runners never measured before)."""
-    new_samples: int | None = spec("int", lo=0, optional=True)
+    new_samples: Count | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ServedModel:
+class ServedModel(Record, frozen=True):
     """What a mode serves in a regime, and the error it was chosen by."""
 
-    mode: str = spec("enum", choices=MODES)
-    regime: str = spec("enum", choices=REGIMES)
-    model: str = spec("str")
-    category: str = spec("enum", choices=tuple(CATEGORIES))
-    error_pct: float | None = _nonneg()
+    mode: Mode
+    regime: Regime
+    model: Str
+    category: Category
+    error_pct: NonNeg | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Leaderboard:
+class Leaderboard(Record, frozen=True):
     """Errors of every model per category and mode, and the selection.
 
     Topic ``models.leaderboard``, key ``environment``.  ``selected`` maps
     ``"<mode>:<category>"`` to a model name.
     """
 
-    ts: float = _ts()
-    environment: str = spec("str")
-    entries: list[LeaderboardEntry] = spec("list_record", record=LeaderboardEntry)
-    selected: dict[str, str] = spec("dict_str", default={})
-    observations: int = spec("int", lo=0, default=0)
-    last_refit: float | None = _ts(optional=True)
-    selection_seconds: float | None = _nonneg()
-    served: list[ServedModel] = spec("list_record", record=ServedModel, default=[])
-    schema_version: int = SCHEMA_VERSION
+    ts: Ts
+    environment: Str
+    entries: Annotated[list[LeaderboardEntry], Meta(max_length=MAX_LIST_LEN)]
+    selected: StrMap = {}
+    observations: Count = 0
+    last_refit: Ts | None = None
+    selection_seconds: NonNeg | None = None
+    served: Annotated[list[ServedModel], Meta(max_length=MAX_LIST_LEN)] = []
+    schema_version: Version = SCHEMA_VERSION
 
     @property
     def key(self) -> str:
         return self.environment
 
 
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
+class DeadLetter(Record, frozen=True):
     """A record some stage could not use, with the reason.  Topic ``aip.deadletter``."""
 
-    ts: float = _ts()
-    source_topic: str = spec("str")
-    partition: int = spec("int", lo=-1)
-    offset: int = spec("int", lo=-1)
-    payload_b64: str = spec("str", max_len=4_000_000)
-    error: str = spec("str", max_len=2000)
-    key: str | None = spec("str", optional=True, max_len=4096)
-    stage: str | None = spec("str", optional=True)
-    schema_version: int = SCHEMA_VERSION
+    ts: Ts
+    source_topic: Str
+    partition: Annotated[int, Meta(ge=-1, le=INT_MAX)]
+    offset: Annotated[int, Meta(ge=-1, le=INT_MAX)]
+    payload_b64: Annotated[str, Meta(max_length=4_000_000)]
+    error: Annotated[str, Meta(max_length=2000)]
+    key: Annotated[str, Meta(max_length=4096)] | None = None
+    stage: Str | None = None
+    schema_version: Version = SCHEMA_VERSION
 
 
-@dataclass(frozen=True, slots=True)
-class ProfileSource:
+class ProfileSource(Record, frozen=True):
     """One input partition's share of a solo profile: its running means and counts.
 
     ``source`` names the stage-1 input partition whose GPUs ran the solo windows
@@ -342,15 +379,14 @@ class ProfileSource:
     by parameter (E, T, S, V, R, W, M, throughput), each with its own count.
     """
 
-    source: str = spec("str")
-    windows: int = spec("int", lo=0)
-    means: dict[str, float | None] = spec("dict_float")
-    counts: dict[str, float | None] = spec("dict_float")
-    updated_ts: float = _ts()
+    source: Str
+    windows: Count
+    means: Floats
+    counts: Floats
+    updated_ts: Ts
 
 
-@dataclass(frozen=True, slots=True)
-class SoloProfile:
+class SoloProfile(Record, frozen=True):
     """The solo profile of one job type in one environment.  Topic ``interference.profiles`` (compacted),
     key ``"<environment>|<job_type>"``.
 
@@ -360,20 +396,20 @@ class SoloProfile:
     holds each input partition's share; the means are their count-weighted mean.
     """
 
-    environment: str = spec("str")
-    job_type: str = spec("str")
-    updated_ts: float = _ts()
-    E: float | None = spec("float", optional=True)
-    T: float | None = spec("float", optional=True)
-    S: float | None = spec("float", optional=True)
-    V: float | None = spec("float", optional=True)
-    R: float | None = spec("float", optional=True)
-    W: float | None = spec("float", optional=True)
-    M: float | None = spec("float", optional=True)
-    throughput_steps_per_s: float | None = _nonneg()
-    windows: int = spec("int", lo=0, default=0)
-    sources: list[ProfileSource] = spec("list_record", record=ProfileSource, default=[])
-    schema_version: int = SCHEMA_VERSION
+    environment: Str
+    job_type: Str
+    updated_ts: Ts
+    E: Finite | None = None
+    T: Finite | None = None
+    S: Finite | None = None
+    V: Finite | None = None
+    R: Finite | None = None
+    W: Finite | None = None
+    M: Finite | None = None
+    throughput_steps_per_s: NonNeg | None = None
+    windows: Count = 0
+    sources: Annotated[list[ProfileSource], Meta(max_length=MAX_LIST_LEN)] = []
+    schema_version: Version = SCHEMA_VERSION
 
     @property
     def key(self) -> str:

@@ -16,6 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from events import RecordError, decode_obj
 from events.topics import LIFECYCLE, METRICS, RECORD_OF
 
@@ -52,6 +54,4 @@ def load(path: str | Path) -> tuple[list[tuple[str, Any]], int]:
 
 def shifted(records: list[tuple[str, Any]], offset_s: float) -> list[tuple[str, Any]]:
     """The same records with every timestamp moved by ``offset_s``."""
-    import dataclasses
-
-    return [(t, dataclasses.replace(r, ts=r.ts + offset_s)) for t, r in records]
+    return [(t, msgspec.structs.replace(r, ts=r.ts + offset_s)) for t, r in records]

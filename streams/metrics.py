@@ -22,7 +22,7 @@ from events import Leaderboard
 def dead_letter_reason(error: str) -> str:
     """A short, bounded label for a dead letter's reason (the full text is in the record).
 
-    >>> dead_letter_reason("invalid gpu.metrics record: sm_util_pct: 120 is above the maximum 100")
+    >>> dead_letter_reason("invalid gpu.metrics record: Expected `float` <= 100.0 - at `$.sm_util_pct`")
     'invalid_record'
     >>> dead_letter_reason("late event: 30.0 s behind the watermark")
     'late'

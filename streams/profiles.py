@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from events import ProfileSource, SoloProfile
-from events.schema import TS_MIN_S
+from events.records import TS_MIN_S
 
 PROFILE_KEYS = ("E", "T", "S", "V", "R", "W", "M", "throughput")
 LOCAL = "local"

@@ -9,7 +9,6 @@ snapshot callables for the caller to run in an executor.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -19,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from events import Alert, Leaderboard, Observation, Prediction, WhatIf, to_dict
 from models.api import Config, EnvironmentModels
@@ -39,7 +40,7 @@ def leaderboard_changed(before: Leaderboard | None, after: Leaderboard) -> bool:
     """True when anything but the timestamp differs."""
     if before is None:
         return True
-    return dataclasses.replace(before, ts=after.ts) != after  # records compare field by field
+    return msgspec.structs.replace(before, ts=after.ts) != after  # records compare field by field
 
 
 class Stage2:

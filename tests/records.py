@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
+import msgspec.inspect as mi
 from hypothesis import strategies as st
 
 from events import (
@@ -22,58 +22,44 @@ from events import (
     SoloProfile,
     WhatIf,
 )
-from events.schema import TS_MAX_S, TS_MIN_S, Spec
-
-_text = st.text(max_size=40)
+from events.records import TS_MAX_S, TS_MIN_S
 
 
-def _value(spec: Spec) -> st.SearchStrategy[Any]:
-    kind = spec.kind
-    if kind == "float":
-        lo = spec.lo if spec.lo is not None else -1e9
-        hi = spec.hi if spec.hi is not None else 1e9
-        return st.floats(min_value=lo, max_value=hi, allow_nan=False, allow_infinity=False)
-    if kind == "int":
-        lo = int(spec.lo) if spec.lo is not None else -(2**40)
-        hi = int(spec.hi) if spec.hi is not None else 2**40
-        return st.integers(min_value=lo, max_value=hi)
-    if kind == "str":
-        return _text
-    if kind == "bool":
-        return st.booleans()
-    if kind == "enum":
-        return st.sampled_from(spec.choices)
-    if kind == "list_str":
-        return st.lists(_text, max_size=4)
-    if kind == "dict_float":
-        return st.dictionaries(st.text(max_size=8), st.none() | st.floats(allow_nan=False, allow_infinity=False), max_size=4)
-    if kind == "dict_str":
-        return st.dictionaries(st.text(max_size=8), _text, max_size=4)
-    if kind == "list_dict_float":
-        return st.lists(_value(Spec("dict_float")), max_size=3)
-    if kind == "interval":
-        return st.lists(st.floats(min_value=-100.0, max_value=1e4, allow_nan=False), min_size=2, max_size=2).map(sorted)
-    if kind == "record":
-        assert spec.record is not None
-        return records_of(spec.record)
-    if kind == "list_record":
-        assert spec.record is not None
-        return st.lists(records_of(spec.record), max_size=3)
-    raise AssertionError(kind)
+def _value(t: mi.Type) -> st.SearchStrategy[Any]:
+    """Values within the constraints of a msgspec type (numbers kept to a readable range)."""
+    if isinstance(t, mi.FloatType):
+        return st.floats(min_value=max(t.ge, -1e9), max_value=min(t.le, 1e9), allow_nan=False, allow_infinity=False)
+    if isinstance(t, mi.IntType):
+        return st.integers(min_value=max(t.ge, -(2**40)), max_value=min(t.le, 2**40))
+    if isinstance(t, mi.StrType):
+        return st.text(max_size=min(t.max_length or 40, 40))
+    if isinstance(t, mi.LiteralType):
+        return st.sampled_from(t.values)
+    if isinstance(t, mi.NoneType):
+        return st.none()
+    if isinstance(t, mi.UnionType):
+        return st.one_of([_value(u) for u in t.types])
+    if isinstance(t, mi.ListType):
+        if t.min_length == 2 and t.max_length == 2:  # an interval [lo, hi]
+            return st.lists(st.floats(min_value=-100.0, max_value=1e4), min_size=2, max_size=2).map(sorted)
+        return st.lists(_value(t.item_type), max_size=3)
+    if isinstance(t, mi.DictType):
+        return st.dictionaries(_value(t.key_type), _value(t.value_type), max_size=4)
+    if isinstance(t, mi.StructType):
+        return records_of(t.cls)
+    raise AssertionError(t)
 
 
 def records_of(cls: type) -> st.SearchStrategy[Any]:
-    """Valid instances of ``cls``: every field drawn within its spec, optionals sometimes null."""
-    fields: dict[str, st.SearchStrategy[Any]] = {}
-    for f in dataclasses.fields(cls):
-        if f.name == "schema_version":
-            continue
-        strategy = _value(f.metadata["spec"])
-        fields[f.name] = st.none() | strategy if f.metadata.get("optional") else strategy
-    strategy = st.builds(cls, **fields)
+    """Valid instances of ``cls``: every field drawn within its Struct's constraints, optionals sometimes null."""
+    info = mi.type_info(cls)
+    assert isinstance(info, mi.StructType)
+    fields = {f.name: _value(f.type) for f in info.fields if f.name != "schema_version"}
     if cls is JobEvent:  # progress needs steps and step_time_s
-        strategy = strategy.filter(lambda e: e.kind != "progress" or (e.steps is not None and e.step_time_s is not None))
-    return strategy
+        progress = {"kind": st.just("progress"), "steps": st.integers(0, 2**40), "step_time_s": st.floats(0.0, 1e9)}
+        others = st.builds(cls, **{**fields, "kind": st.sampled_from(["started", "finished"])})
+        return others | st.builds(cls, **{**fields, **progress})
+    return st.builds(cls, **fields)
 
 
 RECORD_TYPES = [

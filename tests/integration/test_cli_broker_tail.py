@@ -79,7 +79,7 @@ def test_tail_prints_records_and_undecodable_ones_and_keeps_going(settings) -> N
     lines = text.stdout.strip().splitlines()
     assert len(lines) == 4, text.stdout + text.stderr
     assert "started" in lines[0] and "finished" in lines[3]
-    assert lines[1].startswith("UNDECODABLE") and "required field missing" in lines[1]
+    assert lines[1].startswith("UNDECODABLE") and "missing required field `ts`" in lines[1]
     assert lines[2].startswith("UNDECODABLE") and "not valid JSON" in lines[2]
     as_json = subprocess.run([*base, "--json"], capture_output=True, text=True, timeout=60)
     objs = [json.loads(line) for line in as_json.stdout.splitlines()]

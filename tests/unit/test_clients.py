@@ -19,7 +19,8 @@ def prediction(gpu: str, job_set: list[str], what_if: dict[str, tuple[float, flo
 
 
 def job(gpu: str, job_id: str, job_type: str, kind: str = "started", ts: float = T0) -> JobEvent:
-    return JobEvent(ts=ts, kind=kind, job_id=job_id, job_type=job_type, gpu_uuid=gpu, host="h")
+    progress = {"steps": 1, "step_time_s": 0.1} if kind == "progress" else {}
+    return JobEvent(ts=ts, kind=kind, job_id=job_id, job_type=job_type, gpu_uuid=gpu, host="h", **progress)
 
 
 def client(**kw: object) -> SchedulerClient:
@@ -138,9 +139,9 @@ def test_placement_guided_uses_the_client_and_beats_random(quick_jobs: int) -> N
 
 # ---------------------------------------------------------------- a client that joins mid-stream (issue 16, item 4)
 def at(p: Prediction, window_end: float) -> Prediction:
-    import dataclasses
+    import msgspec
 
-    return dataclasses.replace(p, window_end=window_end)
+    return msgspec.structs.replace(p, window_end=window_end)
 
 
 def test_mid_stream_client_does_not_call_a_busy_gpu_idle_after_an_older_job_finishes() -> None:

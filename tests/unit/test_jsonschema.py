@@ -1,4 +1,4 @@
-"""The generated JSON Schemas accept every valid record and reject what the validator rejects."""
+"""The JSON Schemas msgspec generates from the record Structs accept published records and reject invalid ones."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from jsonschema import Draft202012Validator
 from records import TOP_LEVEL, records_of
 
-from events import RECORD_OF, encode
+from events import RECORD_OF, Prediction, encode
 from events.jsonschema import schema_of, topic_schemas, write
 
 VALIDATORS = {cls: Draft202012Validator(schema_of(cls)) for cls in TOP_LEVEL}
@@ -67,3 +67,39 @@ def test_the_profiles_schema_in_the_integration_guide_is_the_generated_one() -> 
     text = (Path(__file__).resolve().parents[2] / "docs" / "INTEGRATION.md").read_text()
     block = text.split("<!-- schema:SoloProfile -->\n```json\n", 1)[1].split("\n```", 1)[0]
     assert json.loads(block) == schema_of(SoloProfile)
+
+
+def _published(tmp_path) -> dict[type, list[object]]:
+    """What the simulator, stage 1 and stage 2 publish for a short simulated fleet, by record class."""
+    from producers.sim import Simulator
+    from streams.deadletters import dead_letter
+    from streams.stage1 import Stage1
+    from streams.stage2 import Stage2
+
+    start_ts = 1_700_000_000.0
+    events = [r for _t, r in Simulator(gpus=2, gpu_model="v100", seed=1, start_ts=start_ts, duration_s=400.0).events()]
+    stage1 = Stage1(window_s=10.0, lateness_s=2.0)
+    observations = [o for e in events for o in (stage1.on_metric(e) if hasattr(e, "power_w") else stage1.on_job(e))]
+    stage2 = Stage2(clock=lambda: start_ts + 400.0, max_pct=20.0, state_dir=tmp_path)
+    outputs = [stage2.on_observation(o) for o in observations]
+    out: dict[type, list[object]] = {}
+    for record in [
+        *events,
+        *observations,
+        *(stage1.profiles.record(env, job_type) for env, job_type in stage1.profiles.known()),
+        *(p for o in outputs for p in o.predictions),
+        *(a for o in outputs for a in o.alerts),
+        *(o.leaderboard for o in outputs if o.leaderboard is not None),
+        dead_letter("gpu.metrics", 0, 7, b"{", "not valid JSON", stage="stage1", now=start_ts),
+    ]:
+        out.setdefault(type(record), []).append(record)
+    return out
+
+
+def test_records_the_pipeline_publishes_validate_against_their_schemas(tmp_path) -> None:
+    published = _published(tmp_path)
+    assert set(published) == set(TOP_LEVEL)  # every topic
+    for cls, records in published.items():
+        for record in records:
+            assert list(VALIDATORS[cls].iter_errors(json.loads(encode(record)))) == [], record
+    assert any(p.what_if for p in published[Prediction])  # placement mode: nested records validated too

@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import math
 
+import msgspec
 import pytest
 
 from events import CATEGORIES, Leaderboard
@@ -36,7 +37,7 @@ def _stream(path, n: int = 400, seed: int = 3):  # type: ignore[no-untyped-def]
 def test_unlabelled_is_noop_and_nothing_predicted_before_learning(stream) -> None:  # type: ignore[no-untyped-def]
     em = EnvironmentModels("v100", config=SMALL)
     assert em.predict(stream[0], "observed") is None
-    em.learn(dataclasses.replace(stream[0], interference_pct=None))
+    em.learn(msgspec.structs.replace(stream[0], interference_pct=None))
     assert em.observations == 0 and not em.history
     assert em.predict_placement("A3C", {"throughput": 1.0}, ["LM"], [{"throughput": 2.0}]) is None
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import random
 
+import msgspec
 import orjson
 import pytest
 from records import job_event, sample
@@ -295,7 +295,7 @@ def test_stage2_predictions_say_their_regime_and_stay_in_range(tmp_path) -> None
     last = observations()[-1]
     later = {"window_start": last.window_start + 100, "window_end": last.window_end + 100}
     # lm next to resnet, both measured in the other role: this job next to these co-runners was never measured
-    swapped = dataclasses.replace(
+    swapped = msgspec.structs.replace(
         last, job_id="j2", job_type="lm", co_job_types=["resnet"], co_job_ids=["j1"], solo=last.co_solo[0],
         co_solo=[last.solo], **later,
     )  # fmt: skip
@@ -303,7 +303,7 @@ def test_stage2_predictions_say_their_regime_and_stay_in_range(tmp_path) -> None
     assert fresh and {p.regime for p in fresh} == {"new"}
     preds += fresh
     # a job type never measured here: no prediction, counted
-    novel = dataclasses.replace(last, job_id="j-new", job_type="gan", **later)
+    novel = msgspec.structs.replace(last, job_id="j-new", job_type="gan", **later)
     assert stage.on_observation(novel).predictions == []
     assert stage.counters["predictions_withheld_novel"] == 2  # observed and placement
     assert all(-100.0 <= p.interference_pct <= 20.0 for p in preds)
