@@ -53,7 +53,6 @@ def test_live_intervals_cover_about_90_percent_and_survive_save_load(tmp_path) -
     shutil.rmtree(tmp_path / "state")
 
 
-
 def test_scaled_intervals_widen_where_the_rows_are_harder() -> None:
     """Residuals whose scale grows with the rows' spread: plain split-conformal covers the easy rows always and
     the hardest ones too rarely; scaled by the spread, the hard rows are covered far more often, at the same
