@@ -29,7 +29,10 @@ observations in one vectorised pass every ``score_batch_every`` observations
   learners by their prequential error on first observations of a slot.
 
 A prediction is served by the candidate with the smallest error of its regime,
-says which regime it was in, and is bounded to ``[-100, max_pct]``.  An ADWIN
+says which regime it was in, and is bounded to ``[-100, max_pct]``.  Observed
+mode's candidates include placement mode's models (served as
+``placement/<model>``): it knows the solo profiles too, so it is never served
+worse than placement mode by the error both are judged by.  An ADWIN
 detector per mode on the served prediction's error (computed before learning)
 requests a refit when it fires.
 
