@@ -29,7 +29,10 @@ observations in one vectorised pass every ``score_batch_every`` observations
   learners by their prequential error on first observations of a slot.
 
 A prediction is served by the candidate with the smallest error of its regime,
-says which regime it was in, and is bounded to ``[-100, max_pct]``.  An ADWIN
+says which regime it was in, and is bounded to ``[-100, max_pct]``.  Observed
+mode's candidates include placement mode's models (served as
+``placement/<model>``): it knows the solo profiles too, so it is never served
+worse than placement mode by the error both are judged by.  An ADWIN
 detector per mode on the served prediction's error (computed before learning)
 requests a refit when it fires.
 
@@ -61,6 +64,8 @@ from models.selection import COST_ORDER, cross_validate, grouped_folds
 from models.zoo import HEAVY_ONLINE, ONLINE, REFIT_BATCH, RiverModel, load_batch, make_online
 
 PLACEMENT_KEYS = (*PARAMETERS, "M", "throughput")
+VIA = "placement"
+"""The mode whose models observed mode also weighs (served as ``placement/<model>``, see ``_best``)."""
 REGIMES = ("seen", "new")
 
 Key = tuple[str, str, str]
@@ -464,14 +469,21 @@ class EnvironmentModels:
         keys += [(mode, "all", name) for name in BASELINES]
         return keys
 
-    def _best(self, regime: str, mode: str, cat: str | None = None) -> tuple[float, str, str] | None:
+    def _best(self, regime: str, mode: str, cat: str | None = None, *, wider: bool = False) -> tuple[float, str, str] | None:
+        """The (error, category, model) with the smallest error of ``mode``'s candidates in ``regime``.  ``wider``:
+        observed mode also weighs placement mode's models (named ``placement/<model>``): the solo profiles are part
+        of what it knows about a running co-location, so what it serves is never judged worse than placement's."""
         best: tuple[float, str, str] | None = None
-        for key in self._candidates(mode):
+        keys = self._candidates(mode)
+        if wider and mode == "observed":
+            keys += [k for k in self._candidates(VIA) if k[2] not in BASELINES]
+        for key in keys:
             if (cat is not None and key[1] != cat) or (regime == "new" and key[2] == LAST_MEASURED):
                 continue
             e = self._error(regime, key)
-            if e is not None and (best is None or (e, key[1], key[2]) < best):
-                best = (e, key[1], key[2])
+            name = key[2] if key[0] == mode else f"{key[0]}/{key[2]}"
+            if e is not None and (best is None or (e, key[1], name) < best):
+                best = (e, key[1], name)
         return best
 
     def _select(self) -> None:
@@ -482,7 +494,7 @@ class EnvironmentModels:
                 continue
             self._stale.discard(regime)
             for mode in MODES:
-                best = self._best(regime, mode)
+                best = self._best(regime, mode, wider=True)
                 if best is not None:
                     self._selected[regime][mode] = best
                 else:
@@ -499,9 +511,11 @@ class EnvironmentModels:
         if self.baselines.measured(key) >= self.config.jobset_min:
             best: tuple[float, str, str] | None = None
             for k, e in self._slot_errors.get(key, {}).items():
-                ok = k[0] == mode and e.n >= self.config.min_samples and self._can_serve(k)
-                if ok and (best is None or (e.mean, k[1], k[2]) < best):
-                    best = (e.mean, k[1], k[2])
+                wider = mode == "observed" and k[0] == VIA and k[2] not in BASELINES
+                ok = (k[0] == mode or wider) and e.n >= self.config.min_samples and self._can_serve(k)
+                name = f"{VIA}/{k[2]}" if wider else k[2]
+                if ok and (best is None or (e.mean, k[1], name) < best):
+                    best = (e.mean, k[1], name)
             if best is not None:
                 return "seen", best
         choice = self._selected["seen"].get(mode)
@@ -521,13 +535,15 @@ class EnvironmentModels:
         if choice is None:
             return None
         regime, (err, cat, name) = choice
-        if name in BASELINES:
-            raw = self.baselines.predict(name, key)
+        src, _, model = name.rpartition("/")
+        src = src or mode
+        if model in BASELINES:
+            raw = self.baselines.predict(model, key)
         else:
-            x = views.get(mode, cat)
+            x = views.get(src, cat)
             if not x:
                 return None
-            raw = float((self._online.get((mode, cat, name)) or self._batch[(mode, cat, name)]).predict_one(x))
+            raw = float((self._online.get((src, cat, model)) or self._batch[(src, cat, model)]).predict_one(x))
         if raw is None:
             return None
         value, extrapolated = float(raw), False
@@ -536,7 +552,7 @@ class EnvironmentModels:
             value, extrapolated = min(max(value, self.baselines.lo), self.baselines.hi), True
         value, clipped = clip_pct(value, self.config.max_pct)
         clipped = clipped or extrapolated
-        interval = self._interval(regime, (mode, cat, name), value)
+        interval = self._interval(regime, (src, cat, model), value)
         return PredictionResult(value, name, cat, mode, None if math.isnan(err) else float(err), regime, clipped, interval)
 
     def _interval(self, regime: str, key: Key, value: float) -> tuple[float, float] | None:

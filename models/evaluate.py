@@ -7,8 +7,7 @@ among the candidates by cross-validation **of the same scheme** on the outer tra
 choice there and predicts the outer test rows.  The candidates are the batch models per category, their
 average (the three best by inner CV), and the two baselines (the training median and a random forest on
 job identities), so the choice is never worse than a baseline on the inner folds.  The 90 % interval of a
-prediction is split-conformal: the 5 % and 95 % quantiles of the chosen candidate's inner out-of-fold
-residuals (errors on rows held out *the same way*), added to the prediction.
+prediction is conformal, from residuals on the outer training rows held out *the same way* (:func:`interval`).
 
 Everything the outer fold ``i`` fits or selects on goes through :func:`fit_candidate` and
 :func:`candidate_scores` with the outer training rows alone (``tests/unit/test_evaluate.py`` checks it).
@@ -31,7 +30,7 @@ import pandas as pd
 from events import CATEGORIES
 from models.datasets import Dataset, Sample
 from models.features import restrict
-from models.intervals import COVERAGE, conformal_offsets
+from models.intervals import COVERAGE, conformal_offsets, scaled_offsets
 from models.selection import Score, cross_validate, holdout_folds, mae, relative_error, select
 from models.zoo import BATCH, make_batch
 
@@ -162,12 +161,51 @@ def _members(name: str) -> list[tuple[str, str]]:
 
 
 def _oof(
-    name: str, samples: Sequence[Sample], folds: Sequence[tuple[np.ndarray, np.ndarray]], mode: str, seed: int
-) -> np.ndarray:
+    name: str, samples: Sequence[Sample], folds: Sequence[tuple[np.ndarray, np.ndarray]], mode: str, seed: int,
+    category: str = "all",
+) -> np.ndarray:  # fmt: skip
     out = np.full(len(samples), np.nan)
     for train, test in folds:
-        out[test] = fit_candidate(name, "all", [samples[i] for i in train], mode, seed)([samples[i] for i in test])
+        out[test] = fit_candidate(name, category, [samples[i] for i in train], mode, seed)([samples[i] for i in test])
     return out
+
+
+INTERVAL_FOLDS = 5
+"""``pair`` holdout: folds of the fresh partition whose residuals calibrate the interval (as many as the outer
+evaluation)."""
+
+
+def interval(
+    pick: Score | None, inner: Sequence[Score], train: Sequence[Sample], test: Sequence[Sample], pred: np.ndarray,
+    mode: str, holdout: str, *, seed: int = 0, coverage: float = COVERAGE,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The 90 % interval of ``pred`` (``pick`` fitted on ``train``, predicting ``test``), from ``train`` alone.
+
+    * No pick (too few groups or families inside): the training median's residuals on the training rows.
+    * ``pair``: split-conformal on the chosen candidate's residuals over a fresh partition of ``train`` into
+      :data:`INTERVAL_FOLDS` groups-folds, not the inner folds it was selected on (residuals the selection
+      minimised are optimistic) and each trained on 4/5 of the rows, like the served fit on all of them.
+    * ``family``: locally weighted (:func:`models.intervals.scaled_offsets`): the chosen candidate's inner
+      residuals scaled by the disagreement (standard deviation) of the three best single candidates, measured
+      out of fold on the calibration rows and on ``test`` by the same three fitted on ``train`` (at most the
+      largest calibration disagreement).  A row of an unseen family on which models disagree gets a wider
+      interval."""
+    y = np.array([s.target for s in train], dtype=float)
+    if pick is None:
+        lo, hi = conformal_offsets(y - float(np.median(y)), coverage)
+        return pred + lo, pred + hi
+    if holdout == "pair":
+        folds = holdout_folds(train, INTERVAL_FOLDS, seed + 2, holdout)  # not the selection's partition (seed + 1)
+        lo, hi = conformal_offsets(y - _oof(pick.model, train, folds, mode, seed + 2, pick.category), coverage)
+        return pred + lo, pred + hi
+    singles = [c for c in inner if math.isfinite(c.mae) and c.model not in (MEDIAN, IDENTITY) and not c.model.startswith(AVERAGE)]
+    top = sorted(singles, key=lambda c: (c.mae, c.model, c.category))[:3]
+    preds = [fit_candidate(c.model, c.category, train, mode, seed)(test) for c in top]
+    spread = np.std([c.oof for c in top], axis=0) if top else np.zeros(len(y))
+    new = np.std(preds, axis=0) if top else np.zeros(len(test))
+    lo, hi, beta = scaled_offsets(y - pick.oof, spread, coverage)
+    scale = np.minimum(new, float(spread.max())) + beta
+    return pred + lo * scale, pred + hi * scale
 
 
 def candidate_scores(
@@ -266,15 +304,9 @@ def evaluate(
         tr, te = [samples[j] for j in train], [samples[j] for j in test]
         inner = candidate_scores(tr, mode, models=models, k=inner_k, seed=seed + 1, holdout=holdout, views=views)
         pick = select(inner, mode)
-        if pick is None:  # too few groups/families inside: the training median, its residuals on the training rows
-            residuals = y[train] - float(np.median(y[train]))
-            name, cat = MEDIAN, "all"
-        else:
-            residuals = y[train] - pick.oof
-            name, cat = pick.model, pick.category
+        name, cat = (MEDIAN, "all") if pick is None else (pick.model, pick.category)  # None: too few groups inside
         heldout[test] = fit_candidate(name, cat, tr, mode, seed)(te)
-        off_lo, off_hi = conformal_offsets(residuals, coverage)
-        lo[test], hi[test] = heldout[test] + off_lo, heldout[test] + off_hi
+        lo[test], hi[test] = interval(pick, inner, tr, te, heldout[test], mode, holdout, seed=seed, coverage=coverage)
         med_pred[test] = fit_candidate(MEDIAN, "all", tr, mode, seed)(te)
         if baseline:
             id_pred[test] = fit_candidate(IDENTITY, "all", tr, mode, seed)(te)

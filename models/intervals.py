@@ -2,7 +2,8 @@
 
 * Batch models: split-conformal offsets from out-of-fold residuals (:func:`conformal_offsets`): the
   interval of a prediction ``p`` is ``[p + lo, p + hi]``, each tail holding ``(1 - coverage) / 2`` of the
-  residuals with the finite-sample correction.
+  residuals with the finite-sample correction; offline (``aip evaluate``) the locally weighted form
+  (:func:`scaled_offsets`), the residuals scaled by how much several models disagree on the row.
 * Online learners (and the baselines): the same quantiles over a rolling window of their prequential
   residuals (:class:`ResidualWindow`): each residual was measured before the learner saw the observation.
 
@@ -40,6 +41,25 @@ def conformal_offsets(residuals: Sequence[float] | np.ndarray, coverage: float =
     hi = math.inf if n == 0 or k_hi > n else float(r[k_hi - 1])
     lo = -math.inf if n == 0 or k_lo < 1 else float(r[k_lo - 1])
     return lo, hi
+
+
+def scaled_offsets(
+    residuals: Sequence[float] | np.ndarray, spread: Sequence[float] | np.ndarray, coverage: float = COVERAGE
+) -> tuple[float, float, float]:
+    """Locally weighted split-conformal: offsets ``(lo, hi)`` of the scores ``residual / (spread + beta)``, and
+    ``beta``, the median absolute residual.  The interval of a prediction ``p`` whose ``spread`` is ``s`` is
+    ``[p + lo (s + beta), p + hi (s + beta)]``: wider where ``s``, a difficulty measured the same way on the
+    calibration rows (the disagreement of several models), is larger.  With ``s`` constant it is
+    :func:`conformal_offsets`.
+
+    >>> lo, hi, beta = scaled_offsets(np.arange(-50, 51, dtype=float), np.zeros(101))
+    >>> beta, round(lo * beta, 6), round(hi * beta, 6)
+    (25.0, -46.0, 46.0)
+    """
+    r, s = np.asarray(residuals, dtype=float), np.asarray(spread, dtype=float)
+    beta = max(float(np.median(np.abs(r[np.isfinite(r)]))) if np.isfinite(r).any() else 0.0, 1e-9)
+    lo, hi = conformal_offsets(r / (s + beta), coverage)
+    return lo, hi, beta
 
 
 class ResidualWindow:

@@ -202,18 +202,22 @@ def test_csv_group_column_never_splits_a_job_set(tmp_path) -> None:  # type: ign
     assert len(set(groups[4:9])) == 1 and groups[0] != groups[4] != groups[9]  # a shared label joins c+d and e+f
 
 
-def test_conformal_intervals_cover_90_percent_where_the_noise_is_known() -> None:
-    """y = 2 x + N(0, 5): the 90 % interval is about 2 x 1.645 x 5 = 16.4 points wide and covers 90 % of new rows."""
+@pytest.mark.parametrize("holdout", ["pair", "family"])
+def test_conformal_intervals_cover_90_percent_where_the_noise_is_known(holdout) -> None:  # type: ignore[no-untyped-def]
+    """y = 2 x + N(0, 5): the 90 % interval is about 2 x 1.645 x 5 = 16.4 points wide and covers 90 % of new rows,
+    under either scheme (``family``: 8 families, every test row's families never trained on)."""
     from models.evaluate import evaluate
 
     rng = np.random.default_rng(2)
     samples = []
-    for i in range(300):
+    for i in range(400):
         x = float(rng.uniform(0, 50))
         solo = {"S": x, "M": 1.0, "throughput": 1.0}
-        samples.append(Sample(f"j{i % 60}", (f"j{(i + 7) % 60}",), 2 * x + float(rng.normal(0, 5)), f"g{i % 60}", "h", {}, solo, ({},)))
+        fam = (f"f{i % 8}", (f"f{(i + 3) % 8}",))  # families apart from the job types, which tell nothing
+        samples.append(Sample("job", ("job",), 2 * x + float(rng.normal(0, 5)), f"g{i % 60}", "h", {}, solo, ({},), *fam))
     ds = Dataset("linear", samples, "interference_pct", ("placement",))
-    ev = evaluate(ds, "placement", models=("LinearRegression",), baseline=False, report_table=False)
+    models = ("LinearRegression", "DecisionTree", "KNN")  # three: the family interval weighs their disagreement
+    ev = evaluate(ds, "placement", models=models, baseline=False, report_table=False, holdout=holdout)
     assert ev.interval_coverage is not None and 0.85 <= ev.interval_coverage <= 0.95
     assert ev.interval_width_mean is not None and 13.0 <= ev.interval_width_mean <= 20.0
     assert ev.mae < 5.0  # about 0.8 x 5 for the right model
