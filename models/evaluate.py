@@ -83,8 +83,8 @@ class Evaluation:
         return float(np.mean(self.interval_hi - self.interval_lo)) if len(self.interval_lo) else None
 
     def summary(self) -> dict[str, Any]:
-        def r(v: float | None, n: int = 3) -> float | None:
-            return None if v is None else round(v, n)
+        def r(v: float | None, n: int = 3) -> float | None:  # JSON has no infinity: an unbounded interval is null
+            return None if v is None or not math.isfinite(v) else round(v, n)
 
         return {
             "dataset": self.dataset,

@@ -91,5 +91,5 @@ def run(args: argparse.Namespace) -> int:
         files = write_report(ev, dataset.samples, Path(args.report))
         print(f"report: {', '.join(str(f) for f in files)}")
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps(summary, allow_nan=False))
     return 0
