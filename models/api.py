@@ -65,6 +65,8 @@ REGIMES = ("seen", "new")
 
 Key = tuple[str, str, str]
 """(mode, category, model) of one candidate."""
+PlacementAsk = tuple[str, Mapping[str, float | None], Sequence[str], Sequence[Mapping[str, float | None]]]
+"""A what-if: (job type, its solo profile, the co-runners' job types, their solo profiles)."""
 
 
 @dataclass(frozen=True)
@@ -377,10 +379,9 @@ class EnvironmentModels:
         slot_errors = self._slot_errors_for(key) if seen else None
         max_pct = self.config.max_pct
         # drift: the error of what predict() serves for this sample, before anything learns it
-        for mode in MODES:
-            served = self._predict_views(views, key, mode)
+        for served in self._predict_many([(views, key, mode) for mode in MODES]):
             if served is not None:
-                det = self._drift_detectors[mode]
+                det = self._drift_detectors[served.mode]
                 before = det.estimation
                 det.update(abs(served.interference_pct - y))
                 if det.drift_detected and det.estimation > before:  # the error rose (a fall is learning, not drift)
@@ -510,22 +511,43 @@ class EnvironmentModels:
     def _can_serve(self, key: Key) -> bool:
         return key in self._online or key in self._batch or key[2] in BASELINES
 
-    def _predict_views(self, views: Views, key: str, mode: str) -> PredictionResult | None:
+    def _plan(self, views: Views, key: str, mode: str) -> tuple[str, float, Key, dict[str, float]] | None:
+        """(regime, error, candidate, features) serving ``views`` of slot ``key`` in ``mode``; None: nothing to serve."""
         if self.observations == 0 or mode not in MODES or not views.full(mode):
             return None
         choice = self._choice(mode, key)
         if choice is None:
             return None
         regime, (err, cat, name) = choice
-        if name in BASELINES:
-            raw = self.baselines.predict(name, key)
-        else:
-            x = views.get(mode, cat)
-            if not x:
-                return None
-            raw = float((self._online.get((mode, cat, name)) or self._batch[(mode, cat, name)]).predict_one(x))
-        if raw is None:
+        x = {} if name in BASELINES else views.get(mode, cat)
+        if name not in BASELINES and not x:
             return None
+        return regime, err, (mode, cat, name), x
+
+    def _predict_many(self, asks: Sequence[tuple[Views, str, str]]) -> list[PredictionResult | None]:
+        """Each (views, slot, mode) predicted by the candidate serving it; the rows of one batch candidate are one
+        matrix and one ``predict`` (the what-if entries of a GPU window)."""
+        plans = [self._plan(*ask) for ask in asks]
+        raw: list[float | None] = [None] * len(plans)
+        rows: dict[Key, list[tuple[int, dict[str, float]]]] = {}
+        for i, plan in enumerate(plans):
+            if plan is None:
+                continue
+            cand = plan[2]
+            if cand[2] in BASELINES:
+                raw[i] = self.baselines.predict(cand[2], asks[i][1])
+            elif cand in self._online:
+                raw[i] = self._online[cand].predict_one(plan[3])
+            else:
+                rows.setdefault(cand, []).append((i, plan[3]))
+        for cand, items in rows.items():
+            preds = self._batch[cand].predict_rows([x for _, x in items])
+            for (i, _), v in zip(items, preds, strict=True):
+                raw[i] = float(v)
+        return [None if p is None or r is None else self._result(p, r) for p, r in zip(plans, raw, strict=True)]
+
+    def _result(self, plan: tuple[str, float, Key, dict[str, float]], raw: float) -> PredictionResult:
+        regime, err, (mode, cat, name), _ = plan
         value, extrapolated = float(raw), False
         if regime == "new" and self.baselines.labels and not self.baselines.lo <= value <= self.baselines.hi:
             # a job set never measured, predicted outside every slowdown measured here: extrapolation
@@ -546,11 +568,13 @@ class EnvironmentModels:
         lo, hi = clip_pct(value + offsets[0], self.config.max_pct)[0], clip_pct(value + offsets[1], self.config.max_pct)[0]
         return (min(lo, value), max(hi, value))
 
+    def _predict_samples(self, asks: Sequence[tuple[Sample, str]]) -> list[PredictionResult | None]:
+        results = self._predict_many([(Views(s), slot(s.job_type, s.co_job_types), mode) for s, mode in asks])
+        self.clipped += sum(1 for r in results if r is not None and r.clipped)
+        return results
+
     def _predict_sample(self, sample: Sample, mode: str) -> PredictionResult | None:
-        result = self._predict_views(Views(sample), slot(sample.job_type, sample.co_job_types), mode)
-        if result is not None and result.clipped:
-            self.clipped += 1
-        return result
+        return self._predict_samples([(sample, mode)])[0]
 
     def predict(self, obs: Observation, mode: str) -> PredictionResult | None:
         """The selected model's prediction for ``obs`` (None before any labelled observation)."""
@@ -564,8 +588,16 @@ class EnvironmentModels:
         co_solos: Sequence[Mapping[str, float | None]],
     ) -> PredictionResult | None:
         """What-if: the slowdown of ``job_type`` if co-located with ``co_job_types``."""
-        sample = Sample(job_type, tuple(co_job_types), math.nan, "", self.environment, {}, dict(job_solo), tuple(co_solos))
-        return self._predict_sample(sample, "placement")
+        return self.predict_placements([(job_type, job_solo, co_job_types, co_solos)])[0]
+
+    def predict_placements(self, asks: Sequence[PlacementAsk]) -> list[PredictionResult | None]:
+        """:meth:`predict_placement` of each (job type, solo profile, co-runners' types, their solo profiles), in
+        one ``predict`` per batch candidate."""
+        samples = [
+            Sample(jt, tuple(co), math.nan, "", self.environment, {}, dict(solo), tuple(co_solos))
+            for jt, solo, co, co_solos in asks
+        ]  # fmt: skip
+        return self._predict_samples([(s, "placement") for s in samples])
 
     # ------------------------------------------------------------------ refits
 
