@@ -8,8 +8,8 @@ A refit is a plain function (``models.api.run_refit``) that the stream runs in a
   seconds, each limited to one BLAS/OpenMP thread, warmed by one small fit of every batch model, and
   ended (SIGTERM) when the process that owns them dies;
 * a refit's arrays (features per mode x category, target, fold indices) are dumped once (``joblib.dump``,
-  to ``/dev/shm`` where there is one) and loaded memory-mapped, so that a task carries references to the
-  file, not the data; each worker prepares a fold's training set once per refit (:meth:`Store.cached`);
+  to ``/dev/shm`` where there is one); a task carries the file's name, and each worker loads it
+  memory-mapped and prepares each fold's training set once per refit (:meth:`Store.cached`);
 * a worker that dies (loky's ``TerminatedWorkerError``) or a batch of fits not done within ``timeout``
   seconds (joblib then kills the workers) is run again in-process: a refit never hangs on the pool.
 
@@ -47,27 +47,36 @@ def resolve(workers: int | None) -> int:
 
 @dataclass(frozen=True)
 class Store:
-    """A refit's arrays by name (memory-mapped in the copy the workers get) and what each process derives from them."""
+    """A refit's arrays by name, and what each process derives from them (:meth:`cached`).
+
+    Published for workers (``path``: the ``joblib.dump`` of the arrays), it pickles as its id and path only; a
+    worker loads the file memory-mapped once per refit."""
 
     id: str
     arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
-    shared: bool = False
-    """The memory-mapped copy the workers get: a worker keeps what it derived for the last two refits only."""
+    path: str | None = None
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        assert self.path is not None, "only a published store goes to the workers"
+        return _opened, (self.id, self.path)
+
     def cached(self, key: Any, make: Callable[[], Any]) -> Any:
         """A value computed once per refit and process (e.g. a fold's prepared training set)."""
-        c = _CACHE.get(self.id)
-        if c is None:
-            while self.shared and len(_CACHE) >= 2:
-                del _CACHE[next(iter(_CACHE))]
-            c = _CACHE[self.id] = {}
+        c = _CACHE.setdefault(self.id, {})
         v = c.get(key)
         if v is None:
             v = c[key] = make()
         return v
+
+
+def _opened(id: str, path: str) -> Store:
+    """A worker's copy of a published store: the arrays memory-mapped once per refit (the last two refits kept)."""
+    while id not in _CACHE and len(_CACHE) >= 2:
+        del _CACHE[next(iter(_CACHE))]
+    return Store(id, Store(id).cached("arrays", lambda: joblib.load(path, mmap_mode="r")))
 
 
 def _init_worker(warm_fits: bool) -> None:
@@ -154,7 +163,7 @@ class Fits:
             self._dir = tempfile.mkdtemp(prefix="aip-refit-", dir=shm)
             path = os.path.join(self._dir, "arrays.joblib")
             joblib.dump({k: np.ascontiguousarray(a) for k, a in arrays.items()}, path)
-            self._shared = Store(self.store.id, joblib.load(path, mmap_mode="r"), shared=True)
+            self._shared = Store(self.store.id, path=path)
 
     def run(
         self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], progress: Callable[[int, int], None] | None = None
