@@ -106,7 +106,7 @@ def _pool(workers: int, timeout: float) -> joblib.Parallel:
     with joblib.parallel_config(
         backend="loky", inner_max_num_threads=1, idle_worker_timeout=IDLE_S, initializer=_init_worker, initargs=(WARM_FITS,)
     ):
-        return joblib.Parallel(n_jobs=workers, timeout=timeout, batch_size=1, return_as="generator")
+        return joblib.Parallel(n_jobs=workers, timeout=timeout, batch_size=1, pre_dispatch="all", return_as="generator")
 
 
 def warm(workers: int | None = None) -> float:
