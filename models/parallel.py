@@ -102,11 +102,11 @@ def _init_worker(warm_fits: bool) -> None:
 
 def _pool(workers: int, timeout: float) -> joblib.Parallel:
     """A joblib call on the reusable loky executor of ``workers`` processes (the same settings every time, so that
-    every refit reuses the running workers); tasks are dispatched one by one in the order given."""
+    every refit reuses the running workers); tasks are dispatched one at a time, in the order given."""
     with joblib.parallel_config(
         backend="loky", inner_max_num_threads=1, idle_worker_timeout=IDLE_S, initializer=_init_worker, initargs=(WARM_FITS,)
     ):
-        return joblib.Parallel(n_jobs=workers, timeout=timeout, batch_size=1, pre_dispatch="all", return_as="generator")
+        return joblib.Parallel(n_jobs=workers, timeout=timeout, batch_size=1, return_as="generator")
 
 
 def warm(workers: int | None = None) -> float:
@@ -162,7 +162,7 @@ class Fits:
             shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
             self._dir = tempfile.mkdtemp(prefix="aip-refit-", dir=shm)
             path = os.path.join(self._dir, "arrays.joblib")
-            joblib.dump({k: np.ascontiguousarray(a) for k, a in arrays.items()}, path)
+            joblib.dump(self.store.arrays, path)
             self._shared = Store(self.store.id, path=path)
 
     def run(
