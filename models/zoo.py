@@ -277,6 +277,7 @@ class SklearnModel:
         self.seed = seed
         self.estimator: Any = None
         self.cols: _Columns | None = None
+        self._memo: dict[bytes, float] = {}
 
     def fit(self, X: pd.DataFrame, y: Sequence[float]) -> SklearnModel:
         return self.fit_prepared(Prepared.of_frame(X, y))
@@ -284,6 +285,7 @@ class SklearnModel:
     def fit_prepared(self, data: Prepared) -> SklearnModel:
         self.cols = data.cols
         self.estimator = self.factory(self.seed)
+        self._memo = {}
         if self.name in MONOTONE:
             self.estimator.set_params(monotonic_cst=[monotone_direction(c) for c in data.cols.columns])
         a, t = data.a, data.y
@@ -319,12 +321,23 @@ class SklearnModel:
         return self.predict_array(self.cols.frame(X))
 
     def predict_rows(self, xs: Sequence[Mapping[str, float]]) -> np.ndarray:
-        """One ``predict`` on the matrix of ``xs`` (filled, finite: scikit-learn's checks are skipped)."""
+        """One ``predict`` on the matrix of the rows of ``xs`` not predicted before (filled and finite: scikit-learn's
+        checks are skipped).  Rows predicted before come from a memo: a fitted model is a pure function, and serving
+        repeats rows (a job set's placement features on every observation, a GPU's what-if entries every window),
+        while one ``predict`` call costs 0.1-3 ms whatever its size (docs/BENCHMARKS.md, issue 14)."""
         import sklearn
 
         assert self.cols is not None, "fit first"
-        with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
-            return self.predict_array(self.cols.rows(xs))
+        a = self.cols.rows(xs)
+        keys = [row.tobytes() for row in a]
+        miss = [i for i, k in enumerate(keys) if k not in self._memo]
+        if miss:
+            if len(self._memo) + len(miss) > MEMO_ROWS:
+                self._memo.clear()
+            with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
+                preds = self.predict_array(a[miss])
+            self._memo.update(zip((keys[i] for i in miss), preds.tolist(), strict=True))
+        return np.array([self._memo[k] for k in keys])
 
     def predict_one(self, x: Mapping[str, float]) -> float:
         return float(self.predict_rows([x])[0])
@@ -344,6 +357,8 @@ class SklearnModel:
         return model
 
 
+MEMO_ROWS = 2048
+"""Rows a served scikit-learn model remembers the prediction of (then it forgets them all and starts again)."""
 _OPENMP: Any = None
 
 

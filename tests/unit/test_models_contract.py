@@ -99,9 +99,10 @@ def test_batch_frame_rows_and_row_by_row_predictions_agree(trained: tuple[Wrappe
     if w.kind != "batch":
         pytest.skip("batch models only")
     partial = [{k: v for j, (k, v) in enumerate(x.items()) if j != i % len(x)} for i, x in enumerate(xs)]
-    frame = w.model.predict(pd.DataFrame(partial))
-    np.testing.assert_allclose(w.model.predict_rows(partial), frame, rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose([w.model.predict_one(x) for x in partial], frame, rtol=1e-9, atol=1e-9)
+    one_by_one = [w.model.predict_one(x) for x in partial]
+    np.testing.assert_allclose(one_by_one, w.model.predict(pd.DataFrame(partial)), rtol=1e-9, atol=1e-9)
+    mixed = xs[:30] + partial[::2]  # rows never served, then rows served (and remembered) above, in one matrix
+    np.testing.assert_allclose(w.model.predict_rows(mixed), w.model.predict(pd.DataFrame(mixed)), rtol=1e-9, atol=1e-9)
 
 
 def test_save_load_round_trip(trained: tuple[Wrapped, list, list], tmp_path) -> None:  # type: ignore[no-untyped-def]
