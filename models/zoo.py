@@ -324,7 +324,7 @@ class SklearnModel:
         """One ``predict`` on the matrix of the rows of ``xs`` not predicted before (filled and finite: scikit-learn's
         checks are skipped).  Rows predicted before come from a memo: a fitted model is a pure function, and serving
         repeats rows (a job set's placement features on every observation, a GPU's what-if entries every window),
-        while one ``predict`` call costs 0.1-3 ms whatever its size (docs/BENCHMARKS.md, issue 14)."""
+        while one ``predict`` call costs 0.1-3 ms even for one row (docs/BENCHMARKS.md, issue 14)."""
         import sklearn
 
         assert self.cols is not None, "fit first"
