@@ -331,13 +331,15 @@ class SklearnModel:
         a = self.cols.rows(xs)
         keys = [row.tobytes() for row in a]
         miss = [i for i, k in enumerate(keys) if k not in self._memo]
+        new: dict[bytes, float] = {}
         if miss:
-            if len(self._memo) + len(miss) > MEMO_ROWS:
-                self._memo.clear()
             with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
-                preds = self.predict_array(a[miss])
-            self._memo.update(zip((keys[i] for i in miss), preds.tolist(), strict=True))
-        return np.array([self._memo[k] for k in keys])
+                new = dict(zip((keys[i] for i in miss), self.predict_array(a[miss]).tolist(), strict=True))
+        out = np.array([new[k] if k in new else self._memo[k] for k in keys])
+        if len(self._memo) + len(new) > MEMO_ROWS:
+            self._memo.clear()
+        self._memo.update(new)
+        return out
 
     def predict_one(self, x: Mapping[str, float]) -> float:
         return float(self.predict_rows([x])[0])
