@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import psutil
@@ -20,9 +19,8 @@ from models.selection import cross_validate
 
 
 @pytest.fixture(autouse=True)
-def _pools(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _pools(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel, "WARM_FITS", False)  # workers start without their warm-up fits
-    yield
 
 
 def _samples(n: int = 240) -> list[Sample]:
@@ -99,7 +97,7 @@ def test_one_worker_stays_in_process() -> None:
 
 
 OWNER = """
-import os, sys, time
+import os, time
 from models import parallel
 parallel.WARM_FITS = False
 with parallel.Fits(2) as fits:
