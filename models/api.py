@@ -159,7 +159,7 @@ class Config:
     pool_min_rows: int = 2_000
     """Refits of fewer observations run in-process (the pool would cost more than it saves)."""
     pool_timeout_s: float = 300.0
-    """A batch of pool fits not done by then is abandoned (pool killed) and run in-process."""
+    """A pool fit not done by then (joblib's per-task timeout) abandons the pool (workers killed); the batch runs in-process."""
     jobset_min: int = 20
     """Measurements of one slot (job and co-runners) before it gets its own selection."""
     jobset_window: int = 50

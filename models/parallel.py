@@ -10,8 +10,8 @@ A refit is a plain function (``models.api.run_refit``) that the stream runs in a
 * a refit's arrays (features per mode x category, target, fold indices) are dumped once (``joblib.dump``,
   to ``/dev/shm`` where there is one); a task carries the file's name, and each worker loads it
   memory-mapped and prepares each fold's training set once per refit (:meth:`Store.cached`);
-* a worker that dies (loky's ``TerminatedWorkerError``) or a batch of fits not done within ``timeout``
-  seconds (joblib then kills the workers) is run again in-process: a refit never hangs on the pool.
+* when a worker dies (loky's ``TerminatedWorkerError``) or a fit is not done within ``timeout`` seconds
+  (joblib then kills the workers), the batch runs again in-process: a refit never hangs on the pool.
 
 Only our own processes exchange pickles here (task arguments, fitted models); nothing from a topic or a file.
 """
