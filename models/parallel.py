@@ -79,7 +79,7 @@ def _opened(id: str, path: str) -> Store:
     return Store(id, Store(id).cached("arrays", lambda: joblib.load(path, mmap_mode="r")))
 
 
-def _init_worker(warm_fits: bool) -> None:
+def _init_worker(owner: int, warm_fits: bool) -> None:
     import ctypes
     import signal
 
@@ -87,6 +87,8 @@ def _init_worker(warm_fits: bool) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # pragma: no cover - not Linux
         pass
+    if os.getppid() != owner:  # the owner died while this worker started: no signal will come
+        os._exit(0)
     if not warm_fits:
         return
     import pandas as pd
@@ -104,7 +106,7 @@ def _pool(workers: int, timeout: float) -> joblib.Parallel:
     """A joblib call on the reusable loky executor of ``workers`` processes (the same settings every time, so that
     every refit reuses the running workers); tasks are dispatched one at a time, in the order given."""
     with joblib.parallel_config(
-        backend="loky", inner_max_num_threads=1, idle_worker_timeout=IDLE_S, initializer=_init_worker, initargs=(WARM_FITS,)
+        backend="loky", inner_max_num_threads=1, idle_worker_timeout=IDLE_S, initializer=_init_worker, initargs=(os.getpid(), WARM_FITS)
     ):
         return joblib.Parallel(n_jobs=workers, timeout=timeout, batch_size=1, return_as="generator")
 
