@@ -69,7 +69,11 @@ VIA = "placement"
 REGIMES = ("seen", "new")
 
 Key = tuple[str, str, str]
+Plan = tuple[str, float, Key, dict[str, float], str, str]
+"""How a prediction will be served: regime, error, candidate, features, mode, served name (see ``_plan``)."""
 """(mode, category, model) of one candidate."""
+PlacementAsk = tuple[str, Mapping[str, float | None], Sequence[str], Sequence[Mapping[str, float | None]]]
+"""A what-if: (job type, its solo profile, the co-runners' job types, their solo profiles)."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,7 @@ class Config:
     pool_min_rows: int = 2_000
     """Refits of fewer observations run in-process (the pool would cost more than it saves)."""
     pool_timeout_s: float = 300.0
-    """A batch of pool fits not done by then is abandoned (pool killed) and run in-process."""
+    """A pool fit not done by then (joblib's per-task timeout) abandons the pool (workers killed); the batch runs in-process."""
     jobset_min: int = 20
     """Measurements of one slot (job and co-runners) before it gets its own selection."""
     jobset_window: int = 50
@@ -384,10 +388,9 @@ class EnvironmentModels:
         slot_errors = self._slot_errors_for(key) if seen else None
         max_pct = self.config.max_pct
         # drift: the error of what predict() serves for this sample, before anything learns it
-        for mode in MODES:
-            served = self._predict_views(views, key, mode)
+        for served in self._predict_many([(views, key, mode) for mode in MODES]):
             if served is not None:
-                det = self._drift_detectors[mode]
+                det = self._drift_detectors[served.mode]
                 before = det.estimation
                 det.update(abs(served.interference_pct - y))
                 if det.drift_detected and det.estimation > before:  # the error rose (a fall is learning, not drift)
@@ -526,7 +529,9 @@ class EnvironmentModels:
     def _can_serve(self, key: Key) -> bool:
         return key in self._online or key in self._batch or key[2] in BASELINES
 
-    def _predict_views(self, views: Views, key: str, mode: str) -> PredictionResult | None:
+    def _plan(self, views: Views, key: str, mode: str) -> Plan | None:
+        """(regime, error, candidate, features, mode, served name) serving ``views`` of slot ``key`` in ``mode``;
+        None: nothing to serve."""
         if self.observations == 0 or mode not in MODES or not views.full(mode):
             return None
         if self.baselines.novel((views.sample.job_type, *views.sample.co_job_types)):
@@ -535,25 +540,45 @@ class EnvironmentModels:
         if choice is None:
             return None
         regime, (err, cat, name) = choice
-        src, _, model = name.rpartition("/")
-        src = src or mode
-        if model in BASELINES:
-            raw = self.baselines.predict(model, key)
-        else:
-            x = views.get(src, cat)
-            if not x:
-                return None
-            raw = float((self._online.get((src, cat, model)) or self._batch[(src, cat, model)]).predict_one(x))
-        if raw is None:
+        src, _, model = name.rpartition("/")  # "placement/<model>": observed mode serving placement's model
+        cand = (src or mode, cat, model)
+        x = {} if model in BASELINES else views.get(cand[0], cat)
+        if model not in BASELINES and not x:
             return None
+        return regime, err, cand, x, mode, name
+
+    def _predict_many(self, asks: Sequence[tuple[Views, str, str]]) -> list[PredictionResult | None]:
+        """Each (views, slot, mode) predicted by the candidate serving it; the rows of one batch candidate are one
+        matrix and one ``predict`` (the what-if entries of a GPU window)."""
+        plans = [self._plan(*ask) for ask in asks]
+        raw: list[float | None] = [None] * len(plans)
+        rows: dict[Key, list[tuple[int, dict[str, float]]]] = {}
+        for i, plan in enumerate(plans):
+            if plan is None:
+                continue
+            cand = plan[2]
+            if cand[2] in BASELINES:
+                raw[i] = self.baselines.predict(cand[2], asks[i][1])
+            elif cand in self._online:
+                raw[i] = self._online[cand].predict_one(plan[3])
+            else:
+                rows.setdefault(cand, []).append((i, plan[3]))
+        for cand, items in rows.items():
+            preds = self._batch[cand].predict_rows([x for _, x in items])
+            for (i, _), v in zip(items, preds, strict=True):
+                raw[i] = float(v)
+        return [None if p is None or r is None else self._result(p, r) for p, r in zip(plans, raw, strict=True)]
+
+    def _result(self, plan: Plan, raw: float) -> PredictionResult:
+        regime, err, cand, _, mode, name = plan
         value, extrapolated = float(raw), False
         if regime == "new" and self.baselines.labels and not self.baselines.lo <= value <= self.baselines.hi:
             # a job set never measured, predicted outside every slowdown measured here: extrapolation
             value, extrapolated = min(max(value, self.baselines.lo), self.baselines.hi), True
         value, clipped = clip_pct(value, self.config.max_pct)
         clipped = clipped or extrapolated
-        interval = self._interval(regime, (src, cat, model), value)
-        return PredictionResult(value, name, cat, mode, None if math.isnan(err) else float(err), regime, clipped, interval)
+        interval = self._interval(regime, cand, value)
+        return PredictionResult(value, name, cand[1], mode, None if math.isnan(err) else float(err), regime, clipped, interval)
 
     def _interval(self, regime: str, key: Key, value: float) -> tuple[float, float] | None:
         """``value``'s 90 % interval from ``key``'s residuals in ``regime`` (see :attr:`PredictionResult.interval_pct`)."""
@@ -566,13 +591,17 @@ class EnvironmentModels:
         lo, hi = clip_pct(value + offsets[0], self.config.max_pct)[0], clip_pct(value + offsets[1], self.config.max_pct)[0]
         return (min(lo, value), max(hi, value))
 
+    def _predict_samples(self, asks: Sequence[tuple[Sample, str]]) -> list[PredictionResult | None]:
+        results = self._predict_many([(Views(s), slot(s.job_type, s.co_job_types), mode) for s, mode in asks])
+        self.clipped += sum(1 for r in results if r is not None and r.clipped)
+        if self.observations:
+            self.withheld_novel += sum(
+                1 for r, (s, _) in zip(results, asks, strict=True) if r is None and self.baselines.novel((s.job_type, *s.co_job_types))
+            )
+        return results
+
     def _predict_sample(self, sample: Sample, mode: str) -> PredictionResult | None:
-        result = self._predict_views(Views(sample), slot(sample.job_type, sample.co_job_types), mode)
-        if result is not None and result.clipped:
-            self.clipped += 1
-        elif result is None and self.observations and self.baselines.novel((sample.job_type, *sample.co_job_types)):
-            self.withheld_novel += 1
-        return result
+        return self._predict_samples([(sample, mode)])[0]
 
     def predict(self, obs: Observation, mode: str) -> PredictionResult | None:
         """The selected model's prediction for ``obs``.  None before any labelled observation, and where the job
@@ -588,8 +617,16 @@ class EnvironmentModels:
         co_solos: Sequence[Mapping[str, float | None]],
     ) -> PredictionResult | None:
         """What-if: the slowdown of ``job_type`` if co-located with ``co_job_types``."""
-        sample = Sample(job_type, tuple(co_job_types), math.nan, "", self.environment, {}, dict(job_solo), tuple(co_solos))
-        return self._predict_sample(sample, "placement")
+        return self.predict_placements([(job_type, job_solo, co_job_types, co_solos)])[0]
+
+    def predict_placements(self, asks: Sequence[PlacementAsk]) -> list[PredictionResult | None]:
+        """:meth:`predict_placement` of each (job type, solo profile, co-runners' types, their solo profiles), in
+        one ``predict`` per batch candidate."""
+        samples = [
+            Sample(jt, tuple(co), math.nan, "", self.environment, {}, dict(solo), tuple(co_solos))
+            for jt, solo, co, co_solos in asks
+        ]  # fmt: skip
+        return self._predict_samples([(s, "placement") for s in samples])
 
     # ------------------------------------------------------------------ refits
 

@@ -18,10 +18,9 @@ import numpy as np
 import pandas as pd
 
 from events import CATEGORIES
-from models import parallel
 from models.datasets import Sample
 from models.features import restrict
-from models.parallel import Fits
+from models.parallel import Fits, Store
 from models.zoo import BATCH, Prepared, make_batch
 
 
@@ -257,27 +256,25 @@ COST_ORDER = (
 """Batch models from the longest fit to the shortest (measured on the 10,000-observation refit)."""
 
 
-def cv_fit(store: str, mode: str, cat: str, columns: list[str], fold: int, name: str, seed: int) -> tuple[np.ndarray, float]:
+def cv_fit(store: Store, mode: str, cat: str, columns: list[str], fold: int, name: str, seed: int) -> tuple[np.ndarray, float]:
     """One cross-validation fit: ``name`` trained on fold ``fold``'s training rows, its test rows predicted.
     Each fold's training set (columns, fill values, array, distinct rows) is prepared once per process."""
-    raw, y = parallel.array(store, f"x_{mode}_{cat}"), parallel.array(store, "y")
+    raw, y = store[f"x_{mode}_{cat}"], store["y"]
 
     def prepare() -> tuple[Prepared, np.ndarray]:
-        tr, te = parallel.array(store, f"tr_{mode}_{fold}"), parallel.array(store, f"te_{fold}")
+        tr, te = store[f"tr_{mode}_{fold}"], store[f"te_{fold}"]
         data = Prepared.of_array(columns, np.asarray(raw[tr]), np.asarray(y[tr]))
         return data, data.cols.filled(np.asarray(raw[te]))
 
-    data, test_a = parallel.cached(store, ("fold", mode, cat, fold), prepare)
+    data, test_a = store.cached(("fold", mode, cat, fold), prepare)
     t0 = time.perf_counter()
     pred = make_batch(name, seed).fit_prepared(data).predict_array(test_a)
     return pred, time.perf_counter() - t0
 
 
-def final_fit(store: str, mode: str, cat: str, columns: list[str], name: str, seed: int) -> Any:
+def final_fit(store: Store, mode: str, cat: str, columns: list[str], name: str, seed: int) -> Any:
     """``name`` fitted on every row of ``mode`` x ``cat`` (the array :func:`cross_validate` published)."""
-    data = Prepared.of_array(
-        columns, np.asarray(parallel.array(store, f"x_{mode}_{cat}")), np.asarray(parallel.array(store, "y"))
-    )
+    data = Prepared.of_array(columns, np.asarray(store[f"x_{mode}_{cat}"]), np.asarray(store["y"]))
     return make_batch(name, seed).fit_prepared(data)
 
 

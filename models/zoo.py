@@ -2,8 +2,8 @@
 
 * :class:`OnlineModel`: ``learn_one(x, y)`` / ``predict_one(x)`` on feature dicts
   (river learners, updated on every observation);
-* :class:`BatchModel`: ``fit(X, y)`` / ``predict(X)`` on frames, plus a cheap
-  ``predict_one(x)`` on a dict for serving (scikit-learn and the torch MLP).
+* :class:`BatchModel`: ``fit(X, y)`` / ``predict(X)`` on frames, plus ``predict_rows(xs)`` on
+  feature dicts for serving (one matrix, one ``predict``; scikit-learn and the torch MLP).
 
 Each family is wrapped once (:class:`RiverModel`, :class:`SklearnModel`,
 :class:`TorchMLP`); :data:`ONLINE` and :data:`BATCH` name every member.  Models
@@ -46,6 +46,8 @@ class BatchModel(Protocol):
     def fit(self, X: pd.DataFrame, y: Sequence[float]) -> BatchModel: ...
 
     def predict(self, X: pd.DataFrame) -> np.ndarray: ...
+
+    def predict_rows(self, xs: Sequence[Mapping[str, float]]) -> np.ndarray: ...
 
     def predict_one(self, x: Mapping[str, float]) -> float: ...
 
@@ -191,13 +193,15 @@ class _Columns:
             a = np.where(mask, self.fill, a)
         return a
 
-    def row(self, x: Mapping[str, float]) -> np.ndarray:
-        a = self.fill.copy()
-        for k, v in x.items():
-            i = self.index.get(k)
-            if i is not None and v is not None and math.isfinite(v):
-                a[i] = v
-        return a.reshape(1, -1)
+    def rows(self, xs: Sequence[Mapping[str, float]]) -> np.ndarray:
+        """One row per feature dict (absent, unknown or non-finite values: the fill value)."""
+        a = np.tile(self.fill, (len(xs), 1))
+        for r, x in enumerate(xs):
+            for k, v in x.items():
+                i = self.index.get(k)
+                if i is not None and v is not None and math.isfinite(v):
+                    a[r, i] = v
+        return a
 
     def to_json(self) -> dict[str, Any]:
         return {"columns": self.columns, "fill": self.fill.tolist()}
@@ -273,7 +277,7 @@ class SklearnModel:
         self.seed = seed
         self.estimator: Any = None
         self.cols: _Columns | None = None
-        self._fast: Callable[[np.ndarray], float] | None = None
+        self._memo: dict[bytes, float] = {}
 
     def fit(self, X: pd.DataFrame, y: Sequence[float]) -> SklearnModel:
         return self.fit_prepared(Prepared.of_frame(X, y))
@@ -281,7 +285,7 @@ class SklearnModel:
     def fit_prepared(self, data: Prepared) -> SklearnModel:
         self.cols = data.cols
         self.estimator = self.factory(self.seed)
-        self._fast = None
+        self._memo = {}
         if self.name in MONOTONE:
             self.estimator.set_params(monotonic_cst=[monotone_direction(c) for c in data.cols.columns])
         a, t = data.a, data.y
@@ -316,11 +320,29 @@ class SklearnModel:
         assert self.cols is not None, "fit first"
         return self.predict_array(self.cols.frame(X))
 
-    def predict_one(self, x: Mapping[str, float]) -> float:
+    def predict_rows(self, xs: Sequence[Mapping[str, float]]) -> np.ndarray:
+        """One ``predict`` on the matrix of the rows of ``xs`` not predicted before (filled and finite: scikit-learn's
+        checks are skipped).  Rows predicted before come from a memo: a fitted model is a pure function, and serving
+        repeats rows (a job set's placement features on every observation, a GPU's what-if entries every window),
+        while one ``predict`` call costs 0.1-3 ms even for one row (docs/BENCHMARKS.md, issue 14)."""
+        import sklearn
+
         assert self.cols is not None, "fit first"
-        if self._fast is None:
-            self._fast = compile_one(self.estimator)
-        return self._fast(self.cols.row(x)[0])
+        a = self.cols.rows(xs)
+        keys = [row.tobytes() for row in a]
+        miss = [i for i, k in enumerate(keys) if k not in self._memo]
+        new: dict[bytes, float] = {}
+        if miss:
+            with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
+                new = dict(zip((keys[i] for i in miss), self.predict_array(a[miss]).tolist(), strict=True))
+        out = np.array([new[k] if k in new else self._memo[k] for k in keys])
+        if len(self._memo) + len(new) > MEMO_ROWS:
+            self._memo.clear()
+        self._memo.update(new)
+        return out
+
+    def predict_one(self, x: Mapping[str, float]) -> float:
+        return float(self.predict_rows([x])[0])
 
     def save(self, path: Path) -> None:
         assert self.cols is not None, "fit first"
@@ -337,6 +359,8 @@ class SklearnModel:
         return model
 
 
+MEMO_ROWS = 2048
+"""Rows a served scikit-learn model remembers the prediction of (then it forgets them all and starts again)."""
 _OPENMP: Any = None
 
 
@@ -533,148 +557,6 @@ bootstrap and GradientBoosting's subsample draw distinct rows, and the SVRs' eps
 mean target is not the summed loss of the copies, so those are close to, not equal to, the duplicated fit."""
 
 
-# --------------------------------------------------------------------------- fast single-row prediction
-
-
-def compile_one(estimator: Any) -> Callable[[np.ndarray], float]:
-    """A single-row predictor equal to ``estimator.predict`` without scikit-learn's per-call overhead.
-
-    scikit-learn spends 0.1-3 ms validating one row; serving needs well under 1 ms.
-    Linear models fold in their scaler, trees are packed into arrays and walked
-    all at once; anything unknown falls back to ``estimator.predict``.
-    """
-    from sklearn.ensemble import (
-        ExtraTreesRegressor,
-        GradientBoostingRegressor,
-        HistGradientBoostingRegressor,
-        RandomForestRegressor,
-    )  # fmt: skip
-    from sklearn.linear_model import LinearRegression
-    from sklearn.neighbors import KNeighborsRegressor
-    from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import PolynomialFeatures
-    from sklearn.svm import SVR, LinearSVR
-    from sklearn.tree import DecisionTreeRegressor
-
-    scale: Callable[[np.ndarray], np.ndarray] = lambda a: a  # noqa: E731
-    est = estimator
-    if isinstance(est, Pipeline) and len(est.steps) in (2, 3):
-        scaler = est.steps[0][1]
-        mean = np.asarray(scaler.mean_, dtype=float)
-        sd = np.asarray(scaler.scale_, dtype=float)
-        scale = lambda a: (a - mean) / sd  # noqa: E731
-        if len(est.steps) == 3:
-            poly = est.steps[1][1]
-            if not isinstance(poly, PolynomialFeatures):
-                return lambda a: float(estimator.predict(a.reshape(1, -1))[0])
-            powers = np.asarray(poly.powers_, dtype=float)
-            scale = lambda a: np.prod(((a - mean) / sd)[None, :] ** powers, axis=1)  # noqa: E731
-        est = est.steps[-1][1]
-    if isinstance(est, LinearRegression | LinearSVR) or (isinstance(est, SVR) and est.kernel == "linear"):
-        coef = np.ravel(est.coef_).astype(float)
-        icpt = float(np.ravel(est.intercept_)[0]) if np.ndim(est.intercept_) else float(est.intercept_)
-        return lambda a: float(scale(a) @ coef + icpt)
-    if isinstance(est, SVR) and est.kernel == "poly":
-        sv, dual = np.asarray(est.support_vectors_), np.ravel(est.dual_coef_)
-        gamma, coef0, deg, icpt = float(est._gamma), float(est.coef0), int(est.degree), float(est.intercept_[0])
-        return lambda a: float(((gamma * (sv @ scale(a)) + coef0) ** deg) @ dual + icpt)
-    if isinstance(est, KNeighborsRegressor) and est.weights == "distance" and est.metric == "minkowski" and est.p == 2:
-        fit_x, fit_y, k = np.asarray(est._fit_X), np.ravel(est._y).astype(float), int(est.n_neighbors)
-
-        def knn(a: np.ndarray) -> float:
-            d = np.sqrt(((fit_x - scale(a)) ** 2).sum(axis=1))
-            idx = np.argpartition(d, k - 1)[:k] if len(d) > k else np.arange(len(d))
-            dist = d[idx]
-            if (dist == 0).any():
-                return float(fit_y[idx][dist == 0].mean())
-            w = 1.0 / dist
-            return float((w @ fit_y[idx]) / w.sum())
-
-        return knn
-    if isinstance(est, DecisionTreeRegressor | RandomForestRegressor | ExtraTreesRegressor | GradientBoostingRegressor):
-        if isinstance(est, GradientBoostingRegressor):
-            init = getattr(est.init_, "constant_", None)
-            if init is None:
-                return lambda a: float(estimator.predict(a.reshape(1, -1))[0])
-            trees, base, weight = [t.tree_ for t in est.estimators_[:, 0]], float(np.ravel(init)[0]), float(est.learning_rate)
-            mean = False
-        elif isinstance(est, DecisionTreeRegressor):
-            trees, base, weight, mean = [est.tree_], 0.0, 1.0, False
-        else:
-            trees, base, weight, mean = [t.tree_ for t in est.estimators_], 0.0, 1.0, True
-        return _packed_trees(trees, base, weight, mean, scale)
-    if isinstance(est, HistGradientBoostingRegressor) and getattr(est, "_preprocessor", None) is None:
-        nodes = [p[0].nodes for p in est._predictors]
-        if any(n["is_categorical"].any() for n in nodes):
-            return lambda a: float(estimator.predict(a.reshape(1, -1))[0])
-        return _packed_nodes(nodes, float(np.ravel(est._baseline_prediction)[0]), scale)
-    return lambda a: float(estimator.predict(a.reshape(1, -1))[0])
-
-
-def _packed_trees(
-    trees: Sequence[Any], base: float, weight: float, mean: bool, scale: Callable[[np.ndarray], np.ndarray]
-) -> Callable[[np.ndarray], float]:
-    lefts, rights, feats, thrs, vals, roots = [], [], [], [], [], []
-    offset, depth = 0, 0
-    for t in trees:
-        n = t.node_count
-        idx = np.arange(n) + offset
-        left, right = t.children_left.astype(np.int64), t.children_right.astype(np.int64)
-        leaf = left == -1
-        lefts.append(np.where(leaf, idx, left + offset))
-        rights.append(np.where(leaf, idx, right + offset))
-        feats.append(np.where(leaf, 0, t.feature))
-        thrs.append(t.threshold)
-        vals.append(t.value[:, 0, 0])
-        roots.append(offset)
-        offset += n
-        depth = max(depth, int(t.max_depth))
-    L, R, F, T, V = (np.concatenate(v) for v in (lefts, rights, feats, thrs, vals))
-    start = np.array(roots)
-    n_trees = len(roots)
-
-    def walk(a: np.ndarray) -> float:
-        x = scale(a).astype(np.float32).astype(float)
-        nodes = start
-        for _ in range(depth):
-            nodes = np.where(x[F[nodes]] <= T[nodes], L[nodes], R[nodes])
-        total = float(V[nodes].sum())
-        return base + weight * (total / n_trees if mean else total)
-
-    return walk
-
-
-def _packed_nodes(
-    trees: Sequence[np.ndarray], base: float, scale: Callable[[np.ndarray], np.ndarray]
-) -> Callable[[np.ndarray], float]:
-    """HistGradientBoosting's predictor nodes (thresholds on the raw float64 values, leaf values already scaled by
-    the learning rate) walked all at once; a filled row has no NaN, so ``missing_go_to_left`` never applies."""
-    L, R, F, T, V, roots = [], [], [], [], [], []
-    offset, depth = 0, 0
-    for n in trees:
-        idx = np.arange(len(n)) + offset
-        leaf = n["is_leaf"].astype(bool)
-        L.append(np.where(leaf, idx, n["left"].astype(np.int64) + offset))
-        R.append(np.where(leaf, idx, n["right"].astype(np.int64) + offset))
-        F.append(np.where(leaf, 0, n["feature_idx"]).astype(np.int64))
-        T.append(n["num_threshold"].astype(float))
-        V.append(np.where(leaf, n["value"], 0.0).astype(float))
-        roots.append(offset)
-        offset += len(n)
-        depth = max(depth, int(n["depth"].max()))
-    left, right, feat, thr, val = (np.concatenate(v) for v in (L, R, F, T, V))
-    start = np.array(roots, dtype=np.int64)
-
-    def walk(a: np.ndarray) -> float:
-        x = np.asarray(scale(a), dtype=float)
-        nodes = start
-        for _ in range(depth):
-            nodes = np.where(x[feat[nodes]] <= thr[nodes], left[nodes], right[nodes])
-        return base + float(val[nodes].sum())
-
-    return walk
-
-
 # --------------------------------------------------------------------------- batch: torch MLP
 
 
@@ -751,9 +633,12 @@ class TorchMLP:
     def predict_array(self, a: np.ndarray) -> np.ndarray:
         return self._forward(a)
 
-    def predict_one(self, x: Mapping[str, float]) -> float:
+    def predict_rows(self, xs: Sequence[Mapping[str, float]]) -> np.ndarray:
         assert self.cols is not None, "fit first"
-        return float(self._forward(self.cols.row(x))[0])
+        return self._forward(self.cols.rows(xs))
+
+    def predict_one(self, x: Mapping[str, float]) -> float:
+        return float(self.predict_rows([x])[0])
 
     def save(self, path: Path) -> None:
         import torch

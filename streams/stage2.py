@@ -9,6 +9,7 @@ snapshot callables for the caller to run in an executor.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -22,7 +23,7 @@ from typing import Any
 import msgspec
 
 from events import Alert, Leaderboard, Observation, Prediction, WhatIf, to_dict
-from models.api import Config, EnvironmentModels
+from models.api import Config, EnvironmentModels, PlacementAsk
 from streams.dedupe import SeenSet
 from streams.hysteresis import AlertStates
 
@@ -288,11 +289,7 @@ class Stage2:
         key = (obs.gpu_uuid, obs.window_start, tuple(sorted(running_types)), tuple(sorted(known)))
         if self._what_if_cache is not None and self._what_if_cache[0] == key:
             return self._what_if_cache[1]
-        entries = []
-        for jt in sorted(known):
-            entry = what_if_entry(models, jt, known[jt], running_types, running_solos)
-            if entry is not None:
-                entries.append(entry)
+        entries = what_if_entries(models, known, running_types, running_solos)
         self._what_if_cache = (key, entries)
         return entries
 
@@ -312,23 +309,28 @@ class Stage2:
         return self._leaderboard(env)
 
 
-def what_if_entry(
+def what_if_entries(
     models: EnvironmentModels,
-    job_type: str,
-    profile: Mapping[str, float | None],
+    known: Mapping[str, Mapping[str, float | None]],
     running_types: Sequence[str],
     running_solos: Sequence[Mapping[str, float | None]],
-) -> WhatIf | None:
-    """Predicted slowdown of a newcomer of ``job_type`` and the summed slowdown of the jobs already there."""
-    newcomer = models.predict_placement(job_type, profile, list(running_types), list(running_solos))
-    if newcomer is None:
-        return None
-    existing = 0.0
-    for i, (rt, rs) in enumerate(zip(running_types, running_solos, strict=True)):
-        other_types = [t for j, t in enumerate(running_types) if j != i] + [job_type]
-        other_solos = [s for j, s in enumerate(running_solos) if j != i] + [profile]
-        r = models.predict_placement(rt, rs, other_types, other_solos)
-        if r is not None:
-            existing += float(r.interference_pct)
-    interval = None if newcomer.interval_pct is None else list(newcomer.interval_pct)
-    return WhatIf(job_type=job_type, newcomer_pct=float(newcomer.interference_pct), existing_pct=existing, interval_pct=interval)
+) -> list[WhatIf]:
+    """For each known job type (sorted) as a newcomer: its predicted slowdown and the summed slowdown of the jobs
+    already there.  Every question of the window is asked in one :meth:`EnvironmentModels.predict_placements`."""
+    asks: list[PlacementAsk] = []
+    for jt in sorted(known):
+        asks.append((jt, known[jt], list(running_types), list(running_solos)))
+        for i, (rt, rs) in enumerate(zip(running_types, running_solos, strict=True)):
+            others = [j for j in range(len(running_types)) if j != i]
+            asks.append((rt, rs, [running_types[j] for j in others] + [jt], [running_solos[j] for j in others] + [known[jt]]))
+    results = iter(models.predict_placements(asks))
+    entries = []
+    for jt in sorted(known):
+        newcomer = next(results)
+        existing = sum(float(r.interference_pct) for r in itertools.islice(results, len(running_types)) if r is not None)
+        if newcomer is not None:
+            interval = None if newcomer.interval_pct is None else list(newcomer.interval_pct)
+            entries.append(
+                WhatIf(job_type=jt, newcomer_pct=float(newcomer.interference_pct), existing_pct=existing, interval_pct=interval)
+            )
+    return entries

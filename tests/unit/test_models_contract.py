@@ -93,11 +93,21 @@ def test_missing_features_handled(trained: tuple[Wrapped, list, list]) -> None:
     assert math.isfinite(w.predict([{"unknown_feature": 1.0}])[0])
 
 
-def test_batch_frame_and_row_predictions_agree(trained: tuple[Wrapped, list, list]) -> None:
+@pytest.mark.parametrize("memo_rows", [zoo.MEMO_ROWS, 8])  # 8: the memo is forgotten in the middle
+def test_batch_frame_rows_and_row_by_row_predictions_agree(
+    trained: tuple[Wrapped, list, list], memo_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The serving matrix of feature dicts (absent indicators 0, other absent features their median) is the frame's,
+    for rows served before (remembered) and rows never served, in one matrix."""
+    monkeypatch.setattr(zoo, "MEMO_ROWS", memo_rows)
     w, xs, _ = trained
-    if w.kind != "batch":  # KNN included: data without equidistant distinct points (docs/MODELS.md)
+    if w.kind != "batch":
         pytest.skip("batch models only")
-    np.testing.assert_allclose(w.model.predict(pd.DataFrame(xs)), w.predict(xs), rtol=1e-9, atol=1e-9)
+    partial = [{k: v for j, (k, v) in enumerate(x.items()) if j != i % len(x)} for i, x in enumerate(xs)]
+    one_by_one = [w.model.predict_one(x) for x in partial]
+    np.testing.assert_allclose(one_by_one, w.model.predict(pd.DataFrame(partial)), rtol=1e-9, atol=1e-9)
+    mixed = xs[:30] + partial[::2]  # rows never served, then rows served above
+    np.testing.assert_allclose(w.model.predict_rows(mixed), w.model.predict(pd.DataFrame(mixed)), rtol=1e-9, atol=1e-9)
 
 
 def test_save_load_round_trip(trained: tuple[Wrapped, list, list], tmp_path) -> None:  # type: ignore[no-untyped-def]

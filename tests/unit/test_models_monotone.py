@@ -33,8 +33,6 @@ def _decreases(name: str) -> float:
         rows = pd.DataFrame({"other_solo_S": grid, "solo_S": X["solo_S"][i], "solo_throughput": X["solo_throughput"][i]})
         pred = model.predict(rows)
         worst = max(worst, float(-np.diff(pred).min()))
-        one = [model.predict_one(r) for r in rows.to_dict("records")[:5]]  # the serving path agrees
-        assert np.allclose(one, pred[:5], rtol=0, atol=1e-9)
     return worst
 
 

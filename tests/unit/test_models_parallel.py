@@ -1,13 +1,15 @@
-"""The refit's process pool: same results as in-process, no processes left behind, dead or stuck workers fall back."""
+"""The refit's process pool: same results as in-process, workers die with their owner, dead or stuck workers fall back."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
+import signal
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
 
 import numpy as np
+import psutil
 import pytest
 
 from models import parallel
@@ -17,11 +19,8 @@ from models.selection import cross_validate
 
 
 @pytest.fixture(autouse=True)
-def _pools(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _pools(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel, "WARM_FITS", False)  # workers start without their warm-up fits
-    yield
-    parallel.shutdown()
-    assert parallel.live_workers() == []
 
 
 def _samples(n: int = 240) -> list[Sample]:
@@ -35,20 +34,24 @@ def _samples(n: int = 240) -> list[Sample]:
     return out
 
 
-def _row(store: str, i: int) -> float:
-    return float(parallel.array(store, "v")[i]) * 2
+def _row(store: parallel.Store, owner: int, i: int) -> float:
+    return float(store["v"][i]) * 2
 
 
-def _die_in_worker(store: str, i: int) -> float:
-    if multiprocessing.parent_process() is not None:  # in a pool worker
+def _die_in_worker(store: parallel.Store, owner: int, i: int) -> float:
+    if os.getpid() != owner:  # in a pool worker
         os._exit(3)
-    return _row(store, i)
+    return _row(store, owner, i)
 
 
-def _stuck_in_worker(store: str, i: int) -> float:
-    if multiprocessing.parent_process() is not None:
+def _stuck_in_worker(store: parallel.Store, owner: int, i: int) -> float:
+    if os.getpid() != owner:
         time.sleep(60)
-    return _row(store, i)
+    return _row(store, owner, i)
+
+
+def _pid(store: parallel.Store, i: int) -> int:
+    return os.getpid()
 
 
 def test_pool_cross_validation_equals_in_process() -> None:
@@ -57,7 +60,6 @@ def test_pool_cross_validation_equals_in_process() -> None:
     kw = {"models": models, "categories": ("all",), "k": 3, "max_rows": 120}
     one = cross_validate(samples, ["observed", "placement"], workers=1, **kw)  # type: ignore[arg-type]
     two = cross_validate(samples, ["observed", "placement"], workers=2, **kw)  # type: ignore[arg-type]
-    assert len(parallel.live_workers()) == 2
     assert [(s.mode, s.category, s.model) for s in one] == [(s.mode, s.category, s.model) for s in two]
     for a, b in zip(one, two, strict=True):
         np.testing.assert_allclose(a.oof, b.oof, rtol=1e-9, atol=1e-9)
@@ -80,14 +82,41 @@ def test_refit_on_the_pool_selects_and_fits_as_in_process() -> None:
 def test_a_dead_or_stuck_worker_falls_back_to_in_process(fn: object) -> None:
     with parallel.Fits(2, timeout=2.0) as fits:
         fits.publish({"v": np.arange(6.0)})
-        assert fits.run(fn, [(i,) for i in range(6)]) == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]  # type: ignore[arg-type]
+        assert fits.run(fn, [(os.getpid(), i) for i in range(6)]) == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]  # type: ignore[arg-type]
         assert fits.fallbacks == 1
-    assert parallel.live_workers() == []  # the broken pool was discarded; the next refit starts a new one
+    with parallel.Fits(2) as fits:  # the next refit gets a working pool
+        fits.publish({"v": np.arange(6.0)})
+        assert os.getpid() not in fits.run(_pid, [(i,) for i in range(6)]) and fits.fallbacks == 0
 
 
-def test_small_refits_and_one_worker_stay_in_process() -> None:
-    run_refit(_samples(60), Config(batch_models=("LinearRegression",)), 0)  # < pool_min_rows
+def test_one_worker_stays_in_process() -> None:
     with parallel.Fits(1) as fits:
         fits.publish({"v": np.arange(3.0)})
-        assert fits.run(_row, [(0,), (2,)]) == [0.0, 4.0]
-    assert parallel.live_workers() == []
+        assert fits.run(_row, [(os.getpid(), 0), (os.getpid(), 2)]) == [0.0, 4.0]
+        assert set(fits.run(_pid, [(0,), (1,)])) == {os.getpid()}
+
+
+OWNER = """
+import os, time
+from models import parallel
+parallel.WARM_FITS = False
+with parallel.Fits(2) as fits:
+    fits.publish({})
+    print(*set(fits.run(lambda store, i: os.getpid(), [(i,) for i in range(8)])), flush=True)
+    time.sleep(60)
+"""
+
+
+def test_workers_die_with_their_owner() -> None:
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        workers = [int(p) for p in owner.stdout.readline().split()]
+        assert workers and owner.pid not in workers
+        left = psutil.Process(owner.pid).children()  # the workers (also any not started yet) and loky's helpers
+    finally:
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+    assert set(workers) <= {p.pid for p in left}
+    _, alive = psutil.wait_procs(left, timeout=20)
+    assert alive == [], f"outlived their owner: {[p.cmdline()[-4:] for p in alive]}"

@@ -40,13 +40,6 @@ def test_compressed_fit_equals_fit_on_duplicates(name: str, monkeypatch: pytest.
     np.testing.assert_allclose(fast.predict(probe), slow.predict(probe), rtol=1e-9, atol=1e-9)
 
 
-def test_knn_on_duplicates_frame_and_row_agree() -> None:
-    X, y = _duplicated(copies=8)  # before compression, 5 of 8 equidistant copies were picked arbitrarily
-    m = zoo.make_batch("KNN").fit(X, y)
-    rows = X.iloc[:40].to_dict("records")
-    np.testing.assert_allclose(m.predict(X.iloc[:40]), [m.predict_one(r) for r in rows], rtol=1e-9)
-
-
 @pytest.mark.parametrize("rows", [30, 400])  # 30 rows: dual (libsvm, kernel); 400 rows: primal on the feature map
 def test_svr_poly_primal_and_dual_solve_the_same_problem(rows: int) -> None:
     from sklearn.preprocessing import StandardScaler
@@ -60,7 +53,6 @@ def test_svr_poly_primal_and_dual_solve_the_same_problem(rows: int) -> None:
     ref = SVR(kernel="poly", degree=2, coef0=1.0, C=10.0, epsilon=1.0, gamma=1 / (2 * xs.var()), tol=1e-6).fit(xs, y)
     pred, want = m.predict(X), ref.predict(xs)
     assert np.mean(np.abs(pred - want)) < 0.05 * np.mean(np.abs(want - np.mean(want)))
-    np.testing.assert_allclose([m.predict_one(r) for r in X.iloc[:20].to_dict("records")], pred[:20], rtol=1e-9, atol=1e-9)
 
 
 def test_stratified_subsample_keeps_every_group() -> None:

@@ -325,3 +325,30 @@ def test_stage2_without_persistence_still_runs(tmp_path) -> None:
     stage.save()  # NotImplementedError or a real save: neither stops the worker
     stage2 = Stage2(state_dir=tmp_path)
     assert stage2.models_for("v100") is not None
+
+
+def test_what_if_entries_of_a_window_equal_the_questions_asked_one_by_one() -> None:
+    from events import WhatIf
+    from models.api import EnvironmentModels
+    from models.synthetic import gavel_observations
+    from streams.stage2 import what_if_entries
+
+    em = EnvironmentModels("v100")
+    known: dict = {}
+    for o in gavel_observations(400, seed=3):
+        em.learn(o)
+        known.setdefault(o.job_type, o.solo)
+    em.refit_now()  # batch candidates serve too (one matrix each below)
+    assert any(key[0] == "placement" for key in em._batch)
+    running = sorted(known)[:2]
+    solos = [known[t] for t in running]
+    entries = what_if_entries(em, known, running, solos)
+    want = []
+    for jt in sorted(known):
+        new = em.predict_placement(jt, known[jt], running, solos)
+        others = [em.predict_placement(running[i], solos[i], [running[1 - i], jt], [solos[1 - i], known[jt]]) for i in (0, 1)]
+        if new is not None:
+            interval = None if new.interval_pct is None else list(new.interval_pct)
+            existing = sum(r.interference_pct for r in others if r is not None)
+            want.append(WhatIf(job_type=jt, newcomer_pct=new.interference_pct, existing_pct=existing, interval_pct=interval))
+    assert entries == want and len(entries) == len(known) > 2
