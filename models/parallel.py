@@ -80,15 +80,9 @@ def _opened(id: str, path: str) -> Store:
 
 
 def _init_worker(owner: int, warm_fits: bool) -> None:
-    import ctypes
-    import signal
+    from config.process import exit_with_parent
 
-    try:  # Linux: SIGTERM this worker when the process that owns the pool dies, even by SIGKILL (loky's would not)
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-        pass
-    if os.getppid() != owner:  # the owner died while this worker started: no signal will come
-        os._exit(0)
+    exit_with_parent(owner)  # loky's workers would outlive an owner killed by SIGKILL
     if not warm_fits:
         return
     import pandas as pd
