@@ -132,3 +132,22 @@ def test_seeded_runs_repeat(trained: tuple[Wrapped, list, list]) -> None:
 def test_untrained_online_predicts_a_number() -> None:
     for name in zoo.ONLINE:
         assert zoo.make_online(name).predict_one({"a": 1.0}) == 0.0  # AMF would answer None here
+
+
+def test_forest_predict_gives_the_floats_of_scikit_learn_predict() -> None:
+    import numpy as np
+    from sklearn.ensemble import ExtraTreesRegressor, RandomForestRegressor
+
+    from models.zoo import forest_predict
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 6))
+    y = 3.0 * X[:, 0] + X[:, 1] * X[:, 2] + rng.normal(size=400)
+    rows = rng.normal(size=(50, 6))
+    for forest in (
+        ExtraTreesRegressor(n_estimators=25, random_state=0, n_jobs=1),
+        RandomForestRegressor(n_estimators=20, random_state=0, n_jobs=1),
+    ):
+        forest.fit(X, y)
+        assert np.array_equal(forest_predict(forest, rows), forest.predict(rows))
+        assert np.array_equal(forest_predict(forest, rows[:1]), forest.predict(rows[:1]))
