@@ -7,9 +7,10 @@ A refit is a plain function (``models.api.run_refit``) that the stream runs in a
 * the workers are joblib's reusable loky executor: started on first use, kept while idle for ``IDLE_S``
   seconds, each limited to one BLAS/OpenMP thread, warmed by one small fit of every batch model, and
   ended (SIGTERM) when the process that owns them dies;
-* a refit's arrays (features per mode x category, target, fold indices) are dumped once (``joblib.dump``,
-  to ``/dev/shm`` where there is one); a task carries the file's name, and each worker loads it
-  memory-mapped and prepares each fold's training set once per refit (:meth:`Store.cached`);
+* a refit's arrays (features per mode x category, target, fold indices) are written once, one ``.npy`` each
+  (numeric: nothing a worker loads is unpickled), to a private directory in ``/dev/shm`` where there is
+  one; a task carries the directory's name, and each worker memory-maps them and prepares each fold's
+  training set once per refit (:meth:`Store.cached`);
 * when a worker dies (loky's ``TerminatedWorkerError``) or a fit is not done within ``timeout`` seconds
   (joblib then kills the workers), the batch runs again in-process: a refit never hangs on the pool.
 
@@ -49,8 +50,8 @@ def resolve(workers: int | None) -> int:
 class Store:
     """A refit's arrays by name, and what each process derives from them (:meth:`cached`).
 
-    Published for workers (``path``: the ``joblib.dump`` of the arrays), it pickles as its id and path only; a
-    worker loads the file memory-mapped once per refit."""
+    Published for workers (``path``: a private directory of one ``.npy`` per array, :func:`save_arrays`), it
+    pickles as its id and path only; a worker memory-maps the files once per refit."""
 
     id: str
     arrays: Mapping[str, np.ndarray] = field(default_factory=dict)
@@ -76,7 +77,22 @@ def _opened(id: str, path: str) -> Store:
     """A worker's copy of a published store: the arrays memory-mapped once per refit (the last two refits kept)."""
     while id not in _CACHE and len(_CACHE) >= 2:
         del _CACHE[next(iter(_CACHE))]
-    return Store(id, Store(id).cached("arrays", lambda: joblib.load(path, mmap_mode="r")))
+    return Store(id, Store(id).cached("arrays", lambda: load_arrays(path)))
+
+
+def save_arrays(directory: str, arrays: Mapping[str, np.ndarray]) -> None:
+    """One ``.npy`` per array (names are the refit's own: ``x_<mode>_<cat>``, ``y``, ...)."""
+    for name, a in arrays.items():
+        np.save(os.path.join(directory, f"{name}.npy"), np.ascontiguousarray(a), allow_pickle=False)
+
+
+def load_arrays(directory: str) -> dict[str, np.ndarray]:
+    """:func:`save_arrays`' arrays, memory-mapped (numeric only: nothing is unpickled)."""
+    return {
+        f[: -len(".npy")]: np.load(os.path.join(directory, f), mmap_mode="r")
+        for f in sorted(os.listdir(directory))
+        if f.endswith(".npy")
+    }
 
 
 def _init_worker(owner: int, warm_fits: bool) -> None:
@@ -157,9 +173,8 @@ class Fits:
         if self.workers > 1:
             shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
             self._dir = tempfile.mkdtemp(prefix="aip-refit-", dir=shm)
-            path = os.path.join(self._dir, "arrays.joblib")
-            joblib.dump(self.store.arrays, path)
-            self._shared = Store(self.store.id, path=path)
+            save_arrays(self._dir, self.store.arrays)
+            self._shared = Store(self.store.id, path=self._dir)
 
     def run(
         self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], progress: Callable[[int, int], None] | None = None
