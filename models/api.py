@@ -69,9 +69,9 @@ VIA = "placement"
 REGIMES = ("seen", "new")
 
 Key = tuple[str, str, str]
+"""(mode, category, model) of one candidate."""
 Plan = tuple[str, float, Key, dict[str, float], str, str]
 """How a prediction will be served: regime, error, candidate, features, mode, served name (see ``_plan``)."""
-"""(mode, category, model) of one candidate."""
 PlacementAsk = tuple[str, Mapping[str, float | None], Sequence[str], Sequence[Mapping[str, float | None]]]
 """A what-if: (job type, its solo profile, the co-runners' job types, their solo profiles)."""
 
