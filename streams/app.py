@@ -32,7 +32,7 @@ from events import JobEvent, MetricSample, Observation, RecordError, SoloProfile
 from events.topics import LIFECYCLE, METRICS
 from streams import changelog, views
 from streams.deadletters import dead_letter
-from streams.interference_metrics import InterferenceMetrics
+from streams.interference_metrics import HORIZON_WINDOWS, InterferenceMetrics
 from streams.metrics import StreamMetrics, dead_letter_reason
 from streams.profiles import LOCAL
 from streams.readers import PartitionReader, TopicFollower
@@ -201,7 +201,7 @@ class Streams:
             held=lambda: self.stage1.held_count(),
         )
         self.interference = InterferenceMetrics(
-            settings.alert_threshold_pct, settings.alert_clear_pct, horizon_s=6 * settings.window_s
+            settings.alert_threshold_pct, settings.alert_clear_pct, horizon_s=HORIZON_WINDOWS * settings.window_s
         )
         self.metrics.registry.register(self.interference)  # type: ignore[arg-type]
         self.refits = Refits(self.stage2, lambda env, board: self.send("leaderboard", env, board))

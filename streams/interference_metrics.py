@@ -24,6 +24,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Summa
 from events import Alert, Observation, Prediction
 
 ENV_GPU = ["environment", "gpu_uuid"]
+HORIZON_WINDOWS = 6
+"""A GPU whose last window is this many windows of event time behind its environment's newest is gone."""
 
 
 @dataclass
