@@ -203,7 +203,7 @@ class Streams:
         self.interference = InterferenceMetrics(
             settings.alert_threshold_pct, settings.alert_clear_pct, horizon_s=HORIZON_WINDOWS * settings.window_s
         )
-        self.metrics.registry.register(self.interference)  # type: ignore[arg-type]
+        self.metrics.registry.register(self.interference)
         self.refits = Refits(self.stage2, lambda env, board: self.send("leaderboard", env, board))
         self.rebuild = Rebuild(
             self.stage2,

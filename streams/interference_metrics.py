@@ -97,7 +97,7 @@ class InterferenceMetrics:
         self.gpus: dict[str, GpuState] = {}
         self.newest_end: dict[str, float] = {}  # environment -> newest window end seen
         self.predictions: Counter[tuple[str, str, str]] = Counter()  # (environment, mode, regime)
-        self.error_sum: Counter[tuple[str, str, str]] = Counter()  # |predicted - measured|, points
+        self.error_sum: dict[tuple[str, str, str], float] = {}  # |predicted - measured|, points
         self.error_count: Counter[tuple[str, str, str]] = Counter()
 
     # ------------------------------------------------------------------ input
@@ -106,16 +106,16 @@ class InterferenceMetrics:
         predictions = list(predictions)
         env, gpu = obs.environment, obs.gpu_uuid
         for p in predictions:
-            key = (env, p.mode, p.regime or "")
-            self.predictions[key] += 1
+            served: tuple[str, str, str] = (env, p.mode, p.regime or "")
+            self.predictions[served] += 1
             if p.measured_pct is not None:
-                self.error_sum[key] += abs(p.interference_pct - p.measured_pct)
-                self.error_count[key] += 1
+                self.error_sum[served] = self.error_sum.get(served, 0.0) + abs(p.interference_pct - p.measured_pct)
+                self.error_count[served] += 1
         g = self.gpus.get(gpu)
         if g is None or obs.window_start > g.window_start or g.environment != env:
             current = {obs.job_id, *obs.co_job_ids}
-            for key in [k for k in self.jobs if k[0] == gpu and k[1] not in current]:
-                del self.jobs[key]
+            for gone in [k for k in self.jobs if k[0] == gpu and k[1] not in current]:
+                del self.jobs[gone]
             g = self.gpus[gpu] = GpuState(env, obs.window_start, obs.window_end, self.clock())
         else:
             g.received_s = self.clock()
@@ -160,6 +160,7 @@ class InterferenceMetrics:
     # ----------------------------------------------------------------- output
     def collect(self) -> Iterator[Any]:
         self.prune()
+        labels: tuple[str, ...]
         threshold = GaugeMetricFamily("aip_alert_threshold_percent", "interference at which an alert is raised, %")
         threshold.add_metric([], self.threshold_pct)
         yield threshold
@@ -269,5 +270,5 @@ class InterferenceMetrics:
             labels=["environment", "mode", "regime"],
         )
         for labels, n in sorted(self.error_count.items()):
-            error.add_metric(list(labels), count_value=float(n), sum_value=self.error_sum[labels])
+            error.add_metric(list(labels), count_value=n, sum_value=self.error_sum[labels])
         yield error

@@ -66,7 +66,7 @@ class Prometheus:
     def ready(self) -> bool:
         try:
             with urllib.request.urlopen(f"{self.base}/-/ready", timeout=2) as r:
-                return r.status == 200
+                return bool(r.status == 200)
         except OSError:
             return False
 

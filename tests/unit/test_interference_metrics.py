@@ -20,23 +20,23 @@ def obs(gpu: str, job: str, jt: str, start: float, co: dict[str, str], pct: floa
     )  # fmt: skip
 
 
-def pred(o: Observation, mode: str, pct: float, what_if: list[WhatIf] | None = None) -> Prediction:
+def pred(o: Observation, mode: Any, pct: float, what_if: list[WhatIf] | None = None) -> Prediction:
     return Prediction(
         ts=TS, gpu_uuid=o.gpu_uuid, environment=o.environment, job_id=o.job_id, job_type=o.job_type,
-        job_set=sorted([o.job_type, *o.co_job_types]), mode=mode, interference_pct=pct, model="knn", category="all",  # type: ignore[arg-type]
+        job_set=sorted([o.job_type, *o.co_job_types]), mode=mode, interference_pct=pct, model="knn", category="all",
         measured_pct=o.interference_pct, what_if=what_if or [], regime="seen",
     )  # fmt: skip
 
 
-def alert(o: Observation, state: str) -> Alert:
+def alert(o: Observation, state: Any) -> Alert:
     return Alert(
         ts=TS, state=state, gpu_uuid=o.gpu_uuid, job_id=o.job_id, interference_pct=1.0, threshold=50.0, source="measured"
-    )  # type: ignore[arg-type]
+    )
 
 
 def samples(m: InterferenceMetrics) -> dict[str, list[tuple[dict[str, str], float]]]:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(m)  # type: ignore[arg-type]
+    registry.register(m)
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in text_string_to_metric_families(generate_latest(registry).decode()):
         for s in family.samples:

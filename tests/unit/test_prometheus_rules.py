@@ -101,7 +101,7 @@ def test_the_workers_metrics_pass_promtool() -> None:
     m.dead_letters["late"] += 1
     m.observations["v100"] += 1
     gauges = InterferenceMetrics(50.0, 35.0)
-    m.registry.register(gauges)  # type: ignore[arg-type]
+    m.registry.register(gauges)
     o = Observation(
         window_start=ts, window_end=ts + 10, gpu_uuid="G1", environment="v100", job_id="j1", job_type="bert",
         co_job_types=["resnet"], co_job_ids=["j2"], interference_pct=60.0,
