@@ -10,6 +10,7 @@ The certificates are made here (tests/tlscerts.py); nothing of them is committed
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -201,7 +203,7 @@ def test_kafka_python_round_trips_over_ssl_without_sasl(ssl_only: CliBroker, pki
 
 
 def test_the_tls_is_real(sasl_ssl: CliBroker, pki: Pki) -> None:
-    """The port speaks TLS 1.2 or newer with the server certificate, and nothing older."""
+    """The port speaks TLS 1.2 or newer with the server certificate (older: test_the_front_refuses_tls_below_1_2)."""
     from transport.tls import client_context
 
     host, _, port = sasl_ssl.address.rpartition(":")
@@ -209,11 +211,64 @@ def test_the_tls_is_real(sasl_ssl: CliBroker, pki: Pki) -> None:
     with socket.create_connection((host, int(port)), timeout=5) as raw, context.wrap_socket(raw, server_hostname=host) as tls:
         assert tls.version() in ("TLSv1.2", "TLSv1.3")
         assert dict(x[0] for x in tls.getpeercert()["subject"])["commonName"] == "localhost"
-    old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    old.load_verify_locations(pki.ca)
-    old.maximum_version = ssl.TLSVersion.TLSv1_2
-    with socket.create_connection((host, int(port)), timeout=5) as raw, old.wrap_socket(raw, server_hostname=host) as tls:
+    tls12 = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    tls12.load_verify_locations(pki.ca)
+    tls12.maximum_version = ssl.TLSVersion.TLSv1_2
+    with socket.create_connection((host, int(port)), timeout=5) as raw, tls12.wrap_socket(raw, server_hostname=host) as tls:
         assert tls.version() == "TLSv1.2"
+
+
+def old_tls_client(pki: Pki, version: ssl.TLSVersion) -> ssl.SSLContext:
+    """A client that offers only ``version`` (1.0 or 1.1), at OpenSSL security level 0 so that it may."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(pki.ca)
+    context.minimum_version = context.maximum_version = version
+    context.set_ciphers("DEFAULT:@SECLEVEL=0")
+    return context
+
+
+@contextlib.contextmanager
+def permissive_tls_server(pki: Pki) -> Iterator[tuple[str, int]]:
+    """A one-connection TLS server that accepts 1.0 and newer: the control that the old clients really offer it."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki.server.cert, pki.server.key)
+    context.minimum_version = ssl.TLSVersion.TLSv1
+    context.set_ciphers("DEFAULT:@SECLEVEL=0")
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with contextlib.suppress(OSError), listener.accept()[0] as conn, context.wrap_socket(conn, server_side=True) as tls:
+            tls.recv(1)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[:2]
+    finally:
+        listener.close()
+        thread.join(5)
+
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1")
+@pytest.mark.parametrize("version", ["TLSv1", "TLSv1_1"])
+def test_the_front_refuses_tls_below_1_2(sasl_ssl: CliBroker, pki: Pki, version: str) -> None:
+    """A client offering only TLS 1.0 or 1.1 is refused by the broker (a protocol_version alert from the server),
+    while the same client completes a handshake with a server that allows them."""
+    wanted = getattr(ssl.TLSVersion, version)
+    client = old_tls_client(pki, wanted)
+    with permissive_tls_server(pki) as (host, port), socket.create_connection((host, port), timeout=5) as raw, \
+            client.wrap_socket(raw, server_hostname="localhost") as tls:  # fmt: skip
+        assert tls.version() == version.replace("_", ".")  # TLSv1 / TLSv1.1: OpenSSL here still speaks them
+        tls.sendall(b"x")
+    host, _, port_text = sasl_ssl.address.rpartition(":")
+    before = sasl_ssl.output().count("refused: TLS handshake failed (UNSUPPORTED_PROTOCOL)")
+    with socket.create_connection((host, int(port_text)), timeout=5) as raw, pytest.raises(ssl.SSLError) as refused:
+        old_tls_client(pki, wanted).wrap_socket(raw, server_hostname="localhost")
+    # the server hung up on the ClientHello (asyncio's TLS sends no alert before it closes) ...
+    assert isinstance(refused.value, ssl.SSLEOFError), refused.value
+    # ... and says why: the version offered is below its minimum
+    wait_for(lambda: sasl_ssl.output().count("refused: TLS handshake failed (UNSUPPORTED_PROTOCOL)") == before + 1,
+             timeout_s=10, what="the front's log of the refusal")  # fmt: skip
 
 
 def test_hostname_check_off_accepts_a_certificate_for_another_name_but_not_another_ca(
@@ -403,7 +458,9 @@ FAILURES: dict[str, tuple[str, dict[str, str], str]] = {
     "plaintext-client-at-tls": ("sasl_ssl", {"AIP_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}, "expects TLS"),
     "no-security-at-tls": ("ssl_only", {"AIP_SECURITY_PROTOCOL": "PLAINTEXT"}, "expects TLS"),
     "tls-client-at-plaintext": ("sasl_plaintext", {}, "does not speak TLS"),
-    "tls-client-at-bare-broker": ("bare", {"AIP_SECURITY_PROTOCOL": "SSL"}, "does not speak TLS"),
+    # Tansu waits for more bytes after a ClientHello: the probe's handshake timeout (at most the connect
+    # timeout) passes before it asks in plaintext; 1 s, not 5, so that the four commands take 4 s, not 20
+    "tls-client-at-bare-broker": ("bare", {"AIP_SECURITY_PROTOCOL": "SSL", "AIP_CONNECT_TIMEOUT_S": "1"}, "does not speak TLS"),
     "wrong-password-over-tls": ("sasl_ssl", {"AIP_SASL_PASSWORD": WRONG}, "authentication failed at"),
     "sasl-client-at-tls-without-sasl": ("ssl_only", {}, "refused SASL mechanism SCRAM-SHA-512"),
     "no-client-certificate": ("mutual", {"AIP_SECURITY_PROTOCOL": "SSL"}, "requires a client certificate"),
@@ -438,18 +495,46 @@ def failing_env(kind: str, listeners: dict[str, str], pki: Pki, tmp: Path) -> tu
     return tls_env(listeners[listener], tmp, pki) | {k: v.format(**values) for k, v in extra.items()}, expected
 
 
+def assert_one_line(code: int, out: str, err: str, command: str, expected: str) -> None:
+    assert code == 1, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"aip {command}: error: ") and expected in lines[0], lines[0]
+    assert "Traceback" not in out + err
+    assert_no_password(out + err)
+
+
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @pytest.mark.parametrize("kind", sorted(FAILURES))
 def test_tls_failures_end_the_command_with_one_line(listeners: dict[str, str], pki: Pki, tmp_path: Path, kind: str,
+                                                    command: str, monkeypatch: Any, capsys: Any) -> None:  # fmt: skip
+    """Every failure with every command, through ``aip.cli.main`` in this process (one interpreter for all 48:
+    the commands share one probe); :func:`test_tls_failures_end_the_process_with_one_line` runs them as processes."""
+    from aip.cli import main
+
+    env, expected = failing_env(kind, listeners, pki, tmp_path)
+    for name in [n for n in os.environ if n.startswith("AIP_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        if name.startswith("AIP_"):
+            monkeypatch.setenv(name, value)
+    code = main(COMMANDS[command])
+    out, err = capsys.readouterr()
+    assert_one_line(code, out, err, command, expected)
+
+
+# each failure once as a process, the commands in turn (each of the four three times): the exit status, and
+# nothing else on stderr (no library's log line, no warning at exit), as a shell or a supervisor sees it
+PROCESS_CASES = [(kind, sorted(COMMANDS)[i % len(COMMANDS)]) for i, kind in enumerate(sorted(FAILURES))]
+
+
+@pytest.mark.parametrize(("kind", "command"), PROCESS_CASES)
+def test_tls_failures_end_the_process_with_one_line(listeners: dict[str, str], pki: Pki, tmp_path: Path, kind: str,
                                                     command: str) -> None:  # fmt: skip
+    assert {c for _, c in PROCESS_CASES} == set(COMMANDS) and {k for k, _ in PROCESS_CASES} == set(FAILURES)
     env, expected = failing_env(kind, listeners, pki, tmp_path)
     result = aip(*COMMANDS[command], env=env)
-    assert result.returncode == 1, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"aip {command.split()[0]}: error: ") and expected in lines[0], lines[0]
-    assert "Traceback" not in result.stdout + result.stderr
-    assert_no_password(result.stdout + result.stderr)
+    assert_one_line(result.returncode, result.stdout, result.stderr, command, expected)
 
 
 @pytest.mark.parametrize("kind", ["untrusted-ca", "expired", "no-client-certificate"])
