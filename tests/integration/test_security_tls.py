@@ -290,21 +290,23 @@ def test_mutual_tls_with_a_client_certificate(mutual: CliBroker, pki: Pki, tmp_p
     round_trip(settings_of(env))
 
 
-def test_librdkafka_produces_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
-    """A client in another language's library (librdkafka, as confluent-kafka) through the same front."""
+def test_librdkafka_produces_and_consumes_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
+    """A client in another language's library (librdkafka, as confluent-kafka) through the same front: it
+    produces what the project reads, and consumes what the project writes."""
     import confluent_kafka
 
-    from transport import RecordConsumer, ensure_topics
+    from transport import RecordConsumer, RecordProducer, ensure_topics
 
     settings = settings_of(tls_env(sasl_ssl.address, tmp_path, pki))
     topic = settings.topic_prefix + "gpu.metrics"
     ensure_topics(settings, [topic])
     errors: list[str] = []
-    producer = confluent_kafka.Producer({
+    security = {
         "bootstrap.servers": sasl_ssl.address, "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
         "sasl.username": "alice", "sasl.password": SECRET, "ssl.ca.location": pki.ca,
         "error_cb": lambda err: errors.append(str(err)),
-    })  # fmt: skip
+    }  # fmt: skip
+    producer = confluent_kafka.Producer(security)
     values = [f"librdkafka {i}".encode() for i in range(10)]
     for v in values:
         producer.produce(topic, value=v)
@@ -312,6 +314,28 @@ def test_librdkafka_produces_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_pa
     with RecordConsumer(settings, ["gpu.metrics"], from_beginning=True) as consumer:
         got = consumer.read(until=lambda items: len(items) >= len(values), timeout_s=20)
     assert sorted(r.value for r in got) == sorted(values) and not errors
+    # and back: what the project's producer writes, read by librdkafka
+    ours = [f"project {i}".encode() for i in range(10)]
+    with RecordProducer(settings) as p:
+        for v in ours:
+            p.send_raw("gpu.metrics", v)
+        p.flush(10)
+    reader = confluent_kafka.Consumer(security | {"group.id": f"g{uuid.uuid4().hex[:8]}", "enable.auto.commit": False})
+    read: list[bytes] = []
+    try:
+        parts = reader.list_topics(topic, timeout=10).topics[topic].partitions
+        reader.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in parts])
+
+        def all_read() -> bool:
+            msg = reader.poll(0.5)
+            if msg is not None and msg.error() is None:
+                read.append(msg.value())
+            return len(read) >= len(values) + len(ours)
+
+        wait_for(all_read, timeout_s=30, interval_s=0.0, what="librdkafka to consume over SASL_SSL")
+    finally:
+        reader.close()
+    assert sorted(read) == sorted(values + ours) and not errors
 
 
 def test_produce_sim_tail_and_replay_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
@@ -336,24 +360,46 @@ def test_produce_sim_tail_and_replay_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki
     assert_no_password(produced.stdout + produced.stderr + tailed.stderr + replayed.stdout + replayed.stderr + again.stderr)
 
 
-@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
-def test_worker_turns_bad_input_into_dead_letters_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path, mechanism: str) -> None:
-    """faust (aiokafka) over SASL_SSL with streams.app.broker_credentials' TLS context."""
+WORKER_SETTINGS: dict[str, tuple[str, dict[str, str], str]] = {
+    # case: (listener, settings beyond tls_env's, what the front logs of the worker's connection)
+    "sasl-ssl-scram": ("sasl_ssl", {"AIP_SASL_MECHANISM": "SCRAM-SHA-512"}, "authenticated as alice"),
+    "sasl-ssl-plain": ("sasl_ssl", {"AIP_SASL_MECHANISM": "PLAIN"}, "authenticated as alice"),
+    "ssl": ("ssl_only", {"AIP_SECURITY_PROTOCOL": "SSL"}, "connected (TLS)"),
+    "mutual-tls": (
+        "mutual",
+        {"AIP_SECURITY_PROTOCOL": "SSL", "AIP_SSL_CERTFILE": "{client_cert}", "AIP_SSL_KEYFILE": "{client_key}"},
+        "connected (TLS)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WORKER_SETTINGS))
+def test_worker_turns_bad_input_into_dead_letters_over_tls(request: Any, pki: Pki, tmp_path: Path, case: str) -> None:
+    """faust (aiokafka) with streams.app.broker_credentials' TLS context: over SASL_SSL (both mechanisms),
+    over SSL without SASL, and presenting a client certificate where the broker requires one."""
     from transport import RecordConsumer, RecordProducer
 
-    env = tls_env(sasl_ssl.address, tmp_path, pki, mechanism=mechanism)
+    listener, extra, logged = WORKER_SETTINGS[case]
+    front: CliBroker = request.getfixturevalue(listener)
+    files = {"client_cert": pki.client.cert, "client_key": pki.client.key}
+    env = tls_env(front.address, tmp_path, pki) | {k: v.format(**files) for k, v in extra.items()}
+    if env["AIP_SECURITY_PROTOCOL"] == "SSL":
+        env = {k: v for k, v in env.items() if not k.startswith("AIP_SASL_")}
     settings = settings_of(env)
+    connections = front.output().count(logged)
     log = tmp_path / "worker.log"
     with open(log, "wb") as fh:
         worker = subprocess.Popen(
             [sys.executable, "-m", "aip.cli", "worker", "--loglevel", "info"], cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT
         )
     try:
-        wait_for(
-            lambda: f"Authenticated as alice via {mechanism}" in log.read_text(errors="replace") or worker.poll() is not None,
-            timeout_s=60,
-            what="the worker's SASL login over TLS",
-        )
+        if settings.uses_sasl:
+            wait_for(
+                lambda: f"Authenticated as alice via {settings.sasl_mechanism}" in log.read_text(errors="replace")
+                or worker.poll() is not None,
+                timeout_s=60,
+                what="the worker's SASL login over TLS",
+            )
         assert worker.poll() is None, log.read_text()
         bad = [f"not json {i}".encode() for i in range(3)]
         with RecordProducer(settings) as producer:
@@ -361,9 +407,12 @@ def test_worker_turns_bad_input_into_dead_letters_over_sasl_ssl(sasl_ssl: CliBro
                 producer.send_raw("gpu.metrics", b)
             producer.flush(10)
         with RecordConsumer(settings, ["aip.deadletter"], from_beginning=True) as consumer:
-            letters = consumer.read(until=lambda items: len(items) >= len(bad), timeout_s=60)
+            letters = consumer.read(until=lambda items: len(items) >= len(bad) or worker.poll() is not None, timeout_s=60)
+        assert len(letters) == len(bad), log.read_text(errors="replace")[-3000:]
         assert sorted(r.record.source_topic for r in letters) == ["gpu.metrics"] * 3
         assert sorted(base64.b64decode(r.record.payload_b64) for r in letters) == sorted(bad)
+        # the worker's own connections among the front's (the test's producer and consumer make two or three)
+        assert front.output().count(logged) > connections + 2
     finally:
         worker.send_signal(signal.SIGTERM)
         try:
