@@ -488,7 +488,7 @@ def test_extender_scores_nodes_from_topics_read_over_sasl_ssl(sasl_ssl: CliBroke
 def test_up_with_a_sasl_ssl_broker(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
     """``aip up --broker``: its producer, worker and view all connect over SASL_SSL."""
     env = tls_env(sasl_ssl.address, tmp_path, pki)
-    result = aip("up", "--broker", sasl_ssl.address, "--duration", "40", "--gpus", "4", "--speedup", "30", "--no-view",
+    result = aip("up", "--broker", sasl_ssl.address, "--duration", "25", "--gpus", "4", "--speedup", "100", "--no-view",
                  env=env, timeout_s=180)  # fmt: skip
     lines = result.stdout.strip().splitlines()
     assert lines, result.stderr[-2000:]
