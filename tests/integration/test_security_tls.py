@@ -146,6 +146,7 @@ def tls_env(address: str, tmp: Path, pki: Pki, *, protocol: str = "SASL_SSL", me
         "AIP_TOPIC_PREFIX": f"tls{uuid.uuid4().hex[:10]}.",
         "AIP_PARTITIONS": "2",
         "AIP_CONNECT_TIMEOUT_S": "10",
+        "AIP_GROUP_INSTANCE_ID": "none",  # dynamic membership: Tansu holds a static member's SyncGroup 3 s longer
         "AIP_SPOOL_DIR": str(tmp / "spool"),
         "AIP_STATE_DIR": str(tmp / "state"),
         "AIP_WEB_PORT": str(free_port()),
