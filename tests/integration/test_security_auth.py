@@ -222,8 +222,13 @@ def test_wrong_credentials_end_the_command_with_one_line(
 ) -> None:
     """Every command with every wrong login, through ``aip.cli.main`` in this process (the commands share one
     probe); :func:`test_wrong_credentials_end_the_process_with_one_line` runs each login as a process."""
+    import streams.app
     from aip.cli import main
 
+    def no_worker(*args: Any, **kwargs: Any) -> None:  # the probe let it through: never a faust app in this process
+        raise AssertionError(f"aip worker got past the probe with wrong credentials ({case})")
+
+    monkeypatch.setattr(streams.app, "run_worker", no_worker)
     mechanism, user, password = WRONG_CREDENTIALS[case]
     env = env_for(auth_broker, tmp_path, password, mechanism, user) | {"AIP_WEB_PORT": str(free_port())}
     for name in [n for n in os.environ if n.startswith("AIP_")]:

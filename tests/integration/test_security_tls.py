@@ -560,8 +560,13 @@ def test_tls_failures_end_the_command_with_one_line(listeners: dict[str, str], p
                                                     command: str, monkeypatch: Any, capsys: Any) -> None:  # fmt: skip
     """Every failure with every command, through ``aip.cli.main`` in this process (one interpreter for all 48:
     the commands share one probe); :func:`test_tls_failures_end_the_process_with_one_line` runs them as processes."""
+    import streams.app
     from aip.cli import main
 
+    def no_worker(*args: Any, **kwargs: Any) -> None:  # the probe let it through: never a faust app in this process
+        raise AssertionError(f"aip worker got past the probe at a failing listener ({kind})")
+
+    monkeypatch.setattr(streams.app, "run_worker", no_worker)
     env, expected = failing_env(kind, listeners, pki, tmp_path)
     for name in [n for n in os.environ if n.startswith("AIP_")]:
         monkeypatch.delenv(name)
