@@ -361,69 +361,6 @@ def test_produce_sim_tail_and_replay_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki
     assert_no_password(produced.stdout + produced.stderr + tailed.stderr + replayed.stdout + replayed.stderr + again.stderr)
 
 
-WORKER_SETTINGS: dict[str, tuple[str, dict[str, str], str]] = {
-    # case: (listener, settings beyond tls_env's, what the front logs of the worker's connection)
-    "sasl-ssl-scram": ("sasl_ssl", {"AIP_SASL_MECHANISM": "SCRAM-SHA-512"}, "authenticated as alice"),
-    "sasl-ssl-plain": ("sasl_ssl", {"AIP_SASL_MECHANISM": "PLAIN"}, "authenticated as alice"),
-    "ssl": ("ssl_only", {"AIP_SECURITY_PROTOCOL": "SSL"}, "connected (TLS)"),
-    "mutual-tls": (
-        "mutual",
-        {"AIP_SECURITY_PROTOCOL": "SSL", "AIP_SSL_CERTFILE": "{client_cert}", "AIP_SSL_KEYFILE": "{client_key}"},
-        "connected (TLS)",
-    ),
-}
-
-
-@pytest.mark.parametrize("case", sorted(WORKER_SETTINGS))
-def test_worker_turns_bad_input_into_dead_letters_over_tls(request: Any, pki: Pki, tmp_path: Path, case: str) -> None:
-    """faust (aiokafka) with streams.app.broker_credentials' TLS context: over SASL_SSL (both mechanisms),
-    over SSL without SASL, and presenting a client certificate where the broker requires one."""
-    from transport import RecordConsumer, RecordProducer
-
-    listener, extra, logged = WORKER_SETTINGS[case]
-    front: CliBroker = request.getfixturevalue(listener)
-    files = {"client_cert": pki.client.cert, "client_key": pki.client.key}
-    env = tls_env(front.address, tmp_path, pki) | {k: v.format(**files) for k, v in extra.items()}
-    if env["AIP_SECURITY_PROTOCOL"] == "SSL":
-        env = {k: v for k, v in env.items() if not k.startswith("AIP_SASL_")}
-    settings = settings_of(env)
-    connections = front.output().count(logged)
-    log = tmp_path / "worker.log"
-    with open(log, "wb") as fh:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "aip.cli", "worker", "--loglevel", "info"], cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT
-        )
-    try:
-        if settings.uses_sasl:
-            wait_for(
-                lambda: f"Authenticated as alice via {settings.sasl_mechanism}" in log.read_text(errors="replace")
-                or worker.poll() is not None,
-                timeout_s=60,
-                what="the worker's SASL login over TLS",
-            )
-        assert worker.poll() is None, log.read_text()
-        bad = [f"not json {i}".encode() for i in range(3)]
-        with RecordProducer(settings) as producer:
-            for b in bad:
-                producer.send_raw("gpu.metrics", b)
-            producer.flush(10)
-        with RecordConsumer(settings, ["aip.deadletter"], from_beginning=True) as consumer:
-            letters = consumer.read(until=lambda items: len(items) >= len(bad) or worker.poll() is not None, timeout_s=60)
-        assert len(letters) == len(bad), log.read_text(errors="replace")[-3000:]
-        assert sorted(r.record.source_topic for r in letters) == ["gpu.metrics"] * 3
-        assert sorted(base64.b64decode(r.record.payload_b64) for r in letters) == sorted(bad)
-        # the worker's own connections among the front's (the test's producer and consumer make two or three)
-        assert front.output().count(logged) > connections + 2
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(5)
-    assert_no_password(log.read_text(errors="replace"))
-
-
 def test_scheduler_client_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
     from clients import SchedulerClient
     from events import Prediction, WhatIf
@@ -614,3 +551,93 @@ def test_the_front_logs_why_it_refused_a_tls_connection(sasl_ssl: CliBroker, pki
         timeout_s=10,
         what="the front's log of both refusals",
     )
+
+
+# ---------------------------------------------------------------------------- the worker over TLS (last: its
+# module-scoped workers stop at the end of the module, right after these tests)
+WORKER_SETTINGS: dict[str, tuple[str, dict[str, str], str]] = {
+    # case: (listener, settings beyond tls_env's, what the front logs of the worker's connection)
+    "sasl-ssl-scram": ("sasl_ssl", {"AIP_SASL_MECHANISM": "SCRAM-SHA-512"}, "authenticated as alice"),
+    "sasl-ssl-plain": ("sasl_ssl", {"AIP_SASL_MECHANISM": "PLAIN"}, "authenticated as alice"),
+    "ssl": ("ssl_only", {"AIP_SECURITY_PROTOCOL": "SSL"}, "connected (TLS)"),
+    "mutual-tls": (
+        "mutual",
+        {"AIP_SECURITY_PROTOCOL": "SSL", "AIP_SSL_CERTFILE": "{client_cert}", "AIP_SSL_KEYFILE": "{client_key}"},
+        "connected (TLS)",
+    ),
+}
+
+
+@dataclass
+class TlsWorker:
+    front: CliBroker
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes]
+    log: Path
+    logged: str  # what the front logs of each of its connections
+    connections_before: int
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def tls_workers(request: Any, pki: Pki, tmp_path_factory: Any) -> Iterator[dict[str, TlsWorker]]:
+    """One ``aip worker`` per case of WORKER_SETTINGS, all started at once (their start-ups and group joins
+    overlap), each on its own topics; stopped together, and no password in any of their logs."""
+    workers: dict[str, TlsWorker] = {}
+    try:
+        for case, (listener, extra, logged) in sorted(WORKER_SETTINGS.items()):
+            front: CliBroker = request.getfixturevalue(listener)
+            tmp = tmp_path_factory.mktemp(f"worker-{case}")
+            files = {"client_cert": pki.client.cert, "client_key": pki.client.key}
+            env = tls_env(front.address, tmp, pki) | {k: v.format(**files) for k, v in extra.items()}
+            if env["AIP_SECURITY_PROTOCOL"] == "SSL":
+                env = {k: v for k, v in env.items() if not k.startswith("AIP_SASL_")}
+            log = tmp / "worker.log"
+            connections = front.output().count(logged)
+            with open(log, "wb") as fh:
+                proc = subprocess.Popen([sys.executable, "-m", "aip.cli", "worker", "--loglevel", "info"], cwd=ROOT, env=env,
+                                        stdout=fh, stderr=subprocess.STDOUT)  # fmt: skip
+            workers[case] = TlsWorker(front, env, proc, log, logged, connections)
+        yield workers
+    finally:
+        for w in workers.values():
+            w.proc.send_signal(signal.SIGTERM)
+        for w in workers.values():
+            try:
+                w.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait(5)
+    for w in workers.values():
+        assert_no_password(w.output())
+
+
+@pytest.mark.parametrize("case", sorted(WORKER_SETTINGS))
+def test_worker_turns_bad_input_into_dead_letters_over_tls(tls_workers: dict[str, TlsWorker], case: str) -> None:
+    """faust (aiokafka) with streams.app.broker_credentials' TLS context: over SASL_SSL (both mechanisms),
+    over SSL without SASL, and presenting a client certificate where the broker requires one."""
+    from transport import RecordConsumer, RecordProducer
+
+    worker = tls_workers[case]
+    settings = settings_of(worker.env)
+    if settings.uses_sasl:
+        wait_for(
+            lambda: f"Authenticated as alice via {settings.sasl_mechanism}" in worker.output() or worker.proc.poll() is not None,
+            timeout_s=60,
+            what="the worker's SASL login over TLS",
+        )
+    assert worker.proc.poll() is None, worker.output()
+    bad = [f"not json {i}".encode() for i in range(3)]
+    with RecordProducer(settings) as producer:
+        for b in bad:
+            producer.send_raw("gpu.metrics", b)
+        producer.flush(10)
+    with RecordConsumer(settings, ["aip.deadletter"], from_beginning=True) as consumer:
+        letters = consumer.read(until=lambda items: len(items) >= len(bad) or worker.proc.poll() is not None, timeout_s=60)
+    assert len(letters) == len(bad), worker.output()[-3000:]
+    assert sorted(r.record.source_topic for r in letters) == ["gpu.metrics"] * 3
+    assert sorted(base64.b64decode(r.record.payload_b64) for r in letters) == sorted(bad)
+    # the worker's own connections among the front's (this test's producer and consumer make two or three)
+    assert worker.front.output().count(worker.logged) > worker.connections_before + 2
