@@ -154,9 +154,9 @@ def run(args: argparse.Namespace) -> int:
     if topics.base(args.topic) not in RECORD_OF:
         raise CliError(f"unknown topic {args.topic!r}; choose one of {', '.join(RECORD_OF)}")
     name = topics.name(args.topic)
-    with broker_errors(), sigterm_as_interrupt():
-        try:
-            from transport import RecordConsumer, ensure_topics  # kafka-python: slow to import
+    try:  # Ctrl-C while connecting (broker_errors imports kafka-python: slow) ends the command like one while following
+        with broker_errors(), sigterm_as_interrupt():
+            from transport import RecordConsumer, ensure_topics
 
             ensure_topics(settings, [name])
             consumer = RecordConsumer(settings, [name], from_beginning=args.from_beginning or not args.follow)
@@ -167,8 +167,8 @@ def run(args: argparse.Namespace) -> int:
                 finally:
                     sys.stdout.flush()
                     consumer.close(timeout_s=CLOSE_TIMEOUT_S)
-        except KeyboardInterrupt:  # Ctrl-C while connecting ends the command like one while following
-            pass
+    except KeyboardInterrupt:
+        pass
     return 0
 
 
