@@ -268,6 +268,7 @@ class Stage1:
                 if solo is not None:
                     released.append(solo)
                     self.counters["observations_solo"] += 1
+                    self.counters["observations"] += 1
             return released
         self.counters["windows_colocated"] += 1
         util = job_utilisation(full, st.jobs, ext)

@@ -156,3 +156,15 @@ def test_an_idle_gpu_takes_part_in_the_regret_only() -> None:
     out = score(entries_of(predictions, MeasuredHistory([]), truth_from_table(TABLE), since_ts=T0)[0])
     assert out["entries"] == 1 and out["idle_entries"] == 1 and out["newcomer_mae"] == 140.0
     assert out["questions"] == 1 and out["regret_pts"] == 0.0 and out["random_regret_pts"] == 87.5  # idle chosen
+
+
+def test_the_what_if_floor() -> None:
+    from aip.bench.accuracy import what_if_floor
+
+    good = {"entries": 10, "interval_coverage": 0.9, "regret_ratio": 0.04,
+            "by_running": {"2": {"new": {"newcomer_mae": 24.0}}, "3": {"new": {"newcomer_mae": 59.0}}}}  # fmt: skip
+    assert what_if_floor(good)
+    assert not what_if_floor({**good, "interval_coverage": 0.97})  # near 0.9, not merely above it
+    assert not what_if_floor({**good, "regret_ratio": 0.06})
+    assert not what_if_floor({**good, "by_running": {"2": {"new": {"newcomer_mae": 26.0}}}})
+    assert not what_if_floor({**good, "entries": 0})
