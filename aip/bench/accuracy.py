@@ -196,7 +196,7 @@ def run(quick: bool, progress: Callable[[str], None], plot_dir: str | None = Non
             p.flush(60)
         progress(f"sent {sent} events; waiting for the worker to drain")
         time.sleep(2 * (settings.window_s + settings.lateness_s) / speedup + 2.0)
-        wait_until(lambda: _drained(worker), 300, "stage 2 to consume every observation", interval_s=0.5)
+        wait_until(lambda: _drained(worker), 900, "stage 2 to consume every observation", interval_s=0.5)
         predictions = _read_all(settings, "interference.predictions")
         observations = _read_all(settings, "interference.observations")
     progress(f"{len(predictions)} predictions, {len(observations)} observations")
