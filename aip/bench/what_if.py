@@ -180,7 +180,9 @@ def regret(entries: Iterable[Entry]) -> dict[str, Any]:
 
 def score(entries: Sequence[Entry], no_truth: int = 0) -> dict[str, Any]:
     """``accuracy.what_if``: the errors overall, by jobs already running and regime, by regime, and by how often the
-    newcomer's type had been measured (job sets holding it); the placement regret over every answer, idle GPUs' too."""
+    newcomer's type had been measured (job sets holding it); the placement regret over every answer, idle GPUs' too,
+    and over the answers of GPUs running two jobs or more (``regret_without_lone_gpus``: the stream before every GPU
+    answered)."""
     scored = [e for e in entries if not e.idle]
     by_running: dict[str, dict[str, Any]] = {}
     for n in sorted({len(e.running) for e in scored}):
@@ -196,6 +198,7 @@ def score(entries: Sequence[Entry], no_truth: int = 0) -> dict[str, Any]:
         "no_truth": no_truth,
         "idle_entries": len(entries) - len(scored),
         **regret(entries),
+        "regret_without_lone_gpus": regret(e for e in entries if len(e.running) >= 2),
         "by_regime": {g: errors([e for e in scored if e.regime == g]) for g in sorted({e.regime for e in scored})},
         "by_running": by_running,
         "by_measured_job_sets": by_measured,

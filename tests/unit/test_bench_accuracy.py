@@ -144,6 +144,7 @@ def test_what_if_scoring_equals_a_hand_computation_on_a_small_fleet() -> None:
     assert out["questions"] == 2 and out["regret_pts"] == 37.5
     assert out["random_regret_pts"] == pytest.approx((850 / 3 - 100 + 37.5) / 2, abs=1e-3)
     assert out["regret_ratio"] == pytest.approx(37.5 / ((850 / 3 - 100 + 37.5) / 2), abs=1e-4)
+    assert out["regret_without_lone_gpus"]["questions"] == 0  # GPU-3 alone runs two jobs: no choice among such GPUs
 
 
 def test_an_idle_gpu_takes_part_in_the_regret_only() -> None:
