@@ -4,7 +4,9 @@
 ``interference.predictions`` (and, optionally, which jobs run where, from
 ``jobs.lifecycle``) and answers :meth:`SchedulerClient.best_gpu`: the candidate
 GPU where the newcomer's predicted slowdown plus the slowdown it causes to the
-jobs already there is smallest.
+jobs already there is smallest.  Every GPU that runs jobs answers every window
+(a lone job's prediction has ``occupancy`` ``solo``); an idle GPU's prediction
+(``occupancy`` ``idle``) makes it cost 0 until a job is seen starting there.
 
 Feed it from Kafka (:meth:`start` runs a background thread, :meth:`poll_once`
 polls in the caller's thread) or directly with :meth:`update` and
@@ -73,6 +75,8 @@ class GpuView:
     """Event time of the newest lifecycle event seen (progress included)."""
     host: str | None = None
     """The node the GPU is on, from its lifecycle events (every kind carries ``host``)."""
+    idle_reported: bool = False
+    """The latest prediction with what-if entries said the GPU ran nothing (``occupancy`` ``idle``)."""
 
     def job_types(self) -> Counter[str]:
         """The multiset of job types known to run (exact when ``complete``)."""
@@ -80,8 +84,11 @@ class GpuView:
 
     @property
     def idle(self) -> bool:
-        """Known to run nothing (and no newer prediction says otherwise)."""
-        if not self.complete or self.running or any(self.unnamed.values()):
+        """Known to run nothing (and no newer prediction says otherwise), or said idle by its latest prediction
+        with nothing seen starting since."""
+        if not self.complete:
+            return self.idle_reported and self.what_if_valid()
+        if self.running or any(self.unnamed.values()):
             return False
         return not (self.job_set and self.as_of > self.last_event_ts)
 
@@ -137,7 +144,7 @@ def _infer(view: GpuView) -> None:
     the lifecycle stream has reached ``as_of`` (``last_event_ts >= as_of``). Then the
     set is the prediction's job set plus the changes seen after it.
     """
-    if view.complete or not view.job_set or view.seen_since is None:
+    if view.complete or not (view.job_set or view.idle_reported) or view.seen_since is None:
         return
     if not view.seen_since <= view.as_of <= view.last_event_ts:
         return
@@ -222,6 +229,7 @@ class SchedulerClient:
             view.what_if = {w.job_type: (w.newcomer_pct, w.existing_pct) for w in prediction.what_if}
             view.upper = {w.job_type: w.interval_pct[1] for w in prediction.what_if if w.interval_pct is not None}
             view.job_set = tuple(sorted(prediction.job_set))
+            view.idle_reported = prediction.occupancy == "idle"
             view.ts = prediction.ts
             view.as_of = as_of
             view.changes = [c for c in view.changes if c[0] > as_of]

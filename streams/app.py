@@ -39,7 +39,7 @@ from streams.readers import PartitionReader, TopicFollower
 from streams.rebuild import Rebuild
 from streams.refits import Refits
 from streams.stage1 import LateEvent, Stage1
-from streams.stage2 import Stage2
+from streams.stage2 import Stage2, idle_prediction
 from streams.state import Stage1State
 
 log = logging.getLogger(__name__)
@@ -178,6 +178,7 @@ class Streams:
             settings.lifecycle_hold_s,
             progress_hold_s=settings.progress_hold_s,
             source_of=self._source_of,
+            every_window=True,
         )
         self.follower: TopicFollower | None = None
         self.writer_id = f"{group_instance_id(settings) or socket.gethostname()}-{os.getpid()}"
@@ -362,6 +363,14 @@ class Streams:
         so delivery stays at least once."""
         self.observations.send_soon(key=obs.environment.encode(), value=encode(obs))
 
+    def publish_idle(self) -> None:
+        """Every idle window stage 1 closed: the GPU's answer, that a newcomer would run there alone."""
+        for w in self.stage1.take_idle():
+            types = [jt for env, jt in self.stage1.profiles.known() if env == w.environment]
+            record = idle_prediction(w.gpu_uuid, w.environment, w.window_end, types, now=self.clock())
+            self.out["predictions"].send_soon(key=w.gpu_uuid.encode(), value=encode(record))
+            self.metrics.published["predictions"] += 1
+
     async def send_dead_letter(self, event: Any, error: str, stage: str) -> None:
         m = event.message
         record = dead_letter(self.topics.base(m.topic), m.partition, m.offset, m.value, error, m.key, stage, now=self.clock())
@@ -472,6 +481,7 @@ class Streams:
             for o in obs:
                 self.emit_observation(o)
             self.metrics.published["observations"] += len(obs)
+        self.publish_idle()
 
     async def stage1_batch(self, batch: Iterable[Any]) -> None:
         observations: list[Observation] = []
@@ -495,6 +505,7 @@ class Streams:
         for o in observations:
             self.emit_observation(o)
         self.metrics.published["observations"] += len(observations)
+        self.publish_idle()
 
     async def stage2_batch(self, batch: Iterable[Any]) -> None:
         boards = {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from events import JobEvent, MetricSample, Observation, SoloProfile
@@ -20,6 +21,16 @@ from streams.windows import NKEYS, GpuState, Job, add_extras, add_sample, extra_
 
 class LateEvent(Exception):
     """An event arrived after its window closed (beyond the allowed lateness)."""
+
+
+@dataclass(frozen=True)
+class IdleWindow:
+    """A window in which a GPU ran no job (it had metric samples)."""
+
+    gpu_uuid: str
+    environment: str
+    window_start: float
+    window_end: float
 
 
 def _seen(job: Job, event: JobEvent) -> bool:
@@ -45,6 +56,13 @@ class Stage1:
     window of that type closes.  Profiles are shared by the GPUs of an
     environment, so the profile can come from a GPU read later, from another
     partition: after a restart a worker reads its backlog with skew across partitions.
+
+    ``every_window``: also tell stage 2 about windows that are not co-located, so that every GPU
+    answers the scheduler's question: a solo window becomes an :class:`Observation` with ``occupancy``
+    ``solo`` among the ones returned (no co-runners, no ``interference_pct``: never a training row), an
+    idle window an :class:`IdleWindow` in ``idle`` (the caller takes them with :meth:`take_idle`).  Off
+    by default: readers of the returned observations as training rows (datasets, benches) get only
+    co-located ones.
     """
 
     def __init__(
@@ -59,8 +77,11 @@ class Stage1:
         progress_hold_s: float = 600.0,
         max_held: int = 1000,
         source_of: Callable[[str], str] | None = None,
+        every_window: bool = False,
     ) -> None:
         self.window_s = window_s
+        self.every_window = every_window
+        self.idle: list[IdleWindow] = []
         self.lateness_s = lateness_s
         self.hold_s = max(hold_s, lateness_s)
         self.progress_hold_s = max(progress_hold_s, self.hold_s)
@@ -222,6 +243,8 @@ class Stage1:
             return []
         if not full:
             self.counters["windows_idle"] += 1
+            if self.every_window:
+                self.idle.append(IdleWindow(gpu, st.environment, start, end))
             return []
         env = st.environment
         window_means = means(acc[1 : 1 + NKEYS], [int(c) for c in acc[1 + NKEYS :]])
@@ -234,7 +257,19 @@ class Stage1:
             job_type = st.jobs[job_id].job_type
             source = self.source_of(gpu) if self.source_of is not None else LOCAL
             self.profiles.add(env, job_type, {**window_means, "throughput": rates[job_id]}, source=source, ts=end)
-            return self._release(env, job_type)
+            released = self._release(env, job_type)
+            if self.every_window:
+                solo = self._observation(
+                    {"window_start": start, "window_end": end, "gpu_uuid": gpu, "environment": env, "job_id": job_id,
+                     "job_type": job_type, "co_job_types": [], "co_job_ids": [], "window_means": window_means,
+                     "throughput_steps_per_s": rates[job_id], "samples": int(acc[0]), "rw_source": rw_source,
+                     "occupancy": "solo"}
+                )  # fmt: skip
+                if solo is not None:
+                    released.append(solo)
+                    self.counters["observations_solo"] += 1
+                    self.counters["observations"] += 1
+            return released
         self.counters["windows_colocated"] += 1
         util = job_utilisation(full, st.jobs, ext)
         out = []
@@ -290,6 +325,7 @@ class Stage1:
         if solo is None:
             return None
         wm = w["window_means"]
+        rate = w["throughput_steps_per_s"]
         pct = {p: percent_change(wm[p], solo[p]) for p in KEYS[:6]}
         return Observation(
             window_start=w["window_start"],
@@ -309,13 +345,14 @@ class Stage1:
             window_means=dict(wm),
             solo=solo,
             co_solo=[self.profiles.get(env, t) or {} for t in w["co_job_types"]],
-            interference_pct=interference_rate(solo["throughput"], w["throughput_steps_per_s"]),
-            throughput_steps_per_s=w["throughput_steps_per_s"],
+            interference_pct=None if w.get("occupancy") == "solo" else interference_rate(solo["throughput"], rate),
+            throughput_steps_per_s=rate,
             samples=int(w["samples"]),
             proc_sm_util_pct=w.get("proc_sm_util_pct"),
             proc_mem_util_pct=w.get("proc_mem_util_pct"),
             sm_share_pct=w.get("sm_share_pct"),
             rw_source=w.get("rw_source"),
+            occupancy=w.get("occupancy"),
         )
 
     def _hold(self, window: dict[str, Any]) -> None:
@@ -376,6 +413,11 @@ class Stage1:
                 self.held[key] = kept
             else:
                 del self.held[key]
+
+    def take_idle(self) -> list[IdleWindow]:
+        """The idle windows closed since the last call (``every_window``)."""
+        idle, self.idle = self.idle, []
+        return idle
 
     def held_count(self) -> int:
         """Job-windows waiting for a solo profile."""

@@ -131,7 +131,7 @@ def test_full_speed_replay_gives_the_paced_observations(worker: WorkerProcess) -
         return Simulator(gpus=1, gpu_model="k80", seed=11, start_ts=START_TS, duration_s=900).events()
 
     s = worker.settings
-    reference = Stage1(s.window_s, s.lateness_s, s.lifecycle_hold_s, progress_hold_s=s.progress_hold_s)
+    reference = Stage1(s.window_s, s.lateness_s, s.lifecycle_hold_s, progress_hold_s=s.progress_hold_s, every_window=True)
     expected = []
     for topic, record in events():
         expected.extend(reference.on_metric(record) if topic == "gpu.metrics" else reference.on_job(record))

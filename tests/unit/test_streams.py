@@ -307,7 +307,10 @@ def test_stage2_predictions_say_their_regime_and_stay_in_range(tmp_path) -> None
     assert stage.on_observation(novel).predictions == []
     assert stage.counters["predictions_withheld_novel"] == 2  # observed and placement
     assert all(-100.0 <= p.interference_pct <= 20.0 for p in preds)
-    assert all(-100.0 <= w.newcomer_pct <= 20.0 for p in preds for w in p.what_if)
+    # every placement prediction answers for both known types, each newcomer bounded like the predictions
+    entries = [w for p in preds if p.mode == "placement" for w in p.what_if]
+    assert entries and all({w.job_type for w in p.what_if} == {"resnet", "lm"} for p in preds if p.mode == "placement")
+    assert all(-100.0 <= w.newcomer_pct <= 20.0 for w in entries)
     assert stage.counters["predictions_clipped"] > 0  # measured slowdowns go above 20 %
     assert stage.counters["predictions_seen"] + stage.counters["predictions_new"] == len(preds)
     # 90 % intervals once a served candidate has 10 scored residuals: around the prediction, bounded like it
@@ -350,5 +353,10 @@ def test_what_if_entries_of_a_window_equal_the_questions_asked_one_by_one() -> N
         if new is not None:
             interval = None if new.interval_pct is None else list(new.interval_pct)
             existing = sum(r.interference_pct for r in others if r is not None)
-            want.append(WhatIf(job_type=jt, newcomer_pct=new.interference_pct, existing_pct=existing, interval_pct=interval))
+            want.append(
+                WhatIf(job_type=jt, newcomer_pct=new.interference_pct, existing_pct=existing, interval_pct=interval,
+                       regime=new.regime)
+            )  # fmt: skip
     assert entries == want and len(entries) == len(known) > 2
+    # after a refit every entry carries its newcomer's 90 % interval (the out-of-fold residuals), around it
+    assert all(w.interval_pct is not None and w.interval_pct[0] <= w.newcomer_pct <= w.interval_pct[1] for w in entries)
