@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from events import Alert, Leaderboard, Observation, Prediction, WhatIf, to_dict
+from events.records import AlertSource
 from models.environment import Config, EnvironmentModels, PlacementAsk
 from streams.dedupe import SeenSet
 from streams.hysteresis import AlertStates
@@ -263,28 +264,9 @@ class Stage2:
             self.latest.setdefault(obs.gpu_uuid, {}).setdefault(obs.job_id, {})[result.mode] = to_dict(pred)
         # alerts: the measured rate when the job reports progress, else the observed-mode prediction
         if obs.interference_pct is not None:
-            value, source = obs.interference_pct, "measured"
+            self._alert(out, obs, obs.interference_pct, "measured", now)
         elif observed is not None:
-            value, source = float(observed.interference_pct), "predicted"
-        else:
-            value, source = None, ""
-        if value is not None:
-            change = self.alerts.update((obs.gpu_uuid, obs.job_id), value)
-            if change is not None:
-                out.alerts.append(
-                    Alert(
-                        ts=now,
-                        state=change,
-                        gpu_uuid=obs.gpu_uuid,
-                        job_id=obs.job_id,
-                        interference_pct=value,
-                        threshold=self.alerts.threshold,
-                        source=source,
-                        clear_level=self.alerts.clear_level,
-                        job_type=obs.job_type,
-                        environment=env,
-                    )
-                )
+            self._alert(out, obs, float(observed.interference_pct), "predicted", now)
         models.learn(obs)
         out.leaderboard = self._leaderboard(env)
         return out
@@ -300,10 +282,33 @@ class Stage2:
         models = self.models_for(obs.environment)
         if obs.solo:
             self.job_types.setdefault(obs.environment, {})[obs.job_type] = obs.solo
-        pred = solo_prediction(obs, self._what_if(models, obs), now=self.clock())
+        now = self.clock()
+        pred = solo_prediction(obs, self._what_if(models, obs), now=now)
         out.predictions.append(pred)
+        if self.alerts.is_raised((obs.gpu_uuid, obs.job_id)):
+            self._alert(out, obs, 0.0, "measured", now)  # alone, the job is not slowed: its alert clears
         self.latest.setdefault(obs.gpu_uuid, {}).setdefault(obs.job_id, {})[pred.mode] = to_dict(pred)
         return out
+
+    def _alert(self, out: Output, obs: Observation, value: float, source: AlertSource, now: float) -> None:
+        """Feed the job's hysteresis; a change of state is an alert in ``out``."""
+        change = self.alerts.update((obs.gpu_uuid, obs.job_id), value)
+        if change is None:
+            return
+        out.alerts.append(
+            Alert(
+                ts=now,
+                state=change,
+                gpu_uuid=obs.gpu_uuid,
+                job_id=obs.job_id,
+                interference_pct=value,
+                threshold=self.alerts.threshold,
+                source=source,
+                clear_level=self.alerts.clear_level,
+                job_type=obs.job_type,
+                environment=obs.environment,
+            )
+        )
 
     def _what_if(self, models: EnvironmentModels, obs: Observation) -> list[WhatIf]:
         """Each known job type as a newcomer to this GPU's running set (cached per window)."""

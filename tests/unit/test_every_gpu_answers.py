@@ -83,3 +83,18 @@ def test_an_idle_prediction_makes_the_gpu_cost_nothing_for_a_client_that_joined_
     ev = JobEvent(ts=BASE + 5, kind="started", job_id="j1", job_type="lm", gpu_uuid="GPU-I", host="n1")
     client.on_job_event(ev)  # a job starts there: the idle answer is stale
     assert not client.is_idle("GPU-I") and client.cost_pct("GPU-I", "lm") is None
+
+
+def test_a_raised_alert_clears_when_its_job_is_left_alone() -> None:
+    stage = Stage2(threshold_pct=50.0, clear_pct=35.0, clock=lambda: BASE)
+    last = observations()[-1]
+    hot = msgspec.structs.replace(last, job_id="j1", interference_pct=80.0)
+    [raised] = stage.on_observation(hot).alerts
+    assert raised.state == "raised" and raised.job_id == "j1"
+    lone = msgspec.structs.replace(
+        hot, co_job_types=[], co_job_ids=[], co_solo=[], interference_pct=None, occupancy="solo",
+        window_start=hot.window_start + 10, window_end=hot.window_end + 10,
+    )  # fmt: skip
+    [cleared] = stage.on_observation(lone).alerts
+    assert (cleared.state, cleared.job_id, cleared.interference_pct, cleared.source) == ("cleared", "j1", 0.0, "measured")
+    assert stage.on_observation(lone).alerts == []  # cleared once; a lone job never alerts
