@@ -31,7 +31,7 @@ from events import CATEGORIES
 from models.datasets import Dataset, Sample
 from models.features import restrict
 from models.intervals import COVERAGE, conformal_offsets, scaled_offsets
-from models.selection import Score, cross_validate, holdout_folds, mae, relative_error, select
+from models.selection import Score, cross_validate, holdout_folds, mae, relative_error, score_of, select
 from models.zoo import BATCH, make_batch
 
 Progress = Callable[[str], None]
@@ -41,6 +41,16 @@ OBSERVED_VIEWS = ("all+placement", "placement")
 """Extra candidate views of observed mode when the rows also carry solo profiles: everything known about a running
 co-location (percent changes, solo profiles of the job and its co-runners, job identities), and the placement
 features alone, so that observed mode, which knows strictly more, is never chosen worse than placement mode."""
+NEWCOMER = "Newcomer"
+"""Candidate ``Newcomer[model:category]``: the feature model fitted with the rows of thinly measured families weighted
+up (:func:`newcomer_weights`), so that a family's first measurements move its predictions instead of being
+outvoted by the rest."""
+NEWCOMER_BASE = ("ExtraTrees", "all")
+NEWCOMER_THIN_SETS = 8
+"""A family measured in at most this many job sets of the training rows is thin."""
+NEWCOMER_WEIGHT = 8
+"""The weight (copies) of a row that involves a thin family.  Measured on Gavel (docs/MODELS.md): 6-10 were
+best at K = 2 and 4; the residual model of :mod:`models.newcomer` over the same feature model was worse there."""
 MEDIAN = "baseline.median"
 IDENTITY = "baseline.identity"
 AVERAGE = "Average"
@@ -140,11 +150,45 @@ def fit_candidate(name: str, category: str, train: Sequence[Sample], mode: str, 
         X = _identity_frame(train)
         rf = RandomForestRegressor(n_estimators=100, random_state=seed, n_jobs=1).fit(X, y)
         return lambda test: rf.predict(_identity_frame(test).reindex(columns=X.columns, fill_value=0.0).fillna(0.0))
+    if name.startswith(NEWCOMER + "["):
+        return _fit_newcomer(name, train, mode, seed)
     if name.startswith(AVERAGE + "["):
         parts = [fit_candidate(m, c, train, mode, seed) for m, c in _members(name)]
         return lambda test: np.mean([p(test) for p in parts], axis=0)
     model = make_batch(name, seed).fit(pd.DataFrame([view(s, mode, category) for s in train]), y)
     return lambda test: np.asarray(model.predict(pd.DataFrame([view(s, mode, category) for s in test])))
+
+
+def newcomer_name(model: str = NEWCOMER_BASE[0], category: str = NEWCOMER_BASE[1]) -> str:
+    """The candidate name of a feature model plus the newcomer model on its residuals.
+
+    >>> newcomer_name()
+    'Newcomer[ExtraTrees:all]'
+    """
+    return f"{NEWCOMER}[{model}:{category}]"
+
+
+def newcomer_weights(samples: Sequence[Sample], thin_sets: int = NEWCOMER_THIN_SETS, weight: int = NEWCOMER_WEIGHT) -> list[int]:
+    """Per row, ``weight`` if it involves a family measured in at most ``thin_sets`` job sets of ``samples``, else 1.
+
+    >>> rows = [Sample("a", ("b",), 0.0, f"g{i}", job_family="a", co_job_families=("b",)) for i in range(9)]
+    >>> newcomer_weights([*rows, Sample("c", ("a",), 0.0, "h", job_family="c", co_job_families=("a",))])
+    [1, 1, 1, 1, 1, 1, 1, 1, 1, 8]
+    """
+    sets: dict[str, set[str]] = {}
+    for s in samples:
+        for fam in s.families:
+            sets.setdefault(fam, set()).add(s.group)
+    thin = {fam for fam, groups in sets.items() if len(groups) <= thin_sets}
+    return [weight if s.families & thin else 1 for s in samples]
+
+
+def _fit_newcomer(name: str, train: Sequence[Sample], mode: str, seed: int) -> Predictor:
+    """The feature model fitted on ``train`` with the rows of thin families weighted up (as copies: the batch
+    models fit distinct rows weighted by their copies, ``zoo.compress``)."""
+    ((model, category),) = _members(name, NEWCOMER)
+    weighted = [s for s, w in zip(train, newcomer_weights(train), strict=True) for _ in range(w)]
+    return fit_candidate(model, category, weighted, mode, seed)
 
 
 def view(sample: Sample, mode: str, category: str) -> dict[str, float]:
@@ -161,8 +205,8 @@ def view(sample: Sample, mode: str, category: str) -> dict[str, float]:
     return restrict(sample.features(mode, "all"), category)
 
 
-def _members(name: str) -> list[tuple[str, str]]:
-    inner = name[len(AVERAGE) + 1 : -1]
+def _members(name: str, kind: str = AVERAGE) -> list[tuple[str, str]]:
+    inner = name[len(kind) + 1 : -1]
     return [(m.rsplit(":", 1)[0], m.rsplit(":", 1)[1]) for m in inner.split(",")]
 
 
@@ -209,8 +253,9 @@ def interval(
     preds = [fit_candidate(c.model, c.category, train, mode, seed)(test) for c in top]
     spread = np.std([c.oof for c in top], axis=0) if top else np.zeros(len(y))
     new = np.std(preds, axis=0) if top else np.zeros(len(test))
-    lo, hi, beta = scaled_offsets(y - pick.oof, spread, coverage)
-    scale = np.minimum(new, float(spread.max())) + beta
+    cal = np.isfinite(pick.oof) & np.isfinite(spread)  # the calibration rows some inner fold tested (not the probes)
+    lo, hi, beta = scaled_offsets((y - pick.oof)[cal], spread[cal], coverage)
+    scale = np.minimum(new, float(spread[cal].max())) + beta
     return pred + lo * scale, pred + hi * scale
 
 
@@ -226,6 +271,7 @@ def candidate_scores(
     baselines: bool = True,
     views: Sequence[str] = (),
     probes: int = 0,
+    newcomer: bool = True,
 ) -> list[Score]:
     """Cross-validated error (``holdout`` scheme) of every candidate on ``samples``: the batch models per
     category (and per extra ``views``, see :data:`OBSERVED_VIEWS`), the average of the ``average`` best of them,
@@ -251,11 +297,15 @@ def candidate_scores(
         top = ranked[:average]
         o = np.mean([s.oof for s in top], axis=0)
         name = f"{AVERAGE}[{','.join(f'{s.model}:{s.category}' for s in top)}]"
-        scores.append(Score(name, "all", mode, mae(o, y), relative_error(o, y), len(y), 0.0, o))
+        scores.append(score_of(name, "all", mode, o, y))
+    if newcomer and mode == "placement":
+        name = newcomer_name()
+        o = _oof(name, samples, folds, mode, seed)
+        scores.append(score_of(name, "all", mode, o, y))
     if baselines:
         for name in (MEDIAN, IDENTITY):
             o = _oof(name, samples, folds, mode, seed)
-            scores.append(Score(name, "all", mode, mae(o, y), relative_error(o, y), len(y), 0.0, o))
+            scores.append(score_of(name, "all", mode, o, y))
     return scores
 
 

@@ -34,6 +34,18 @@ def mae(pred: Sequence[float] | np.ndarray, actual: Sequence[float] | np.ndarray
     return float(np.mean(np.abs(p - a))) if len(a) else math.nan
 
 
+def score_of(name: str, category: str, mode: str, oof: np.ndarray, y: np.ndarray, seconds: float = 0.0, trained: int = 0) -> Score:
+    """A candidate's :class:`Score` from its out-of-fold predictions, over the rows some fold tested (``oof`` is
+    NaN on the rest: the probes :func:`reveal_probes` moved to training are never scored).
+
+    >>> score_of("m", "all", "placement", np.array([1.0, np.nan]), np.array([2.0, 9.0])).mae
+    1.0
+    """
+    tested = np.isfinite(oof)
+    o, a = oof[tested], y[tested]
+    return Score(name, category, mode, mae(o, a), relative_error(o, a), int(tested.sum()), seconds, oof, trained)
+
+
 def relative_error(pred: Sequence[float] | np.ndarray, actual: Sequence[float] | np.ndarray, floor: float = 5.0) -> float | None:
     """The paper's relative error ``|pred - actual| / |actual|`` over rows with ``|actual| >= floor``.
 
@@ -278,7 +290,7 @@ def cross_validate(
     finally:
         if own:
             runner.__exit__(None, None, None)
-    oof = {(mode, cat, name): np.zeros(len(y)) for mode, cat, _ in jobs for name in models}
+    oof = {(mode, cat, name): np.full(len(y), np.nan) for mode, cat, _ in jobs for name in models}
     seconds = dict.fromkeys(oof, 0.0)
     for (mode, cat, _, i, name, _), (pred, sec) in zip(calls, results, strict=True):
         oof[(mode, cat, name)][folds[i][1]] = pred
@@ -287,8 +299,7 @@ def cross_validate(
     for mode, cat, _ in jobs:
         trained = sum(len(arrays[f"tr_{mode}_{i}"]) for i in range(len(folds))) // max(1, len(folds) - 1)
         for name in models:
-            o = oof[(mode, cat, name)]
-            scores.append(Score(name, cat, mode, mae(o, y), relative_error(o, y), len(y), seconds[(mode, cat, name)], o, trained))
+            scores.append(score_of(name, cat, mode, oof[(mode, cat, name)], y, seconds[(mode, cat, name)], trained))
     return scores
 
 
