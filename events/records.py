@@ -55,7 +55,9 @@ JobKind = Literal["started", "progress", "finished"]
 AlertState = Literal["raised", "cleared"]
 AlertSource = Literal["measured", "predicted"]
 Mode = Literal["observed", "placement"]
-Regime = Literal["seen", "new"]
+Regime = Literal["seen", "new", "novel"]
+"""``seen``: the job set was measured before; ``new``: never, but each of its job types was; ``novel``: one of its
+job types was never measured in the environment (predicted from its solo profile)."""
 ModelKind = Literal["online", "batch", "baseline"]
 RwSource = Literal["dram_bw_util_pct", "pcie_kbps"]
 """Where an observation's R and W came from: GPM DRAM bandwidth utilisation (%, one counter for both
@@ -248,6 +250,9 @@ class WhatIf(Record, frozen=True):
     existing_pct: Finite
     interval_pct: Interval | None = None
     """90 % interval ``[lo, hi]`` of ``newcomer_pct`` (absent from producers before it existed)."""
+    regime: Regime | None = None
+    """The regime of the ``newcomer_pct`` prediction (as :attr:`Prediction.regime`): whether the newcomer next
+    to these jobs was measured before.  Null from producers before it existed, and on an idle GPU."""
 
 
 class Prediction(Record, frozen=True):

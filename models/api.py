@@ -84,13 +84,28 @@ class PredictionResult:
     mode: str
     expected_error_pct: float | None
     regime: str = "seen"
-    """``seen``: the job and its co-runners were measured before; ``new``: never."""
+    """``seen``: this job set was measured before; ``new``: never, but every type in it was; ``novel``: a type in it
+    was never measured here (predicted from its solo profile, placement mode only)."""
     clipped: bool = False
     """The model's output was outside ``[-100, max_pct]`` and was bounded."""
     interval_pct: tuple[float, float] | None = None
     """90 % interval (bounded like the prediction): conformal from the last refit's out-of-fold residuals for a
     batch model or the median on a new job set, else from the candidate's rolling prequential residuals in this
     regime; None until there are enough residuals."""
+
+
+def profiled(sample: Sample, measured: Iterable[str]) -> bool:
+    """Every type of ``sample`` not in ``measured`` comes with a solo profile (some finite value of it).
+
+    >>> profiled(Sample("new", ("old",), 0.0, "", solo={"throughput": 3.0}, co_solos=({},)), {"old"})
+    True
+    >>> profiled(Sample("new", ("old",), 0.0, "", solo={"throughput": None}, co_solos=({},)), {"old"})
+    False
+    """
+    known = set(measured)
+    profiles = ((sample.job_type, sample.solo), *zip(sample.co_job_types, sample.co_solos, strict=False))
+    have = {t for t, p in profiles if any(v is not None and math.isfinite(v) for v in p.values())}
+    return all(t in known or t in have for t in (sample.job_type, *sample.co_job_types))
 
 
 def observed_features(obs: Observation, category: str = "all") -> dict[str, float]:
@@ -145,6 +160,10 @@ class Config:
     """Observations scored by the batch candidates in one vectorised pass (and at every refit and save)."""
     max_pct: float = 1000.0
     """Predictions are bounded to ``[-100, max_pct]``; bounded ones are counted."""
+    predict_novel: bool = True
+    """A job type never measured here but with a solo profile is predicted from the profile (placement mode,
+    ``regime`` ``novel``, interval widened: :meth:`EnvironmentModels._novel_interval`); False: withheld, as
+    before issue 25."""
     refit_every: int = 500
     """Observations between periodic refits."""
     refit_min_rows: int = 30
@@ -313,6 +332,7 @@ class EnvironmentModels:
         self.clipped = 0
         """Served predictions that were bounded to ``[-100, max_pct]``."""
         self.withheld_novel = 0
+        self.served_novel = 0
         """Predictions not made because a job type of the slot was never measured here (see :meth:`predict`)."""
         self.history: deque[Sample] = deque(maxlen=self.config.history)
         self._since_refit = 0
@@ -534,12 +554,14 @@ class EnvironmentModels:
         None: nothing to serve."""
         if self.observations == 0 or mode not in MODES or not views.full(mode):
             return None
-        if self.baselines.novel((views.sample.job_type, *views.sample.co_job_types)):
-            return None  # a job type never measured here: no candidate carries over to it (docs/MODELS.md)
+        novel = self.baselines.novel((views.sample.job_type, *views.sample.co_job_types))
+        if novel and not (self.config.predict_novel and mode == VIA and profiled(views.sample, self.baselines.types)):
+            return None  # a job type never measured here and no solo profile of it: nothing carries over (docs/MODELS.md)
         choice = self._choice(mode, key)
         if choice is None:
             return None
         regime, (err, cat, name) = choice
+        regime = "novel" if novel else regime
         src, _, model = name.rpartition("/")  # "placement/<model>": observed mode serving placement's model
         cand = (src or mode, cat, model)
         x = {} if model in BASELINES else views.get(cand[0], cat)
@@ -577,7 +599,7 @@ class EnvironmentModels:
             value, extrapolated = min(max(value, self.baselines.lo), self.baselines.hi), True
         value, clipped = clip_pct(value, self.config.max_pct)
         clipped = clipped or extrapolated
-        interval = self._interval(regime, cand, value)
+        interval = self._novel_interval(cand, value) if regime == "novel" else self._interval(regime, cand, value)
         return PredictionResult(value, name, cand[1], mode, None if math.isnan(err) else float(err), regime, clipped, interval)
 
     def _interval(self, regime: str, key: Key, value: float) -> tuple[float, float] | None:
@@ -591,6 +613,18 @@ class EnvironmentModels:
         lo, hi = clip_pct(value + offsets[0], self.config.max_pct)[0], clip_pct(value + offsets[1], self.config.max_pct)[0]
         return (min(lo, value), max(hi, value))
 
+    def _novel_interval(self, key: Key, value: float) -> tuple[float, float] | None:
+        """A novel type's interval: the new-job-set interval of ``key`` widened to at least the spread of every
+        slowdown measured here around their median (the last refit's out-of-fold residuals of the median): what is
+        measured of other types bounds nothing about this one."""
+        own = self._interval("new", key, value)
+        med = self._intervals.get((key[0], "all", MEDIAN))
+        if med is None:
+            return own
+        lo = clip_pct(value + med[0], self.config.max_pct)[0]
+        hi = clip_pct(value + med[1], self.config.max_pct)[0]
+        return (min(lo, value), max(hi, value)) if own is None else (min(own[0], lo, value), max(own[1], hi, value))
+
     def _predict_samples(self, asks: Sequence[tuple[Sample, str]]) -> list[PredictionResult | None]:
         results = self._predict_many([(Views(s), slot(s.job_type, s.co_job_types), mode) for s, mode in asks])
         self.clipped += sum(1 for r in results if r is not None and r.clipped)
@@ -598,6 +632,7 @@ class EnvironmentModels:
             self.withheld_novel += sum(
                 1 for r, (s, _) in zip(results, asks, strict=True) if r is None and self.baselines.novel((s.job_type, *s.co_job_types))
             )
+            self.served_novel += sum(1 for r in results if r is not None and r.regime == "novel")
         return results
 
     def _predict_sample(self, sample: Sample, mode: str) -> PredictionResult | None:
