@@ -10,6 +10,7 @@ GPUS ?= 8
 .PHONY: setup run test lint bench clean
 
 setup: $(STAMP)
+	@sh scripts/ensure-prometheus.sh  # prometheus and promtool for the rule tests (Debian's package)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -84,7 +84,8 @@ JOB_KINDS: tuple[str, ...] = get_args(JobKind)
 ALERT_STATES: tuple[str, ...] = get_args(AlertState)
 ALERT_SOURCES: tuple[str, ...] = get_args(AlertSource)
 MODES: tuple[str, ...] = get_args(Mode)
-REGIMES: tuple[str, ...] = get_args(Regime)
+REGIMES: tuple[str, ...] = tuple(r for r in get_args(Regime) if r != "novel")
+"""The regimes a candidate is judged and selected in; a ``novel`` prediction is served by ``new``'s choice."""
 MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
 RW_SOURCES: tuple[str, ...] = get_args(RwSource)
 

@@ -6,7 +6,7 @@ times: at random, on the least-loaded GPU, and where the scheduler client
 (:class:`clients.SchedulerClient`) predicts the least interference.
 
 No peeking: the client is fed :class:`events.Prediction` records whose what-if
-entries come from :class:`models.api.EnvironmentModels` trained only on the
+entries come from :class:`models.environment.EnvironmentModels` trained only on the
 measured observations of a *different* simulated fleet (the training period,
 :class:`producers.sim.Simulator` with its own seed).  The true slowdowns of the
 evaluated runs come from Gavel's measured pairs.
@@ -124,7 +124,7 @@ def training_observations(setup: Setup, truth: Truth) -> list[Observation]:
 
 def train_models(setup: Setup, truth: Truth, progress: Callable[[str], None] = lambda m: None) -> Any:
     """EnvironmentModels of the environment, trained on the training fleet's observations, refitted once."""
-    from models.api import EnvironmentModels
+    from models.environment import EnvironmentModels
 
     models = EnvironmentModels(setup.gpu_model, seed=setup.train_seed)
     observations = training_observations(setup, truth)

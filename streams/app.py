@@ -32,6 +32,7 @@ from events import JobEvent, MetricSample, Observation, RecordError, SoloProfile
 from events.topics import LIFECYCLE, METRICS
 from streams import changelog, views
 from streams.deadletters import dead_letter
+from streams.interference_metrics import HORIZON_WINDOWS, InterferenceMetrics
 from streams.metrics import StreamMetrics, dead_letter_reason
 from streams.profiles import LOCAL
 from streams.readers import PartitionReader, TopicFollower
@@ -199,6 +200,10 @@ class Streams:
             highwater=self._highwater,
             held=lambda: self.stage1.held_count(),
         )
+        self.interference = InterferenceMetrics(
+            settings.alert_threshold_pct, settings.alert_clear_pct, horizon_s=HORIZON_WINDOWS * settings.window_s
+        )
+        self.metrics.registry.register(self.interference)
         self.refits = Refits(self.stage2, lambda env, board: self.send("leaderboard", env, board))
         self.rebuild = Rebuild(
             self.stage2,
@@ -507,6 +512,7 @@ class Streams:
                 log.exception("stage 2 failed on p%s@%s", event.message.partition, event.message.offset)
                 await self.send_dead_letter(event, f"stage 2 error: {type(exc).__name__}: {exc}", "stage2")
                 continue
+            self.interference.observe(obs, out.predictions, out.alerts)
             for p in out.predictions:
                 await self.send("predictions", p.gpu_uuid, p)
             for a in out.alerts:

@@ -1,6 +1,6 @@
 """Stage 2, without Kafka: observations in; predictions, alerts and leaderboards out.
 
-:class:`Stage2` hosts one :class:`models.api.EnvironmentModels` per environment
+:class:`Stage2` hosts one :class:`models.environment.EnvironmentModels` per environment
 through exactly its public interface, dedupes observations by
 ``observation_id``, predicts in both modes (placement with what-if entries for
 every known job type), and runs alert hysteresis.  Refits are handed out as
@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from events import Alert, Leaderboard, Observation, Prediction, WhatIf, to_dict
-from models.api import Config, EnvironmentModels, PlacementAsk
+from models.environment import Config, EnvironmentModels, PlacementAsk
 from streams.dedupe import SeenSet
 from streams.hysteresis import AlertStates
 

@@ -187,7 +187,7 @@ def run(quick: bool, progress: Callable[[str], None], plot_dir: str | None = Non
         predictions = _read_all(settings, "interference.predictions")
         observations = _read_all(settings, "interference.observations")
     progress(f"{len(predictions)} predictions, {len(observations)} observations")
-    from models.api import Config
+    from models.settings import Config
 
     result = summarize(
         predictions, observations, truth,

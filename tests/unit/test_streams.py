@@ -332,7 +332,7 @@ def test_stage2_without_persistence_still_runs(tmp_path) -> None:
 
 def test_what_if_entries_of_a_window_equal_the_questions_asked_one_by_one() -> None:
     from events import WhatIf
-    from models.api import EnvironmentModels
+    from models.environment import EnvironmentModels
     from models.synthetic import gavel_observations
     from streams.stage2 import what_if_entries
 
@@ -342,7 +342,7 @@ def test_what_if_entries_of_a_window_equal_the_questions_asked_one_by_one() -> N
         em.learn(o)
         known.setdefault(o.job_type, o.solo)
     em.refit_now()  # batch candidates serve too (one matrix each below)
-    assert any(key[0] == "placement" for key in em._batch)
+    assert any(k.mode == "placement" and c.kind == "batch" and c.servable for k, c in em.candidates.items())
     running = sorted(known)[:2]
     solos = [known[t] for t in running]
     entries = what_if_entries(em, known, running, solos)
