@@ -353,7 +353,7 @@ class EnvironmentModels:
             seen, new, cv = c.record.errors["seen"], c.record.errors["new"], c.record.cv
             entries.append(
                 LeaderboardEntry(
-                    model=key.model, category=key.category, mode=key.mode, kind=c.kind,
+                    model=key.model, category=key.category, mode=key.mode, kind=c.board_kind or c.kind,
                     samples=seen.n, mae=seen.get(),
                     relative_error=cv.relative_error if cv else None,
                     cv_mae=cv.mae if cv else None, cv_samples=cv.rows if cv else None,
@@ -411,5 +411,7 @@ class EnvironmentModels:
             else:  # made by its kind's starting(): keeps its place (the heavy learners' stagger)
                 c.estimator, c.record = estimator, type(c.record)(self.config, cs.record)
         self.history.extend(state.history)
+        for c in sel.candidates.values():
+            c.link(sel.candidates, refit=False)
         sel.select()
         return self

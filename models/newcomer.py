@@ -238,3 +238,48 @@ class Newcomer:
                             rhs[a.job_type] += r * x
                 for k in table:
                     table[k] = np.linalg.solve(gram[k], rhs[k])
+
+
+def roles(job_type: str, co_job_types: Sequence[str]) -> tuple[Role, tuple[Role, ...]]:
+    """The job and its co-runners as :class:`Role` (families from the type names).
+
+    >>> roles("LM (batch size 5)", ["A3C"])[1][0].family
+    'a3c'
+    """
+    return Role.of(job_type), tuple(Role.of(t) for t in co_job_types)
+
+
+def dump(model: Newcomer) -> dict[str, object]:
+    """``model``'s learned state as plain JSON-ready values (settings included); :func:`load` reads it back.
+
+    >>> m = Newcomer(rank=1)
+    >>> m.learn_one(*roles("a", ["b"]), 10.0)
+    >>> load(dump(m)).predict_one(*roles("a", ["b"])) == m.predict_one(*roles("a", ["b"]))
+    True
+    """
+    def biases(table: dict[str, _Bias]) -> dict[str, list[float]]:
+        return {k: [b.total, float(b.count)] for k, b in table.items()}
+
+    return {
+        "settings": [model.rank, model.prior, model.lr, model.reg, model.init_scale, model.seed],
+        "observations": model.observations,
+        "victim_family": biases(model.victim_family), "victim_type": biases(model.victim_type),
+        "aggressor_family": biases(model.aggressor_family), "aggressor_type": biases(model.aggressor_type),
+        "p": {k: v.tolist() for k, v in model.p.items()}, "q": {k: v.tolist() for k, v in model.q.items()},
+    }  # fmt: skip
+
+
+def load(state: dict[str, object]) -> Newcomer:
+    """The :class:`Newcomer` :func:`dump` wrote."""
+    rank, prior, lr, reg, init_scale, seed = state["settings"]  # type: ignore[misc]
+    m = Newcomer(int(rank), float(prior), float(lr), float(reg), float(init_scale), int(seed))
+    m.observations = int(state["observations"])  # type: ignore[call-overload]
+
+    def biases(name: str) -> dict[str, _Bias]:
+        return {k: _Bias(float(t), int(n)) for k, (t, n) in state[name].items()}  # type: ignore[attr-defined]
+
+    m.victim_family, m.victim_type = biases("victim_family"), biases("victim_type")
+    m.aggressor_family, m.aggressor_type = biases("aggressor_family"), biases("aggressor_type")
+    m.p = {k: np.asarray(v, dtype=float) for k, v in state["p"].items()}  # type: ignore[attr-defined]
+    m.q = {k: np.asarray(v, dtype=float) for k, v in state["q"].items()}  # type: ignore[attr-defined]
+    return m
