@@ -440,6 +440,11 @@ NEWCOMER_BASES = ("ExtraTrees", "RandomForest", "HistGradientBoosting")
 (the first the last refit fitted; else the one with the smallest CV error)."""
 
 
+def _cv_mae(c: Candidate) -> float:
+    cv = c.record.cv
+    return math.inf if cv is None or cv.mae is None else float(cv.mae)
+
+
 class NewcomerCandidate(Candidate):
     """``Newcomer``, placement mode: a batch model of the last refit plus a :class:`models.newcomer.Newcomer` on
     its residuals, learned from every labelled observation (test-then-train, like an online learner).  Shrunk
@@ -453,7 +458,7 @@ class NewcomerCandidate(Candidate):
 
     @property
     def servable(self) -> bool:
-        return self.estimator.base is not None  # type: ignore[no-any-return]
+        return self.estimator.base is not None
 
     def features(self, views: Views) -> Any:
         return views if views.full(VIA_MODE) else None
@@ -462,7 +467,7 @@ class NewcomerCandidate(Candidate):
         return self.servable
 
     def predict_one(self, x: Any) -> float | None:
-        return self.estimator.predict(x) if self.servable else None  # type: ignore[no-any-return]
+        return float(self.estimator.predict(x)) if self.servable else None
 
     def learn(self, views: Views, y: float) -> None:
         if self.servable and views.full(VIA_MODE):
@@ -477,7 +482,7 @@ class NewcomerCandidate(Candidate):
                 key = CandidateKey(VIA_MODE, "all", name)
                 break
         if key is None and fitted:
-            key = min(fitted, key=lambda k: (fitted[k].record.cv.mae if fitted[k].record.cv and fitted[k].record.cv.mae is not None else math.inf, k))
+            key = min(fitted, key=lambda k: (_cv_mae(fitted[k]), k))
         est.base, est.base_key = (None, None) if key is None else (fitted[key].estimator, key)
         if refit:
             r = est.residuals
@@ -485,7 +490,8 @@ class NewcomerCandidate(Candidate):
 
     def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
         est: NewcomerEstimator = self.estimator
-        return NewcomerState(None if est.base_key is None else tuple(est.base_key), newcomer_dump(est.residuals))
+        base = None if est.base_key is None else (est.base_key.mode, est.base_key.category, est.base_key.model)
+        return NewcomerState(base, newcomer_dump(est.residuals))
 
     @classmethod
     def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: Config) -> Any:

@@ -560,9 +560,9 @@ def write_probes_plot(evs: Sequence[Evaluation], directory: Path) -> Path:
     ks = [e.probes for e in evs]
     fig, ax = plt.subplots(figsize=(6, 4.5))
     ax.plot(ks, [e.mae for e in evs], "o-", label="AIP choice (nested)")
-    ax.plot(ks, [e.median_baseline_mae for e in evs], "s--", label="training median")
+    ax.plot(ks, [math.nan if e.median_baseline_mae is None else e.median_baseline_mae for e in evs], "s--", label="training median")
     if all(e.baseline_mae is not None for e in evs):
-        ax.plot(ks, [e.baseline_mae for e in evs], "^--", label="job identity (one-hot RF)")
+        ax.plot(ks, [math.nan if e.baseline_mae is None else e.baseline_mae for e in evs], "^--", label="job identity (one-hot RF)")
     ax.set_xlabel("job sets revealed per held-out family (K)")
     ax.set_ylabel("held-out MAE on the rest (points)")
     ax.set_title(f"{evs[0].dataset}: what a few measurements of a new family are worth")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -249,7 +250,7 @@ def roles(job_type: str, co_job_types: Sequence[str]) -> tuple[Role, tuple[Role,
     return Role.of(job_type), tuple(Role.of(t) for t in co_job_types)
 
 
-def dump(model: Newcomer) -> dict[str, object]:
+def dump(model: Newcomer) -> dict[str, Any]:
     """``model``'s learned state as plain JSON-ready values (settings included); :func:`load` reads it back.
 
     >>> m = Newcomer(rank=1)
@@ -269,17 +270,17 @@ def dump(model: Newcomer) -> dict[str, object]:
     }  # fmt: skip
 
 
-def load(state: dict[str, object]) -> Newcomer:
+def load(state: dict[str, Any]) -> Newcomer:
     """The :class:`Newcomer` :func:`dump` wrote."""
-    rank, prior, lr, reg, init_scale, seed = state["settings"]  # type: ignore[misc]
-    m = Newcomer(int(rank), float(prior), float(lr), float(reg), float(init_scale), int(seed))
-    m.observations = int(state["observations"])  # type: ignore[call-overload]
+    settings: list[float] = list(state["settings"])
+    m = Newcomer(int(settings[0]), float(settings[1]), float(settings[2]), float(settings[3]), float(settings[4]), int(settings[5]))
+    m.observations = int(state["observations"])
 
     def biases(name: str) -> dict[str, _Bias]:
-        return {k: _Bias(float(t), int(n)) for k, (t, n) in state[name].items()}  # type: ignore[attr-defined]
+        return {k: _Bias(float(t), int(n)) for k, (t, n) in state[name].items()}
 
     m.victim_family, m.victim_type = biases("victim_family"), biases("victim_type")
     m.aggressor_family, m.aggressor_type = biases("aggressor_family"), biases("aggressor_type")
-    m.p = {k: np.asarray(v, dtype=float) for k, v in state["p"].items()}  # type: ignore[attr-defined]
-    m.q = {k: np.asarray(v, dtype=float) for k, v in state["q"].items()}  # type: ignore[attr-defined]
+    m.p = {k: np.asarray(v, dtype=float) for k, v in state["p"].items()}
+    m.q = {k: np.asarray(v, dtype=float) for k, v in state["q"].items()}
     return m

@@ -177,7 +177,7 @@ class WhatIfService:
                 WhatIf(
                     job_type=t, newcomer_pct=float(newcomer.interference_pct), existing_pct=existing, interval_pct=interval,
                     regime=regime,
-                )  # fmt: skip
+                )
             )
         self._cache[key] = entries
         return entries
