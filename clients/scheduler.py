@@ -113,8 +113,9 @@ class EntryMeta:
         return self.regime in ("new", "novel")
 
 
-NOVEL_RISKS = ("upper", "expected")
-"""How a ``novel`` entry is costed (the ``novel_risk`` setting): its interval's upper end, or as any other."""
+NOVEL_RISKS = ("upper", "expected", "withhold")
+"""How a ``novel`` entry is costed (the ``novel_risk`` setting): its interval's upper end, as any other, or not at all
+(``withhold``: the GPU's cost is unknown for that job type, ranked by load, as before novel types were predicted)."""
 
 
 def ranking_newcomer_pct(newcomer_pct: float, upper_pct: float | None, regime: str | None, risk: str, novel_risk: str) -> float:
@@ -386,6 +387,8 @@ class SchedulerClient:
             view = self._gpus.get(gpu_uuid)
             hi = None if view is None else view.upper.get(job_type)
             meta = EntryMeta() if view is None else view.meta.get(job_type, EntryMeta())
+        if meta.regime == "novel" and self.novel_risk == "withhold":
+            return None
         return (ranking_newcomer_pct(entry[0], hi, meta.regime, risk, self.novel_risk), entry[1])
 
     def entry_meta(self, gpu_uuid: str, job_type: str) -> EntryMeta:

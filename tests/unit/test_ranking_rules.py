@@ -41,6 +41,9 @@ def test_novel_entry_is_ranked_by_its_upper_end_unless_told_otherwise() -> None:
     # the extender ranks nodes by the same rule
     scores = {s.node: s for s in Scorer(client).score_nodes("X", ["n1", "n2"])}
     assert scores["n1"].score > scores["n2"].score and scores["n2"].newcomer_pct == 90.0
+    withheld = SchedulerClient(history_complete=True, clock=lambda: NOW, novel_risk="withhold")
+    _fleet(withheld)
+    assert withheld.cost_pct("GPU-b", "X") is None and withheld.cost_pct("GPU-a", "X") == 40.0
     with pytest.raises(ValueError, match="novel_risk"):
         SchedulerClient(novel_risk="maybe")
 
