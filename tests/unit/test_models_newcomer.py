@@ -117,3 +117,21 @@ def test_residual_model_learns_known_biases_online_and_in_batch() -> None:
     assert batch.predict_one(Role("other", "g"), [Role("x", "h")]) == 0.0
     with pytest.raises(ValueError, match="finite"):
         online.learn_one(*roles("a", ["b"]), math.nan)
+
+
+def test_a_novel_type_with_a_solo_profile_is_predicted_from_it_with_a_wide_interval() -> None:
+    """Item 4: never measured here, solo profile known: predicted (placement mode), regime novel, its interval at
+    least the spread of every measured slowdown around their median; no profile, or observed mode: nothing."""
+    em = _trained(FAST)
+    profile = _profile(KNOWN["net3 (batch size 8)"])
+    r = em.predict_placement("brand-new", profile, ["net1 (batch size 8)"], [_profile(KNOWN["net1 (batch size 8)"])])
+    assert r is not None and r.regime == "novel" and r.interval_pct is not None
+    median = em.candidates[CandidateKey("placement", "all", "baseline.median")].offsets("new", em.config.min_samples)
+    assert median is not None
+    lo, hi = r.interval_pct
+    assert lo <= r.interference_pct + median[0] + 1e-9 and hi >= min(r.interference_pct + median[1], em.config.max_pct) - 1e-9
+    known = em.predict_placement("net3 (batch size 8)", profile, ["net1 (batch size 8)"], [_profile(KNOWN["net1 (batch size 8)"])])
+    assert known is not None and known.regime != "novel"
+    assert em.predict_placement("brand-new", {}, ["net1 (batch size 8)"], [_profile(KNOWN["net1 (batch size 8)"])]) is None
+    off = _trained(dataclasses.replace(FAST, predict_novel=False))
+    assert off.predict_placement("brand-new", profile, ["net1 (batch size 8)"], [_profile(KNOWN["net1 (batch size 8)"])]) is None
