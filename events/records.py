@@ -155,6 +155,12 @@ def progress_has_steps(event: JobEvent) -> None:
         raise RecordError("progress: steps and step_time_s are required")
 
 
+def interval_ordered(interval: list[float] | None) -> None:
+    """An ``interval_pct`` is ``[lo, hi]`` with ``lo <= hi``."""
+    if interval is not None and interval[0] > interval[1]:
+        raise RecordError(f"`interval_pct` [lo, hi] = {interval} has lo > hi")
+
+
 class JobEvent(Record, frozen=True):
     """A job's lifecycle on one GPU.  Topic ``jobs.lifecycle``, key ``gpu_uuid``.
 
@@ -255,6 +261,9 @@ class WhatIf(Record, frozen=True):
     """The regime of the ``newcomer_pct`` prediction (as :attr:`Prediction.regime`): whether the newcomer next
     to these jobs was measured before.  Null from producers before it existed, and on an idle GPU."""
 
+    def __post_init__(self) -> None:
+        interval_ordered(self.interval_pct)
+
 
 class Prediction(Record, frozen=True):
     """Predicted interference of one job.  Topic ``interference.predictions``, key ``gpu_uuid``."""
@@ -282,6 +291,9 @@ class Prediction(Record, frozen=True):
     additive optional field: ``schema_version`` stays 1, since readers of version 1 ignore unknown keys and
     decode a record without it, while a new version would make every such reader reject every record."""
     schema_version: Version = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        interval_ordered(self.interval_pct)
 
     @property
     def key(self) -> str:
