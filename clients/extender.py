@@ -347,7 +347,7 @@ class Scorer:
     def _gpu_entries(self, job_type: str, gpus: Iterable[str]) -> list[tuple[str, tuple[float, float]]]:
         out = []
         for gpu in gpus:
-            entry = self.client.what_if(gpu, job_type)
+            entry = self.client.explored_entry(gpu, job_type)  # the client's ranking rules (novel_risk, exploration)
             if entry is not None:
                 out.append((gpu, entry))
         return out

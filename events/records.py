@@ -55,7 +55,9 @@ JobKind = Literal["started", "progress", "finished"]
 AlertState = Literal["raised", "cleared"]
 AlertSource = Literal["measured", "predicted"]
 Mode = Literal["observed", "placement"]
-Regime = Literal["seen", "new"]
+Regime = Literal["seen", "new", "novel"]
+"""``seen``: the job set was measured before; ``new``: never, but each of its job types was; ``novel``: one of its
+job types was never measured in the environment (predicted from its solo profile)."""
 ModelKind = Literal["online", "batch", "baseline"]
 RwSource = Literal["dram_bw_util_pct", "pcie_kbps"]
 """Where an observation's R and W came from: GPM DRAM bandwidth utilisation (%, one counter for both
@@ -84,7 +86,8 @@ JOB_KINDS: tuple[str, ...] = get_args(JobKind)
 ALERT_STATES: tuple[str, ...] = get_args(AlertState)
 ALERT_SOURCES: tuple[str, ...] = get_args(AlertSource)
 MODES: tuple[str, ...] = get_args(Mode)
-REGIMES: tuple[str, ...] = get_args(Regime)
+REGIMES: tuple[str, ...] = tuple(r for r in get_args(Regime) if r != "novel")
+"""The regimes a candidate is judged and selected in; a ``novel`` prediction is served by ``new``'s choice."""
 MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
 RW_SOURCES: tuple[str, ...] = get_args(RwSource)
 OCCUPANCIES: tuple[str, ...] = get_args(Occupancy)
