@@ -62,10 +62,10 @@ def test_worker_lost_for_good_its_models_learning_and_profiles_live_on_in_the_su
 
 def test_workers_joining_and_leaving_lose_no_window_and_share_profiles(settings: Any, tmp_path: Path) -> None:
     fast = dataclasses.replace(settings, models_save_interval_s=2.0, checkpoint_interval_s=2.0)
-    result = scenarios.rebalance(fast, tmp_path, gpus=8, sim_s=450, run_s=12, seed=13, resume_timeout_s=90)
+    result = scenarios.rebalance(fast, tmp_path, gpus=8, sim_s=600, run_s=24, seed=13, resume_timeout_s=90)
     print("rebalance:", result)
     assert [m["what"] for m in result["moves"]] == ["c joins", "a leaves"]
-    assert 0 < result["moves"][0]["events_sent"] <= result["moves"][1]["events_sent"] < result["sent"]  # mid-fleet
+    assert 0 < result["moves"][0]["events_sent"] < result["moves"][1]["events_sent"] < result["sent"]  # mid-fleet
     assert result["profiles_agree"] and result["solo_profiles"] > 0
     assert result["learned_final"] == result["labelled_observations"] > 0
     assert result["lost"] == 0 and result["observations_expected"] > 0

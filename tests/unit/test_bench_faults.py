@@ -21,19 +21,3 @@ def test_a_broken_guarantee_is_reported_with_the_scenarios_figures() -> None:
     entry = _guard("outage", "what the bench says", scenario, progress=lambda _: None)
     assert entry["sent"] == 10 and entry["lost"] == 1 and entry["what"] == "x"
     assert entry["error"] == "FaultCheckFailed: 1 of 10 samples lost"
-
-
-def test_a_paced_sender_holds_the_events_after_each_gate_until_its_condition() -> None:
-    from aip.faults.scenarios import PacedSender
-    from config import Settings
-
-    def joined() -> bool:
-        return True
-
-    def left() -> bool:
-        return True
-
-    events = [("gpu.metrics", i) for i in range(9)]
-    sender = PacedSender(Settings(), events, 1.0, gates=[(2 / 3, left, "left"), (1 / 3, joined, "joined")])
-    cut = [(cond, what, [i for _t, i in segment]) for cond, what, segment in sender._segments()]
-    assert cut == [(None, "", [0, 1, 2]), (joined, "joined", [3, 4, 5]), (left, "left", [6, 7, 8])]
