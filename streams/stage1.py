@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from events import JobEvent, MetricSample, Observation, SoloProfile
+from events.records import RwSource
 from streams.features import KEYS, interference_rate, means, percent_change, throughput
 from streams.profiles import LOCAL, SoloProfiles
 from streams.windows import NKEYS, GpuState, Job, add_extras, add_sample, extra_mean, job_utilisation, new_acc, window_index
@@ -54,7 +55,7 @@ class HeldWindow(msgspec.Struct, frozen=True):
     proc_sm_util_pct: float | None = None
     proc_mem_util_pct: float | None = None
     sm_share_pct: float | None = None
-    rw_source: str | None = None
+    rw_source: RwSource | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -305,11 +306,11 @@ class Stage1:
         self.counters["observations"] += len(out)
         return out
 
-    def _rw(self, env: str, window_means: dict[str, float | None], dram: float | None) -> str | None:
+    def _rw(self, env: str, window_means: dict[str, float | None], dram: float | None) -> RwSource | None:
         """Set the window's R and W from GPM DRAM bandwidth where its samples had it (else the PCIe
         counters stay); return the source used, None when there is none or it is not the environment's."""
         if dram is not None:
-            source: str | None = "dram_bw_util_pct"
+            source: RwSource | None = "dram_bw_util_pct"
             window_means["R"] = window_means["W"] = dram
         else:
             source = "pcie_kbps" if window_means["R"] is not None or window_means["W"] is not None else None

@@ -866,6 +866,8 @@ def worker_failover(
         profiles_dead, profiles_survivor = _profiles(dead), _profiles(survivor)
         board_before = _board(dead, FLEET_GPU_MODEL)
         learned_before = int(board_before.get("observations", 0))
+        # what the survivor had learned itself (it may have served the observations partition before the group settled)
+        survivor_before = _learned(survivor, FLEET_GPU_MODEL)
         predictions_at_kill = survivor.counter("aip_stream_published_records_total", topic="predictions")
         dead.kill()
         killed_at = time.monotonic()
@@ -899,6 +901,7 @@ def worker_failover(
             "lost": len(missing),
             "recovery_s": round(recovery_s, 1),
             "learned_before": learned_before,
+            "survivor_learned_before": survivor_before,
             "learned_after": learned_after,
             "labelled_observations": labelled,
             "mae_before": selected_mae(board_before),
@@ -922,9 +925,9 @@ def worker_failover(
             result,
         )
         check(
-            result["rebuilt_observations"] >= learned_before,
-            f"the survivor rebuilt {result['rebuilt_observations']} observations, fewer than the {learned_before} "
-            "the dead worker had learned",
+            result["rebuilt_observations"] + survivor_before >= learned_before,
+            f"the survivor rebuilt {result['rebuilt_observations']} observations and had learned {survivor_before} itself, "
+            f"fewer than the {learned_before} the dead worker had learned",
             result,
         )
         check(not missing, f"{len(missing)} of {len(expected)} windows after the kill without an observation", result)

@@ -54,8 +54,9 @@ def test_worker_lost_for_good_its_models_learning_and_profiles_live_on_in_the_su
     print("worker_failover:", result)  # recovery_s and the MAEs are measured and reported, not asserted
     # the survivor holds every labelled observation of both fleets once: the dead worker's too
     assert 0 < result["learned_before"] < result["learned_after"] == result["labelled_observations"]
-    # it rebuilt at least what the dead worker had learned from the topic (and read unlabelled ones too)
-    assert result["rebuilds"] >= 1 and result["rebuilt_observations"] >= result["learned_before"]
+    # it rebuilt from the topic at least what it lacked of the dead worker's learning (unlabelled ones are read too)
+    assert result["rebuilds"] >= 1
+    assert result["rebuilt_observations"] + result["survivor_learned_before"] >= result["learned_before"]
     assert result["lost"] == 0 and result["observations_expected_after_kill"] > 0
     assert result["profiles_agree"] and result["solo_profiles"] > 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +115,21 @@ def test_a_changelog_short_of_the_committed_offset_is_read_again_until_it_reache
     asyncio.run(new.restored({0: {TopicPartition("gpu.metrics", 0): 600}}))
     assert len(reads) == 2 and new.positions == old.positions and new.ready(0)
     assert new.stage1.counters["changelog_behind"] == 0
+
+
+def test_records_of_the_dict_era_still_fold_and_the_wire_format_is_unchanged() -> None:
+    """Held job-windows were 15-key dicts and positions ``"topic:partition"`` strings: both still read the same."""
+    held = {"window_start": 1.7e9, "window_end": 1.7e9 + 10, "gpu_uuid": "GPU-x", "environment": "v100", "job_id": "j",
+            "job_type": "new-type", "co_job_types": ["other"], "co_job_ids": ["k"], "window_means": {"E": 1.0, "R": None},
+            "throughput_steps_per_s": 1.0, "samples": 10, "proc_sm_util_pct": 45.0, "proc_mem_util_pct": None,
+            "sm_share_pct": None, "rw_source": "pcie_kbps"}  # fmt: skip
+    gpu = (b"gpu:GPU-x", json.dumps({"state": {}, "held": [held]}).encode())
+    positions = (b"positions", json.dumps({"positions": {"gpu.metrics:3": 41, "jobs.lifecycle:3": 7}, "window_s": 10.0}).encode())
+    state = changelog.fold([gpu, positions])
+    (window,) = state.gpus["GPU-x"].held
+    assert window == HeldWindow(**held) and window.to_builtins() == held
+    assert state.positions == {TopicPartition("gpu.metrics", 3): 41, TopicPartition("jobs.lifecycle", 3): 7}
+    key, value = changelog.gpu_record("GPU-x", {}, [window])
+    assert (key, json.loads(value)) == (gpu[0], json.loads(gpu[1]))
+    _, value = changelog.positions_record(state.positions, 10.0, "w")
+    assert json.loads(value)["positions"] == {"gpu.metrics:3": 41, "jobs.lifecycle:3": 7}
