@@ -31,7 +31,7 @@ from config import Settings
 from events import JobEvent, MetricSample, Observation, RecordError, SoloProfile, Topics, decode, encode
 from events.topics import LIFECYCLE, METRICS
 from streams import changelog, views
-from streams.checkpoint import TopicPartition
+from streams.checkpoint import Checkpoint, TopicPartition
 from streams.deadletters import dead_letter
 from streams.metrics import StreamMetrics, dead_letter_reason
 from streams.profiles import LOCAL
@@ -202,6 +202,7 @@ class Streams:
             send=lambda key, value, partition: self.changelog_topic.send_soon(key=key, value=value, partition=partition),
             read=functools.partial(changelog.read_partition, settings, t.stage1_changelog, writer=self.writer_id),
             writer_id=self.writer_id,
+            offsets=Checkpoint(commit=lambda: self.commit({t.metrics, t.lifecycle})),
         )
         self.state.load_checkpoint()
         self.stage2 = Stage2(
@@ -301,7 +302,7 @@ class Streams:
             self._own_commit = False
 
     async def checkpoint_and_commit(self) -> None:
-        await self.commit({self.topics.metrics, self.topics.lifecycle})  # on_commit_initiated checkpoints first
+        await self.state.offsets.commit()  # the input offsets; on_commit_initiated checkpoints first
 
     async def save_models_and_commit(self) -> None:
         self.stage2.save()
