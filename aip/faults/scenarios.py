@@ -812,7 +812,8 @@ def _wait_learned_and_saved(workers: list[Any], obs: TopicReader, timeout_s: flo
     its models and committed twice since; return that worker (the one serving stage 2)."""
     from aip.faults.worker import wait_until
 
-    wait_until(lambda: not obs.poll(1.0), timeout_s, "the observations topic to go quiet")
+    # quiet once it has records (a reader not yet assigned reads nothing either)
+    wait_until(lambda: not obs.poll(1.0) and bool(obs.records()), timeout_s, "the observations topic to go quiet")
     want = _labelled(obs.records())
     server = wait_until(
         lambda: next((w for w in workers if _learned(w, FLEET_GPU_MODEL) >= want), None),
@@ -864,7 +865,8 @@ def worker_failover(
         survivor = next(w for w in workers if w is not dead)
         agree = profiles_agree(workers)
         profiles_dead, profiles_survivor = _profiles(dead), _profiles(survivor)
-        board_before = _board(dead, FLEET_GPU_MODEL)
+        # its leaderboard as it answers (a loaded machine can time a request out: _board is then empty)
+        board_before = wait_until(lambda: _board(dead, FLEET_GPU_MODEL), 30, "the stage-2 worker's leaderboard", interval_s=0.5)
         learned_before = int(board_before.get("observations", 0))
         # what the survivor had learned itself (it may have served the observations partition before the group settled)
         survivor_before = _learned(survivor, FLEET_GPU_MODEL)
