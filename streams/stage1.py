@@ -13,7 +13,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from events import JobEvent, MetricSample, Observation, SoloProfile
+from events.records import Occupancy, RwSource
 from streams.features import KEYS, interference_rate, means, percent_change, throughput
 from streams.profiles import LOCAL, SoloProfiles
 from streams.windows import NKEYS, GpuState, Job, add_extras, add_sample, extra_mean, job_utilisation, new_acc, window_index
@@ -40,6 +43,43 @@ def _seen(job: Job, event: JobEvent) -> bool:
     if event.kind == "finished":
         return job.end == event.ts
     return any(p[0] == event.ts for p in job.progress)
+
+
+class HeldWindow(msgspec.Struct, frozen=True):
+    """A co-located job-window waiting for its job type's first solo profile in its environment.
+
+    It travels in the local checkpoint and in the stage-1 changelog as a JSON object of these
+    fields (:meth:`to_builtins` / :meth:`from_builtins`: the shape of the dicts written before).
+    """
+
+    window_start: float
+    window_end: float
+    gpu_uuid: str
+    environment: str
+    job_id: str
+    job_type: str
+    co_job_types: list[str]
+    co_job_ids: list[str]
+    window_means: dict[str, float | None]
+    throughput_steps_per_s: float | None
+    samples: int
+    proc_sm_util_pct: float | None = None
+    proc_mem_util_pct: float | None = None
+    sm_share_pct: float | None = None
+    rw_source: RwSource | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(environment, job type): the solo profile it waits for."""
+        return self.environment, self.job_type
+
+    def to_builtins(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_builtins(cls, data: Mapping[str, Any]) -> HeldWindow:
+        """One held window as written by :meth:`to_builtins` (or by a worker of the dict era: same keys)."""
+        return msgspec.convert(data, cls, strict=False)
 
 
 class Stage1:
@@ -91,7 +131,7 @@ class Stage1:
         self.max_held = max_held
         self.source_of = source_of  # gpu_uuid -> the input partition it is read from (the share of solo profiles it feeds)
         # (environment, job type) -> job-windows waiting for that type's first solo profile
-        self.held: dict[tuple[str, str], deque[dict[str, Any]]] = {}
+        self.held: dict[tuple[str, str], deque[HeldWindow]] = {}
         self.gpus: dict[str, GpuState] = {}
         self.counters: Counter[str] = Counter()
         self.dirty: set[str] = set()  # GPUs whose windows closed since the last checkpoint
@@ -106,7 +146,7 @@ class Stage1:
             "window_s": self.window_s,
             "gpus": {g: st.to_dict() for g, st in self.gpus.items()},
             "profiles": self.profiles.to_dict(),
-            "held": [w for windows in self.held.values() for w in windows],
+            "held": [w.to_builtins() for windows in self.held.values() for w in windows],
         }
 
     def restore(self, data: Mapping[str, Any]) -> None:
@@ -116,7 +156,7 @@ class Stage1:
         if data.get("window_s") == self.window_s:
             self.gpus = {g: GpuState.from_dict(d) for g, d in data.get("gpus", {}).items()}
             for w in data.get("held", []):
-                self._hold(w)
+                self._hold(HeldWindow.from_builtins(w))
         self.dirty.clear()
 
     def forget(self, gpus: Iterable[str]) -> None:
@@ -260,10 +300,9 @@ class Stage1:
             released = self._release(env, job_type)
             if self.every_window:
                 solo = self._observation(
-                    {"window_start": start, "window_end": end, "gpu_uuid": gpu, "environment": env, "job_id": job_id,
-                     "job_type": job_type, "co_job_types": [], "co_job_ids": [], "window_means": window_means,
-                     "throughput_steps_per_s": rates[job_id], "samples": int(acc[0]), "rw_source": rw_source,
-                     "occupancy": "solo"}
+                    HeldWindow(start, end, gpu, env, job_id, job_type, [], [], window_means, rates[job_id], int(acc[0]),
+                               rw_source=rw_source),
+                    occupancy="solo",
                 )  # fmt: skip
                 if solo is not None:
                     released.append(solo)
@@ -275,23 +314,23 @@ class Stage1:
         out = []
         for job_id in full:
             others = [j for j in full if j != job_id]
-            window = {
-                "window_start": start,
-                "window_end": end,
-                "gpu_uuid": gpu,
-                "environment": env,
-                "job_id": job_id,
-                "job_type": st.jobs[job_id].job_type,
-                "co_job_types": [st.jobs[j].job_type for j in others],
-                "co_job_ids": others,
-                "window_means": window_means,
-                "throughput_steps_per_s": rates[job_id],
-                "samples": int(acc[0]),
-                "proc_sm_util_pct": util[job_id][0],
-                "proc_mem_util_pct": util[job_id][1],
-                "sm_share_pct": util[job_id][2],
-                "rw_source": rw_source,
-            }
+            window = HeldWindow(
+                window_start=start,
+                window_end=end,
+                gpu_uuid=gpu,
+                environment=env,
+                job_id=job_id,
+                job_type=st.jobs[job_id].job_type,
+                co_job_types=[st.jobs[j].job_type for j in others],
+                co_job_ids=others,
+                window_means=window_means,
+                throughput_steps_per_s=rates[job_id],
+                samples=int(acc[0]),
+                proc_sm_util_pct=util[job_id][0],
+                proc_mem_util_pct=util[job_id][1],
+                sm_share_pct=util[job_id][2],
+                rw_source=rw_source,
+            )
             obs = self._observation(window)
             if obs is None:
                 self.counters["no_solo_profile"] += 1
@@ -301,11 +340,11 @@ class Stage1:
         self.counters["observations"] += len(out)
         return out
 
-    def _rw(self, env: str, window_means: dict[str, float | None], dram: float | None) -> str | None:
+    def _rw(self, env: str, window_means: dict[str, float | None], dram: float | None) -> RwSource | None:
         """Set the window's R and W from GPM DRAM bandwidth where its samples had it (else the PCIe
         counters stay); return the source used, None when there is none or it is not the environment's."""
         if dram is not None:
-            source: str | None = "dram_bw_util_pct"
+            source: RwSource | None = "dram_bw_util_pct"
             window_means["R"] = window_means["W"] = dram
         else:
             source = "pcie_kbps" if window_means["R"] is not None or window_means["W"] is not None else None
@@ -318,24 +357,23 @@ class Stage1:
         return source
 
     # ------------------------------------------------------- held job-windows
-    def _observation(self, w: Mapping[str, Any]) -> Observation | None:
-        """The observation of a co-located job-window, or None while its job type has no solo profile."""
-        env = w["environment"]
-        solo = self.profiles.get(env, w["job_type"])
+    def _observation(self, w: HeldWindow, occupancy: Occupancy | None = None) -> Observation | None:
+        """The observation of a job-window (co-located, or ``occupancy`` solo: never labelled), or None while its
+        job type has no solo profile."""
+        solo = self.profiles.get(w.environment, w.job_type)
         if solo is None:
             return None
-        wm = w["window_means"]
-        rate = w["throughput_steps_per_s"]
+        wm = w.window_means
         pct = {p: percent_change(wm[p], solo[p]) for p in KEYS[:6]}
         return Observation(
-            window_start=w["window_start"],
-            window_end=w["window_end"],
-            gpu_uuid=w["gpu_uuid"],
-            environment=env,
-            job_id=w["job_id"],
-            job_type=w["job_type"],
-            co_job_types=list(w["co_job_types"]),
-            co_job_ids=list(w["co_job_ids"]),
+            window_start=w.window_start,
+            window_end=w.window_end,
+            gpu_uuid=w.gpu_uuid,
+            environment=w.environment,
+            job_id=w.job_id,
+            job_type=w.job_type,
+            co_job_types=list(w.co_job_types),
+            co_job_ids=list(w.co_job_ids),
             E_pct=pct["E"],
             T_pct=pct["T"],
             S_pct=pct["S"],
@@ -344,22 +382,21 @@ class Stage1:
             W_pct=pct["W"],
             window_means=dict(wm),
             solo=solo,
-            co_solo=[self.profiles.get(env, t) or {} for t in w["co_job_types"]],
-            interference_pct=None if w.get("occupancy") == "solo" else interference_rate(solo["throughput"], rate),
-            throughput_steps_per_s=rate,
-            samples=int(w["samples"]),
-            proc_sm_util_pct=w.get("proc_sm_util_pct"),
-            proc_mem_util_pct=w.get("proc_mem_util_pct"),
-            sm_share_pct=w.get("sm_share_pct"),
-            rw_source=w.get("rw_source"),
-            occupancy=w.get("occupancy"),
+            co_solo=[self.profiles.get(w.environment, t) or {} for t in w.co_job_types],
+            interference_pct=None if occupancy == "solo" else interference_rate(solo["throughput"], w.throughput_steps_per_s),
+            throughput_steps_per_s=w.throughput_steps_per_s,
+            samples=w.samples,
+            proc_sm_util_pct=w.proc_sm_util_pct,
+            proc_mem_util_pct=w.proc_mem_util_pct,
+            sm_share_pct=w.sm_share_pct,
+            rw_source=w.rw_source,
+            occupancy=occupancy,
         )
 
-    def _hold(self, window: dict[str, Any]) -> None:
-        key = (window["environment"], window["job_type"])
-        held = self.held.get(key)
+    def _hold(self, window: HeldWindow) -> None:
+        held = self.held.get(window.key)
         if held is None:
-            held = self.held[key] = deque()
+            held = self.held[window.key] = deque()
         if len(held) >= self.max_held:
             held.popleft()
             self.counters["held_dropped"] += 1
@@ -382,22 +419,22 @@ class Stage1:
             return []
         return self._release(record.environment, record.job_type)
 
-    def held_by_gpu(self, gpus: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+    def held_by_gpu(self, gpus: Iterable[str]) -> dict[str, list[HeldWindow]]:
         """The held job-windows of these GPUs (they move with the GPU's partition)."""
         wanted = set(gpus)
-        out: dict[str, list[dict[str, Any]]] = {}
+        out: dict[str, list[HeldWindow]] = {}
         for windows in self.held.values():
             for w in windows:
-                if w["gpu_uuid"] in wanted:
-                    out.setdefault(w["gpu_uuid"], []).append(w)
+                if w.gpu_uuid in wanted:
+                    out.setdefault(w.gpu_uuid, []).append(w)
         return out
 
-    def adopt_held(self, windows: Iterable[dict[str, Any]]) -> list[Observation]:
+    def adopt_held(self, windows: Iterable[HeldWindow]) -> list[Observation]:
         """Hold job-windows another worker held for GPUs now read here; return those whose profile is already known."""
         keys = set()
         for w in windows:
-            self._hold(dict(w))
-            keys.add((w["environment"], w["job_type"]))
+            self._hold(w)
+            keys.add(w.key)
         out: list[Observation] = []
         for env, jt in sorted(keys):
             if self.profiles.get(env, jt) is not None:
@@ -408,7 +445,7 @@ class Stage1:
         """Drop the held job-windows of GPUs now read elsewhere (their new owner holds them)."""
         gone = set(gpus)
         for key in list(self.held):
-            kept = deque(w for w in self.held[key] if w["gpu_uuid"] not in gone)
+            kept = deque(w for w in self.held[key] if w.gpu_uuid not in gone)
             if kept:
                 self.held[key] = kept
             else:
