@@ -17,6 +17,7 @@ import secrets
 import socket
 import ssl
 import struct
+import threading
 import time
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
@@ -69,9 +70,12 @@ def check_reachable(settings: Settings, timeout_s: float | None = None) -> None:
         context = client_context(settings) if settings.uses_tls else None
     except TlsSettingsError as exc:
         raise BrokerUnavailable(str(exc)) from None
-    deadline = time.monotonic() + (settings.connect_timeout_s if timeout_s is None else timeout_s)
+    budget_s = settings.connect_timeout_s if timeout_s is None else timeout_s
+    deadline = time.monotonic() + budget_s
     last = ""
+    rounds = 0
     while True:
+        rounds += 1
         for server in settings.bootstrap_servers:
             host, _, port = server.rpartition(":")
             try:
@@ -88,7 +92,8 @@ def check_reachable(settings: Settings, timeout_s: float | None = None) -> None:
                 last = f"{server}: {exc.strerror or exc}"
         if time.monotonic() >= deadline:
             raise BrokerUnavailable(
-                f"no broker reachable at {settings.broker} ({last}); start one with `aip broker` or set --broker/AIP_BROKER"
+                f"no broker reachable at {settings.broker} ({last}; {rounds} {'try' if rounds == 1 else 'tries'} "
+                f"in {budget_s:g} s, AIP_CONNECT_TIMEOUT_S); start one with `aip broker` or set --broker/AIP_BROKER"
             )
         time.sleep(0.2)
 
@@ -684,8 +689,32 @@ class RecordConsumer:
                 break
         return items
 
-    def close(self) -> None:
-        self._consumer.close()
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Close the consumer; with ``timeout_s``, wait at most that long and say whether it finished.
+
+        kafka-python's close joins its IO thread without a limit, so one stuck in a request, or
+        left inconsistent by an interrupt, would hang the caller.  With ``timeout_s`` the close
+        runs in a daemon thread that is abandoned when the time is up (the process may then
+        exit: the library's threads are daemons too); a Ctrl-C during it does not interrupt it.
+        """
+        if timeout_s is None:
+            self._consumer.close()
+            return True
+        closer = threading.Thread(
+            target=self._close_quietly, args=(int(timeout_s * 1000),), name="aip-consumer-close", daemon=True
+        )
+        closer.start()
+        closer.join(timeout_s)
+        if closer.is_alive():
+            log.warning("the Kafka consumer did not close within %g s; leaving it", timeout_s)
+            return False
+        return True
+
+    def _close_quietly(self, timeout_ms: int) -> None:
+        try:
+            self._consumer.close(timeout_ms=timeout_ms)
+        except Exception:  # closing: nothing is lost, and the caller is on its way out
+            log.debug("closing the Kafka consumer failed", exc_info=True)
 
     def __enter__(self) -> RecordConsumer:
         return self

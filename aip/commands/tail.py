@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from aip.common import add_kafka_args, broker_errors, settings_from, sigterm_as_interrupt
@@ -13,11 +17,14 @@ from aip.errors import CliError
 from aip.render import fmt_ts, render, served_text
 from events import RECORD_OF, Topics, to_dict
 
+POLL_S = 0.5  # one poll's wait; a Ctrl-C is seen after at most this long
+CLOSE_TIMEOUT_S = 3.0  # a consumer still closing after this long is left behind (its threads are daemons)
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("tail", help="decode and print a topic")
     p.add_argument("topic", help=f"one of: {', '.join(RECORD_OF)}")
-    p.add_argument("--follow", "-f", action="store_true", help="keep printing new records until Ctrl-C")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new records until Ctrl-C or SIGTERM (then exit 0)")
     p.add_argument(
         "--from-beginning", action="store_true", help="with --follow, start at the oldest record (default: new records only)"
     )
@@ -140,8 +147,6 @@ def table_row(record: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from transport import RecordConsumer, ensure_topics
-
     if getattr(args, "table", False) and args.json:
         raise CliError("choose one of --table and --json")
     settings = settings_from(args)
@@ -149,31 +154,59 @@ def run(args: argparse.Namespace) -> int:
     if topics.base(args.topic) not in RECORD_OF:
         raise CliError(f"unknown topic {args.topic!r}; choose one of {', '.join(RECORD_OF)}")
     name = topics.name(args.topic)
+    try:  # Ctrl-C while connecting (broker_errors imports kafka-python: slow) ends the command like one while following
+        with broker_errors(), sigterm_as_interrupt():
+            from transport import RecordConsumer, ensure_topics
+
+            ensure_topics(settings, [name])
+            consumer = RecordConsumer(settings, [name], from_beginning=args.from_beginning or not args.follow)
+            stop = threading.Event()
+            with _interrupts_set(stop):
+                try:
+                    _print_records(consumer, args, topics, stop)
+                finally:
+                    sys.stdout.flush()
+                    consumer.close(timeout_s=CLOSE_TIMEOUT_S)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _print_records(consumer: Any, args: argparse.Namespace, topics: Topics, stop: threading.Event) -> None:
+    """Poll and print until ``stop`` is set, ``--limit`` records are printed or (without --follow) the topic is idle."""
     printed = 0
-    with broker_errors(), sigterm_as_interrupt():
-        ensure_topics(settings, [name])
-        consumer = RecordConsumer(settings, [name], from_beginning=args.from_beginning or not args.follow)
-        idle_s = 0.0
-        try:
-            while True:
-                items = consumer.poll(timeout_s=0.5)
-                idle_s = 0.0 if items else idle_s + 0.5
-                for item in items:
-                    if item.error is None and not matches(item.record, args):
-                        continue
-                    if getattr(args, "table", False) and item.error is None:
-                        if printed % 40 == 0:  # the header again every 40 rows
-                            print(table_header(item.record), flush=args.follow)
-                        print(table_row(item.record), flush=args.follow)
-                    else:
-                        print(line_for(item, topics, args.json), flush=args.follow)
-                    printed += 1
-                    if args.limit and printed >= args.limit:
-                        return 0
-                if not args.follow and idle_s >= args.timeout:
-                    return 0
-        except KeyboardInterrupt:
-            return 0
-        finally:
-            sys.stdout.flush()
-            consumer.close()
+    idle_s = 0.0
+    while not stop.is_set():
+        items = consumer.poll(timeout_s=POLL_S)
+        idle_s = 0.0 if items else idle_s + POLL_S
+        for item in items:
+            if item.error is None and not matches(item.record, args):
+                continue
+            if getattr(args, "table", False) and item.error is None:
+                if printed % 40 == 0:  # the header again every 40 rows
+                    print(table_header(item.record), flush=args.follow)
+                print(table_row(item.record), flush=args.follow)
+            else:
+                print(line_for(item, topics, args.json), flush=args.follow)
+            printed += 1
+            if args.limit and printed >= args.limit:
+                return
+        if not args.follow and idle_s >= args.timeout:
+            return
+
+
+@contextlib.contextmanager
+def _interrupts_set(stop: threading.Event) -> Iterator[None]:
+    """While the consumer runs, Ctrl-C and SIGTERM only set ``stop``: no KeyboardInterrupt is raised
+    inside kafka-python (its event loop, locks and close are not safe against one), and the loop
+    sees the flag after at most one poll."""
+
+    def handler(signum: int, frame: Any) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield  # the caller closes the consumer inside: a second Ctrl-C does not interrupt the close
+    finally:
+        for sig, was in previous.items():
+            signal.signal(sig, was)
