@@ -387,5 +387,6 @@ class EnvironmentModels:
             else:  # made by its kind's starting(): keeps its place (the heavy learners' stagger)
                 c.estimator, c.record = estimator, type(c.record)(self.config, cs.record)
         self.history.extend(state.history)
+        sel.changed()
         sel.select()
         return self

@@ -68,6 +68,12 @@ class Selector:
         """Regimes whose errors changed since their last selection (``new`` changes rarely: first observations
         of a slot and refits)."""
         self.selection_seconds: float | None = None
+        self.changed()
+
+    def changed(self) -> None:
+        """The candidates or their estimators changed (a refit, a load): which are tested when."""
+        self._immediate = [c for c in self.candidates.values() if not c.batched]
+        self._batched = [c for c in self.candidates.values() if c.batched and c.servable]
 
     # ------------------------------------------------------------------ test-then-train
 
@@ -86,7 +92,7 @@ class Selector:
         key = views.slot
         seen = self.measurements.measured(key) > 0
         regime, own = ("seen", self._own_slot(key)) if seen else ("new", None)
-        due = [c for c in self.candidates.values() if c.due(n) and not c.batched]
+        due = [c for c in self._immediate if c.due(n)]
         for c in due:
             x = c.features(views)
             if x and c.ready():
@@ -94,7 +100,7 @@ class Selector:
         for c in due:
             c.learn(views, y)
         self.measurements.update(key, y, (views.sample.job_type, *views.sample.co_job_types))
-        if any(c.batched and c.servable for c in self.candidates.values()):
+        if self._batched:
             self.pending.append(Pending(views, y, regime, own))
             if len(self.pending) >= self.config.score_batch_every:
                 self.score_pending()
@@ -108,7 +114,7 @@ class Selector:
         import pandas as pd
 
         pending, self.pending = self.pending, []
-        batch = [c for c in self.candidates.values() if c.batched and c.servable]
+        batch = self._batched
         if not pending or not batch:
             return 0
         for mode in MODES:
@@ -142,6 +148,7 @@ class Selector:
             c.record.cv, c.record.offsets = (r.cv, r.offsets) if r is not None else (None, None)
             if c.batched:
                 c.estimator = None if r is None else r.model
+        self.changed()
         self.stale.update(REGIMES)  # other candidates, other CV errors
         self.select()
 
@@ -159,13 +166,19 @@ class Selector:
         mode also weighs placement mode's models (named ``placement/<model>``): the solo profiles are part of what
         it knows about a running co-location, so what it serves is never judged worse than placement's."""
         best: Choice | None = None
-        for c in self.rivals(mode, wider=wider):
-            if category is not None and c.key.category != category:
+        via = wider and mode == "observed"
+        min_samples = self.config.min_samples
+        for c in self.candidates.values():
+            k = c.key
+            if (k.mode != mode and not (via and k.mode == VIA and c.lends)) or not c.servable:
                 continue
-            e = c.error(regime, self.config.min_samples)
-            choice = Choice(e, c.key.category, c.key.name_in(mode)) if e is not None else None
-            if choice is not None and (best is None or choice < best):
-                best = choice
+            if category is not None and k.category != category:
+                continue
+            e = c.error(regime, min_samples)
+            if e is not None and (best is None or e <= best.error):
+                choice = Choice(e, k.category, k.name_in(mode))
+                if best is None or choice < best:
+                    best = choice
         return best
 
     def select(self) -> None:
