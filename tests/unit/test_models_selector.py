@@ -43,7 +43,7 @@ def test_unlabelled_is_noop_and_nothing_predicted_before_learning(stream) -> Non
 
 
 def test_learn_select_refit_and_leaderboard(stream) -> None:  # type: ignore[no-untyped-def]
-    em = EnvironmentModels("v100", config=SMALL)
+    em = EnvironmentModels("v100", config=dataclasses.replace(SMALL, jobset_min=4, min_samples=3))  # slots of their own
     for o in stream[:300]:
         em.learn(o)
     assert em.refit_due()
@@ -61,19 +61,42 @@ def test_learn_select_refit_and_leaderboard(stream) -> None:  # type: ignore[no-
     assert set(lb.selected) == {f"{m}:{c}" for m in ("observed", "placement") for c in CATEGORIES}
     # batch models carry their grouped-CV error (what to expect on new job sets) beside the prequential one
     assert all(e.cv_mae is not None for e in lb.entries if e.kind == "batch")
-    for mode in ("observed", "placement"):
-        r = em.predict(stream[350], mode)
-        assert isinstance(r, PredictionResult) and math.isfinite(r.interference_pct)
-        assert r.regime in ("seen", "new") and r.expected_error_pct is not None and r.expected_error_pct >= 0
-        served = {(s.mode, s.regime): s for s in lb.served}[(mode, r.regime)]
-        if r.regime == "new":  # judged by CV error: the smallest of the mode's CV errors
-            assert r.expected_error_pct == min(e.cv_mae for e in lb.entries if e.mode == mode and e.cv_mae is not None)
-        else:  # the environment's choice, unless the slot has enough measurements for its own
-            key = slot(stream[350].job_type, stream[350].co_job_types)
-            own = em.measurements.measured(key) >= em.config.jobset_min
-            assert own or (served.model, served.category, served.error_pct) == (r.model, r.category, r.expected_error_pct)
+    for o in stream[:5] * 6:  # five job sets measured often enough for their own selection
+        em.learn(o)
+    branches = {"new": 0, "seen": 0, "own": 0}
+    for o in stream[300:380] + stream[:5] * 2:
+        key = slot(o.job_type, o.co_job_types)
+        for mode in ("observed", "placement"):
+            r = em.predict(o, mode)
+            assert isinstance(r, PredictionResult) and math.isfinite(r.interference_pct)
+            assert r.regime in ("seen", "new") and r.expected_error_pct is not None and r.expected_error_pct >= 0
+            served = {(s.mode, s.regime): s for s in em.served()}[(mode, r.regime)]
+            if r.regime == "new":  # the smallest published error on new job sets: CV, else prequential on first ones
+                branches["new"] += 1
+                errors = [
+                    e.cv_mae if e.cv_mae is not None else e.new_mae
+                    for e in em.leaderboard().entries
+                    if (e.mode == mode or (mode == "observed" and e.kind != "baseline"))
+                    and (e.cv_mae is not None or (e.new_samples or 0) >= em.config.min_samples)
+                ]  # fmt: skip
+                assert r.expected_error_pct == served.error_pct == min(errors)  # type: ignore[type-var]
+                continue
+            own = [
+                (e.get(), k.category, k.name_in(mode))
+                for k, c in em.candidates.items()
+                if c.servable and (k.mode == mode or (mode == "observed" and k.mode == "placement" and c.kind != "baseline"))
+                and (e := c.record.slots.get(key)) is not None and e.n >= em.config.min_samples
+            ]  # fmt: skip
+            if em.measurements.measured(key) >= em.config.jobset_min and own:
+                branches["own"] += 1  # the slot's own choice: the smallest of its candidates' errors on this slot
+                assert (r.expected_error_pct, r.category, r.model) == min(own)
+            else:  # the environment's choice
+                branches["seen"] += 1
+                assert (served.model, served.category, served.error_pct) == (r.model, r.category, r.expected_error_pct)
+        em.learn(o)
+    assert all(branches.values()), branches  # every branch was checked
     # placement is learnable on job sets the selector never saw: beats predicting the training mean there
-    trained = {" + ".join(sorted((o.job_type, *o.co_job_types))) for o in stream[:300]}
+    trained = {" + ".join(sorted((o.job_type, *o.co_job_types))) for o in stream[:380]}
     held = [o for o in _stream(GAVEL_PATH, 400, 11) if " + ".join(sorted((o.job_type, *o.co_job_types))) not in trained]
     assert len(held) > 50
     mean = sum(o.interference_pct for o in stream[:300]) / 300  # type: ignore[misc]
