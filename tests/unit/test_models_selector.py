@@ -181,3 +181,87 @@ def test_grouped_folds_never_split_a_group() -> None:
         assert not {groups[i] for i in train} & {groups[i] for i in test}
         covered |= set(test.tolist())
     assert covered == set(range(200))
+
+
+def test_selection_is_recomputed_only_for_the_regimes_whose_errors_changed(stream) -> None:  # type: ignore[no-untyped-def]
+    em = EnvironmentModels("v100", config=SMALL)
+    for o in stream[:250]:
+        em.learn(o)
+    em.refit_now()
+    calls: list[str] = []
+    best = em.selector.best
+    em.selector.best = lambda regime, *a, **kw: calls.append(regime) or best(regime, *a, **kw)  # type: ignore[method-assign]
+    em.selector.select()
+    assert calls == []  # nothing changed since the refit's selection
+    seen = next(o for o in stream[250:] if em.measurements.measured(slot(o.job_type, o.co_job_types)))
+    em.learn(seen)  # a measured job set: only errors on measured job sets change
+    assert sorted(set(calls)) == ["seen"] and len(calls) == 2  # once per mode
+    calls.clear()
+    new = next(o for o in stream[250:] if not em.measurements.measured(slot(o.job_type, o.co_job_types)))
+    em.learn(new)  # first observation of a job set: the online learners' errors on new job sets change
+    assert calls == ["new", "new"]
+    calls.clear()
+    before = em.served()
+    em.selector.select()
+    assert calls == [] and em.served() == before
+    em.refit_now()  # other candidates, other CV errors: both regimes, once per mode at least
+    assert calls.count("new") >= 2 and calls.count("seen") >= 2
+
+
+def test_a_refit_fits_the_final_fits_best_by_cv_and_serves_only_those(stream) -> None:  # type: ignore[no-untyped-def]
+    models = ("LinearRegression", "DecisionTree", "KNN", "HistGradientBoosting")
+    em = EnvironmentModels("v100", config=dataclasses.replace(SMALL, batch_models=models, final_fits=2))
+    for o in stream[:250]:
+        em.learn(o)
+    result = em.refit_now()
+    by_slice: dict[tuple[str, str], list[tuple[float, str]]] = {}
+    for key, score in result.scores.items():
+        if key.model in models and score.mae is not None:
+            by_slice.setdefault((key.mode, key.category), []).append((score.mae, key.model))
+    assert len(by_slice) == 8  # two modes x four categories, every model scored
+    for (mode, cat), ranked in by_slice.items():
+        assert len(ranked) == len(models)
+        fitted = {k.model for k in result.fitted if (k.mode, k.category) == (mode, cat)}
+        assert fitted == {name for _, name in sorted(ranked)[:2]}, (mode, cat, sorted(ranked))
+    entries = {(e.mode, e.category, e.model): e for e in em.leaderboard().entries if e.kind == "batch"}
+    assert len(entries) == 8 * len(models) and all(e.cv_mae is not None for e in entries.values())
+    served = {k for k, c in em.candidates.items() if c.kind == "batch" and c.servable}
+    assert served == set(result.fitted) and len(served) == 16
+    for o in stream[250:350]:
+        for mode in ("observed", "placement"):
+            r = em.predict(o, mode)
+            assert r is not None
+            src, _, name = r.model.rpartition("/")
+            if name in models:
+                assert (src or mode, r.category, name) in served  # never a model the refit did not fit
+        em.learn(o)
+    everything = EnvironmentModels("v100", config=dataclasses.replace(SMALL, batch_models=models, final_fits=None))
+    for o in stream[:250]:
+        everything.learn(o)
+    assert len(everything.refit_now().fitted) == 8 * len(models)
+
+
+def test_what_if_for_a_never_measured_type_is_withheld_and_counted(stream) -> None:  # type: ignore[no-untyped-def]
+    em = EnvironmentModels("v100", config=SMALL)
+    for o in stream[:300]:
+        em.learn(o)
+    em.refit_now()
+    measured = stream[0]
+    types = sorted({t for o in stream[:300] for t in (o.job_type, *o.co_job_types)})
+    a, b = next(
+        (x, y) for x in types for y in types if x != y and not em.measurements.measured(slot(x, [y]))
+    )  # two measured types never measured together
+    profile = dict(measured.solo)
+    asks = [
+        (measured.job_type, measured.solo, measured.co_job_types, measured.co_solo),
+        (a, profile, [b], [profile]),
+        ("never-measured", profile, [b], [profile]),
+        (a, profile, ["never-measured"], [profile]),
+    ]
+    withheld = em.withheld_novel
+    got = em.predict_placements(asks)
+    assert got[0] is not None and got[0].regime == "seen"
+    assert got[1] is not None and got[1].regime == "new" and math.isfinite(got[1].interference_pct)
+    assert got[2] is None and got[3] is None  # a job type never measured here: no candidate carries over
+    assert em.withheld_novel == withheld + 2
+    assert em.predict_placement("never-measured", profile, [b], [profile]) is None and em.withheld_novel == withheld + 3
