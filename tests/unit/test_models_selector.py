@@ -265,3 +265,19 @@ def test_what_if_for_a_never_measured_type_is_withheld_and_counted(stream) -> No
     assert got[2] is None and got[3] is None  # a job type never measured here: no candidate carries over
     assert em.withheld_novel == withheld + 2
     assert em.predict_placement("never-measured", profile, [b], [profile]) is None and em.withheld_novel == withheld + 3
+
+
+def test_a_state_of_another_format_is_refused_with_a_clear_error(stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    em = EnvironmentModels("v100", config=SMALL)
+    for o in stream[:60]:
+        em.learn(o)
+    em.save(tmp_path / "state" / "v100")
+    path = tmp_path / "state" / "v100" / "state.json"
+    state = msgspec.json.decode(path.read_bytes())
+    path.write_bytes(msgspec.json.encode({**state, "format": 1}))
+    with pytest.raises(ValueError, match="state format 1"):
+        EnvironmentModels.load(tmp_path / "state" / "v100")
+    del state["format"], state["candidates"]  # as written before issue 22: a hand-written layout
+    path.write_bytes(msgspec.json.encode(state))
+    with pytest.raises(msgspec.ValidationError, match="format"):
+        EnvironmentModels.load(tmp_path / "state" / "v100")
