@@ -154,13 +154,6 @@ class Selector:
 
     # ------------------------------------------------------------------ selection
 
-    def rivals(self, mode: str, *, wider: bool = False) -> list[Candidate]:
-        """The candidates that may serve ``mode``; ``wider``: with placement mode's that observed mode weighs."""
-        out = [c for c in self.candidates.values() if c.servable and c.key.mode == mode]
-        if wider and mode == "observed":
-            out += [c for c in self.candidates.values() if c.servable and c.key.mode == VIA and c.lends]
-        return out
-
     def best(self, regime: str, mode: str, category: str | None = None, *, wider: bool = False) -> Choice | None:
         """The candidate with the smallest error of ``mode``'s in ``regime`` (``best_model``).  ``wider``: observed
         mode also weighs placement mode's models (named ``placement/<model>``): the solo profiles are part of what
@@ -206,10 +199,14 @@ class Selector:
             return None if choice is None else ("new", choice)
         if measured >= self.config.jobset_min:
             best: Choice | None = None
-            for c in self.rivals(mode, wider=True):
+            via, min_samples = mode == "observed", self.config.min_samples
+            for c in self.candidates.values():
                 e = c.record.slots.get(key)
-                if e is not None and e.n >= self.config.min_samples:
-                    own = Choice(e.get(), c.key.category, c.key.name_in(mode))
+                if e is None or e.n < min_samples or not c.servable:
+                    continue
+                k = c.key
+                if k.mode == mode or (via and k.mode == VIA and c.lends):
+                    own = Choice(e.get(), k.category, k.name_in(mode))
                     if best is None or own < best:
                         best = own
             if best is not None:
