@@ -62,6 +62,8 @@ class Selector:
         self.measurements = Measurements()
         self.own_slots: set[str] = set()
         """Slots that keep their own errors (the first ``max_jobsets`` measured twice)."""
+        self.scored_in: dict[str, list[Candidate]] = {}
+        """Per slot with its own errors, the candidates scored there (what :meth:`choice` weighs)."""
         self.pending: list[Pending] = []
         self.selected: dict[str, dict[str, Choice]] = {regime: {} for regime in REGIMES}
         self.stale = set(REGIMES)
@@ -74,6 +76,10 @@ class Selector:
         """The candidates or their estimators changed (a refit, a load): which are tested when."""
         self._immediate = [c for c in self.candidates.values() if not c.batched]
         self._batched = [c for c in self.candidates.values() if c.batched and c.servable]
+        self.scored_in = {}
+        for c in self.candidates.values():
+            for key in c.record.slots:
+                self.scored_in.setdefault(key, []).append(c)
 
     # ------------------------------------------------------------------ test-then-train
 
@@ -84,6 +90,8 @@ class Selector:
 
     def _score(self, c: Candidate, pred: float | None, y: float, regime: str, own: str | None) -> None:
         if pred is not None:
+            if own is not None and own not in c.record.slots:
+                self.scored_in.setdefault(own, []).append(c)
             c.score(y - clip_pct(pred, self.config.max_pct)[0], regime, own)
             self.stale.add(regime)
 
@@ -200,9 +208,9 @@ class Selector:
         if measured >= self.config.jobset_min:
             best: Choice | None = None
             via, min_samples = mode == "observed", self.config.min_samples
-            for c in self.candidates.values():
-                e = c.record.slots.get(key)
-                if e is None or e.n < min_samples or not c.servable:
+            for c in self.scored_in.get(key, ()):
+                e = c.record.slots[key]
+                if e.n < min_samples or not c.servable:
                     continue
                 k = c.key
                 if k.mode == mode or (via and k.mode == VIA and c.lends):
