@@ -10,7 +10,10 @@ it learns:
 * :class:`BatchCandidate`: a model of the last refit, which learns only at refits; it is tested in one
   vectorised pass over the observations of a while (:attr:`Candidate.batched`);
 * :class:`BaselineCandidate`: :class:`models.live.LastMeasured` or :class:`models.live.RollingMedian`, on
-  the slot rather than on features.
+  the slot rather than on features;
+* :class:`NewcomerCandidate`: a batch model of the last refit (placement mode) plus :class:`models.newcomer.Newcomer`
+  learning its residuals online: what was measured of a job type, as the job and as a co-runner, carried to its
+  job sets never measured.
 
 A new kind is one subclass and one entry in :data:`KINDS`.
 
@@ -19,7 +22,8 @@ No Kafka, no faust.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
@@ -42,6 +46,9 @@ from models.live import (
     RollingMedianState,
     slot,
 )
+from models.newcomer import Newcomer, roles
+from models.newcomer import dump as newcomer_dump
+from models.newcomer import load as newcomer_load
 from models.settings import Config
 from models.zoo import HEAVY_ONLINE, RiverModel, load_batch, make_online
 
@@ -181,6 +188,8 @@ class Candidate:
     """A candidate of the selection: key, estimator, and its :class:`Record`."""
 
     kind: ClassVar[str]
+    board_kind: ClassVar[str | None] = None
+    """Its kind on the leaderboard record (:data:`events.MODEL_KINDS`) where that is not :attr:`kind`."""
     batched: ClassVar[bool] = False
     """Tested in one vectorised pass over pending observations (it does not learn between refits)."""
     lends: ClassVar[bool] = True
@@ -264,6 +273,10 @@ class Candidate:
         """The candidates of this kind from the first observation (none: they come from refits)."""
         return []
 
+    def link(self, candidates: Mapping[CandidateKey, Candidate], *, refit: bool) -> None:
+        """After a refit (``refit``) or a load, with every candidate in place: a kind that builds on others'
+        estimators takes them here."""
+
     # -- persistence ----------------------------------------------------------------
 
     def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
@@ -284,7 +297,14 @@ class BatchDir(msgspec.Struct, tag="batch"):
     path: str
 
 
-EstimatorState = RiverFile | BatchDir | LastMeasuredState | RollingMedianState
+class NewcomerState(msgspec.Struct, tag="newcomer"):
+    base: tuple[str, str, str] | None
+    """The key of the batch candidate whose residuals it learns (None: no refit yet)."""
+    model: dict[str, Any]
+    """:func:`models.newcomer.dump`."""
+
+
+EstimatorState = RiverFile | BatchDir | LastMeasuredState | RollingMedianState | NewcomerState
 
 
 class OnlineCandidate(Candidate):
@@ -390,6 +410,104 @@ class BaselineCandidate(Candidate):
         return [cls(CandidateKey(mode, "all", name), make[name](), config) for mode in MODES for name in BASELINES]
 
 
-KINDS: dict[str, type[Candidate]] = {c.kind: c for c in (OnlineCandidate, BatchCandidate, BaselineCandidate)}
+class NewcomerEstimator:
+    """A feature model (``base``, a batch model of the last refit) plus :class:`models.newcomer.Newcomer` on its
+    residuals: ``base(x) + correction(job, co-runners)``."""
+
+    __slots__ = ("base", "base_key", "residuals")
+
+    def __init__(self, residuals: Newcomer, base: Any = None, base_key: CandidateKey | None = None) -> None:
+        self.residuals = residuals
+        self.base = base
+        self.base_key = base_key
+
+    def base_pct(self, views: Views) -> float:
+        return float(self.base.predict_rows([views.get(VIA_MODE, "all")])[0])
+
+    def predict(self, views: Views) -> float:
+        return self.base_pct(views) + self.residuals.predict_one(*roles(views.sample.job_type, views.sample.co_job_types))
+
+    def learn(self, views: Views, y: float) -> None:
+        residual = y - self.base_pct(views)
+        if np.isfinite(residual):
+            self.residuals.learn_one(*roles(views.sample.job_type, views.sample.co_job_types), residual)
+
+
+VIA_MODE = "placement"
+NEWCOMER = "Newcomer"
+NEWCOMER_BASES = ("ExtraTrees", "RandomForest", "HistGradientBoosting")
+"""The batch models of placement mode's ``all`` category the newcomer candidate builds on, in order of preference
+(the first the last refit fitted; else the one with the smallest CV error)."""
+
+
+def _cv_mae(c: Candidate) -> float:
+    cv = c.record.cv
+    return math.inf if cv is None or cv.mae is None else float(cv.mae)
+
+
+class NewcomerCandidate(Candidate):
+    """``Newcomer``, placement mode: a batch model of the last refit plus a :class:`models.newcomer.Newcomer` on
+    its residuals, learned from every labelled observation (test-then-train, like an online learner).  Shrunk
+    toward the feature model: a type's biases keep ``n / (n + prior)`` of its mean residual.  At a refit it takes
+    the new batch model and starts its residuals afresh (the new model has learned what the old residuals said).
+    Not servable before the first refit."""
+
+    kind = "newcomer"
+    board_kind = "online"  # on the leaderboard record (events.ModelKind): it learns every observation
+    __slots__ = ()
+
+    @property
+    def servable(self) -> bool:
+        return self.estimator.base is not None
+
+    def features(self, views: Views) -> Any:
+        return views if views.full(VIA_MODE) else None
+
+    def ready(self) -> bool:
+        return self.servable
+
+    def predict_one(self, x: Any) -> float | None:
+        return float(self.estimator.predict(x)) if self.servable else None
+
+    def learn(self, views: Views, y: float) -> None:
+        if self.servable and views.full(VIA_MODE):
+            self.estimator.learn(views, y)
+
+    def link(self, candidates: Mapping[CandidateKey, Candidate], *, refit: bool) -> None:
+        est: NewcomerEstimator = self.estimator
+        fitted = {k: c for k, c in candidates.items() if c.kind == "batch" and c.servable and k.mode == VIA_MODE and k.category == "all"}
+        key = est.base_key if not refit and est.base_key in fitted else None
+        for name in NEWCOMER_BASES if key is None else ():
+            if CandidateKey(VIA_MODE, "all", name) in fitted:
+                key = CandidateKey(VIA_MODE, "all", name)
+                break
+        if key is None and fitted:
+            key = min(fitted, key=lambda k: (_cv_mae(fitted[k]), k))
+        est.base, est.base_key = (None, None) if key is None else (fitted[key].estimator, key)
+        if refit:
+            r = est.residuals
+            est.residuals = Newcomer(r.rank, r.prior, r.lr, r.reg, r.init_scale, r.seed)
+
+    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
+        est: NewcomerEstimator = self.estimator
+        base = None if est.base_key is None else (est.base_key.mode, est.base_key.category, est.base_key.model)
+        return NewcomerState(base, newcomer_dump(est.residuals))
+
+    @classmethod
+    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: Config) -> Any:
+        assert isinstance(state, NewcomerState)
+        return NewcomerEstimator(newcomer_load(state.model), None, None if state.base is None else CandidateKey(*state.base))
+
+    @classmethod
+    def starting(cls, config: Config, seed: int) -> list[Candidate]:
+        if not config.newcomer:
+            return []
+        model = Newcomer(rank=config.newcomer_rank, prior=config.newcomer_prior, seed=seed)
+        return [cls(CandidateKey(VIA_MODE, "all", NEWCOMER), NewcomerEstimator(model), config)]
+
+
+KINDS: dict[str, type[Candidate]] = {
+    c.kind: c for c in (OnlineCandidate, BatchCandidate, BaselineCandidate, NewcomerCandidate)
+}
 """Every kind of candidate, by :attr:`Candidate.kind` (what a save says each candidate is), in the order their
 :meth:`Candidate.starting` candidates are made."""

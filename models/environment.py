@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -49,7 +49,7 @@ from models import persist
 from models.candidates import KINDS, Candidate, CandidateKey, Views
 from models.datasets import Sample
 from models.features import observed_features as _observed_features
-from models.live import Measurements, clip_pct
+from models.live import MEDIAN, Measurements, clip_pct
 from models.refit import RefitResult, run_refit
 from models.selector import Choice, Selector
 from models.settings import Config
@@ -69,7 +69,8 @@ class PredictionResult:
     mode: str
     expected_error_pct: float | None
     regime: str = "seen"
-    """``seen``: the job and its co-runners were measured before; ``new``: never."""
+    """``seen``: this job set was measured before; ``new``: never, but each of its types was; ``novel``: one of its
+    types was never measured here (placement mode, predicted from its solo profile)."""
     clipped: bool = False
     """The model's output was outside ``[-100, max_pct]`` and was bounded."""
     interval_pct: tuple[float, float] | None = None
@@ -87,6 +88,20 @@ class Plan(NamedTuple):
     x: Any
     """What the candidate's estimator takes."""
     mode: str
+
+
+def profiled(sample: Sample, measured: Iterable[str]) -> bool:
+    """Every type of ``sample`` not in ``measured`` comes with a solo profile (some finite value of it).
+
+    >>> profiled(Sample("new", ("old",), 0.0, "", solo={"throughput": 3.0}, co_solos=({},)), {"old"})
+    True
+    >>> profiled(Sample("new", ("old",), 0.0, "", solo={"throughput": None}, co_solos=({},)), {"old"})
+    False
+    """
+    known = set(measured)
+    profiles = ((sample.job_type, sample.solo), *zip(sample.co_job_types, sample.co_solos, strict=False))
+    have = {t for t, p in profiles if any(v is not None and math.isfinite(v) for v in p.values())}
+    return all(t in known or t in have for t in (sample.job_type, *sample.co_job_types))
 
 
 def observed_features(obs: Observation, category: str = "all") -> dict[str, float]:
@@ -182,12 +197,14 @@ class EnvironmentModels:
         if self.observations == 0 or mode not in MODES or not views.full(mode):
             return None
         sample = views.sample
-        if self.measurements.novel((sample.job_type, *sample.co_job_types)):
-            return None  # a job type never measured here: no candidate carries over to it (docs/MODELS.md)
+        novel = self.measurements.novel((sample.job_type, *sample.co_job_types))
+        if novel and not (self.config.predict_novel and mode == "placement" and profiled(sample, self.measurements.types)):
+            return None  # a job type never measured here, and no solo profile of it: nothing carries over (docs/MODELS.md)
         choice = self.selector.choice(mode, views.slot)
         if choice is None:
             return None
         regime, chosen = choice
+        regime = "novel" if novel else regime  # served by new job sets' choice, and says it is novel
         cand = self.selector.candidate(mode, chosen)
         x = cand.features(views)
         return Plan(regime, chosen, cand, x, mode) if x else None
@@ -221,8 +238,15 @@ class EnvironmentModels:
         )  # fmt: skip
 
     def _interval(self, plan: Plan, value: float) -> tuple[float, float] | None:
-        """``value``'s 90 % interval (see :attr:`PredictionResult.interval_pct`)."""
-        offsets = plan.candidate.offsets(plan.regime, self.config.min_samples)
+        """``value``'s 90 % interval (see :attr:`PredictionResult.interval_pct`); a novel type's: the new-job-set
+        interval widened to at least the spread of every slowdown measured here around their median (the median's
+        offsets): what was measured of other types bounds nothing about this one."""
+        offsets = plan.candidate.offsets("new" if plan.regime == "novel" else plan.regime, self.config.min_samples)
+        if plan.regime == "novel":
+            med = self.candidates.get(CandidateKey(plan.mode, "all", MEDIAN))
+            wide = None if med is None else med.offsets("new", self.config.min_samples)
+            if wide is not None:
+                offsets = wide if offsets is None else (min(offsets[0], wide[0]), max(offsets[1], wide[1]))
         if offsets is None:
             return None
         lo, hi = clip_pct(value + offsets[0], self.config.max_pct)[0], clip_pct(value + offsets[1], self.config.max_pct)[0]
@@ -329,7 +353,7 @@ class EnvironmentModels:
             seen, new, cv = c.record.errors["seen"], c.record.errors["new"], c.record.cv
             entries.append(
                 LeaderboardEntry(
-                    model=key.model, category=key.category, mode=key.mode, kind=c.kind,
+                    model=key.model, category=key.category, mode=key.mode, kind=c.board_kind or c.kind,
                     samples=seen.n, mae=seen.get(),
                     relative_error=cv.relative_error if cv else None,
                     cv_mae=cv.mae if cv else None, cv_samples=cv.rows if cv else None,
@@ -387,6 +411,8 @@ class EnvironmentModels:
             else:  # made by its kind's starting(): keeps its place (the heavy learners' stagger)
                 c.estimator, c.record = estimator, type(c.record)(self.config, cs.record)
         self.history.extend(state.history)
+        for c in sel.candidates.values():
+            c.link(sel.candidates, refit=False)
         sel.changed()
         sel.select()
         return self

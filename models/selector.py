@@ -156,6 +156,8 @@ class Selector:
             c.record.cv, c.record.offsets = (r.cv, r.offsets) if r is not None else (None, None)
             if c.batched:
                 c.estimator = None if r is None else r.model
+        for c in self.candidates.values():
+            c.link(self.candidates, refit=True)
         self.changed()
         self.stale.update(REGIMES)  # other candidates, other CV errors
         self.select()

@@ -20,6 +20,17 @@ class Config:
     """Observations scored by the batch candidates in one vectorised pass (and at every refit and save)."""
     max_pct: float = 1000.0
     """Predictions are bounded to ``[-100, max_pct]``; bounded ones are counted."""
+    newcomer: bool = True
+    """The ``Newcomer`` candidate (:class:`models.candidates.NewcomerCandidate`): a batch model plus per-type
+    residual biases and factors learned online."""
+    newcomer_rank: int = 2
+    """Rank of its victim x aggressor factors (0: biases only)."""
+    newcomer_prior: float = 2.0
+    """Its shrinkage: a type measured ``n`` times keeps ``n / (n + prior)`` of its mean residual."""
+    predict_novel: bool = True
+    """A job type never measured here but with a solo profile is predicted from the profile (placement mode,
+    ``regime`` ``novel``, its interval widened to the spread of every measured slowdown); False: withheld, as
+    before issue 25."""
     refit_every: int = 500
     """Observations between periodic refits."""
     refit_min_rows: int = 30
