@@ -241,8 +241,11 @@ def test_a_refit_fits_the_final_fits_best_by_cv_and_serves_only_those(stream) ->
     assert len(everything.refit_now().fitted) == 8 * len(models)
 
 
-def test_what_if_for_a_never_measured_type_is_withheld_and_counted(stream) -> None:  # type: ignore[no-untyped-def]
-    em = EnvironmentModels("v100", config=SMALL)
+@pytest.mark.parametrize("predict_novel", [True, False])
+def test_what_if_for_a_never_measured_type(stream, predict_novel: bool) -> None:  # type: ignore[no-untyped-def]
+    """A job type never measured here: predicted from its solo profile in regime ``novel`` (with an interval), or,
+    with ``predict_novel`` off, withheld and counted; a new pair of measured types is ``new``."""
+    em = EnvironmentModels("v100", config=dataclasses.replace(SMALL, predict_novel=predict_novel))
     for o in stream[:300]:
         em.learn(o)
     em.refit_now()
@@ -262,9 +265,14 @@ def test_what_if_for_a_never_measured_type_is_withheld_and_counted(stream) -> No
     got = em.predict_placements(asks)
     assert got[0] is not None and got[0].regime == "seen"
     assert got[1] is not None and got[1].regime == "new" and math.isfinite(got[1].interference_pct)
-    assert got[2] is None and got[3] is None  # a job type never measured here: no candidate carries over
-    assert em.withheld_novel == withheld + 2
-    assert em.predict_placement("never-measured", profile, [b], [profile]) is None and em.withheld_novel == withheld + 3
+    if predict_novel:
+        for r in got[2:]:
+            assert r is not None and r.regime == "novel" and math.isfinite(r.interference_pct)
+            assert r.interval_pct is not None and r.interval_pct[0] <= r.interference_pct <= r.interval_pct[1]
+        assert em.withheld_novel == withheld
+    else:
+        assert got[2] is None and got[3] is None  # no candidate carries over to it
+        assert em.withheld_novel == withheld + 2
 
 
 def test_a_state_of_another_format_is_refused_with_a_clear_error(stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
