@@ -140,7 +140,7 @@ class RollingMean:
         return len(self.rolling.window)
 
     def get(self) -> float | None:
-        return float(self.rolling.get()) if self.rolling.window else None
+        return float(self.rolling.obj.get()) if self.rolling.window else None
 
     def state(self) -> MeanState:
         mean = self.rolling.obj
@@ -254,11 +254,11 @@ class Candidate:
     def error(self, regime: str, min_samples: int) -> float | None:
         """The error it is judged by in ``regime`` (None: not enough evidence yet): on new job sets its CV error
         where it has one, else its rolling prequential error once it has ``min_samples``."""
-        cv = self.record.cv
-        if regime == "new" and cv is not None:
-            return cv.mae
-        r = self.record.errors[regime]
-        return None if r.n < min_samples else r.get()
+        record = self.record
+        if regime == "new" and record.cv is not None:
+            return record.cv.mae
+        r = record.errors[regime].rolling
+        return None if len(r.window) < min_samples else float(r.obj.get())
 
     def offsets(self, regime: str, min_samples: int) -> tuple[float, float] | None:
         """Its 90 % interval offsets in ``regime``: the refit's conformal ones on new job sets, else those of its

@@ -413,5 +413,6 @@ class EnvironmentModels:
         self.history.extend(state.history)
         for c in sel.candidates.values():
             c.link(sel.candidates, refit=False)
+        sel.changed()
         sel.select()
         return self

@@ -81,6 +81,11 @@ def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def _offsets(residuals: np.ndarray) -> tuple[float, float] | None:
+    lo, hi = conformal_offsets(residuals)
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
+
+
 def run_refit(samples: Sequence[Sample], config: Config, seed: int) -> RefitResult:
     """Grouped CV of every batch model x category x mode (and of the median), then fit the best on all rows.
 
@@ -90,32 +95,32 @@ def run_refit(samples: Sequence[Sample], config: Config, seed: int) -> RefitResu
     t0 = time.perf_counter()
     modes = [m for m in MODES if any(s.features(m, "all") for s in samples[:50])]
     frames = {mode: feature_frames(samples, mode) for mode in modes}
+    y = np.array([s.target for s in samples], dtype=float)
     workers = config.workers if len(samples) >= config.pool_min_rows else 1
     with Fits(workers, config.pool_timeout_s) as fits:
         cv = cross_validate(
             samples, modes, models=config.batch_models, k=config.folds, seed=seed, fits=fits,
             max_rows=config.refit_cv_rows, frames=frames,
         )  # fmt: skip
-        scores = {CandidateKey(s.mode, s.category, s.model): CvScore(_finite(s.mae), s.relative_error, s.samples) for s in cv}
-        keys = best_by_cv(scores, config.final_fits, config.batch_models)
+        out = {
+            CandidateKey(s.mode, s.category, s.model): Refitted(
+                CvScore(_finite(s.mae), s.relative_error, s.samples), _offsets(y - s.oof) if len(s.oof) == len(y) else None
+            )
+            for s in cv
+        }  # fmt: skip
+        keys = best_by_cv({k: r.cv for k, r in out.items() if r.cv is not None}, config.final_fits, config.batch_models)
         calls = [(mode, cat, sorted(str(c) for c in frames[mode][cat].columns), name, seed) for mode, cat, name in keys]
         calls.sort(key=lambda c: COST_ORDER.index(c[3]) if c[3] in COST_ORDER else len(COST_ORDER))
-        fitted = fits.run(final_fit, calls)
+        for c, model in zip(calls, fits.run(final_fit, calls), strict=True):
+            key = CandidateKey(c[0], c[1], c[3])
+            out[key] = out[key]._replace(model=model)
     folds = grouped_folds([s.group for s in samples], config.folds, seed)
     if folds:
         med = CvScore(_finite(median_cv_mae([s.target for s in samples], folds)), None, len(samples))
-        for mode in modes:
-            scores[CandidateKey(mode, "all", MEDIAN)] = med
-    cv_rows = {mode: max((s.trained for s in cv if s.mode == mode), default=0) for mode in modes}
-    y = np.array([s.target for s in samples], dtype=float)
-    intervals = {CandidateKey(s.mode, s.category, s.model): conformal_offsets(y - s.oof) for s in cv if len(s.oof) == len(y)}
-    if folds:
         med_oof = np.zeros(len(y))
         for train, test in folds:
             med_oof[test] = np.median(y[train])
         for mode in modes:
-            intervals[CandidateKey(mode, "all", MEDIAN)] = conformal_offsets(y - med_oof)
-    models = {CandidateKey(c[0], c[1], c[3]): m for c, m in zip(calls, fitted, strict=True)}
-    finite = {k: v for k, v in intervals.items() if math.isfinite(v[0]) and math.isfinite(v[1])}
-    refitted = {k: Refitted(scores.get(k), finite.get(k), models.get(k)) for k in {**scores, **finite, **models}}
-    return RefitResult(refitted, time.perf_counter() - t0, len(samples), cv_rows, fits.fallbacks)
+            out[CandidateKey(mode, "all", MEDIAN)] = Refitted(med, _offsets(y - med_oof))
+    cv_rows = {mode: max((s.trained for s in cv if s.mode == mode), default=0) for mode in modes}
+    return RefitResult(out, time.perf_counter() - t0, len(samples), cv_rows, fits.fallbacks)

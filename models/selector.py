@@ -62,12 +62,24 @@ class Selector:
         self.measurements = Measurements()
         self.own_slots: set[str] = set()
         """Slots that keep their own errors (the first ``max_jobsets`` measured twice)."""
+        self.scored_in: dict[str, list[Candidate]] = {}
+        """Per slot with its own errors, the candidates scored there (what :meth:`choice` weighs)."""
         self.pending: list[Pending] = []
         self.selected: dict[str, dict[str, Choice]] = {regime: {} for regime in REGIMES}
         self.stale = set(REGIMES)
         """Regimes whose errors changed since their last selection (``new`` changes rarely: first observations
         of a slot and refits)."""
         self.selection_seconds: float | None = None
+        self.changed()
+
+    def changed(self) -> None:
+        """The candidates or their estimators changed (a refit, a load): which are tested when."""
+        self._immediate = [c for c in self.candidates.values() if not c.batched]
+        self._batched = [c for c in self.candidates.values() if c.batched and c.servable]
+        self.scored_in = {}
+        for c in self.candidates.values():
+            for key in c.record.slots:
+                self.scored_in.setdefault(key, []).append(c)
 
     # ------------------------------------------------------------------ test-then-train
 
@@ -78,6 +90,8 @@ class Selector:
 
     def _score(self, c: Candidate, pred: float | None, y: float, regime: str, own: str | None) -> None:
         if pred is not None:
+            if own is not None and own not in c.record.slots:
+                self.scored_in.setdefault(own, []).append(c)
             c.score(y - clip_pct(pred, self.config.max_pct)[0], regime, own)
             self.stale.add(regime)
 
@@ -86,7 +100,7 @@ class Selector:
         key = views.slot
         seen = self.measurements.measured(key) > 0
         regime, own = ("seen", self._own_slot(key)) if seen else ("new", None)
-        due = [c for c in self.candidates.values() if c.due(n) and not c.batched]
+        due = [c for c in self._immediate if c.due(n)]
         for c in due:
             x = c.features(views)
             if x and c.ready():
@@ -94,7 +108,7 @@ class Selector:
         for c in due:
             c.learn(views, y)
         self.measurements.update(key, y, (views.sample.job_type, *views.sample.co_job_types))
-        if any(c.batched and c.servable for c in self.candidates.values()):
+        if self._batched:
             self.pending.append(Pending(views, y, regime, own))
             if len(self.pending) >= self.config.score_batch_every:
                 self.score_pending()
@@ -108,7 +122,7 @@ class Selector:
         import pandas as pd
 
         pending, self.pending = self.pending, []
-        batch = [c for c in self.candidates.values() if c.batched and c.servable]
+        batch = self._batched
         if not pending or not batch:
             return 0
         for mode in MODES:
@@ -144,30 +158,30 @@ class Selector:
                 c.estimator = None if r is None else r.model
         for c in self.candidates.values():
             c.link(self.candidates, refit=True)
+        self.changed()
         self.stale.update(REGIMES)  # other candidates, other CV errors
         self.select()
 
     # ------------------------------------------------------------------ selection
-
-    def rivals(self, mode: str, *, wider: bool = False) -> list[Candidate]:
-        """The candidates that may serve ``mode``; ``wider``: with placement mode's that observed mode weighs."""
-        out = [c for c in self.candidates.values() if c.servable and c.key.mode == mode]
-        if wider and mode == "observed":
-            out += [c for c in self.candidates.values() if c.servable and c.key.mode == VIA and c.lends]
-        return out
 
     def best(self, regime: str, mode: str, category: str | None = None, *, wider: bool = False) -> Choice | None:
         """The candidate with the smallest error of ``mode``'s in ``regime`` (``best_model``).  ``wider``: observed
         mode also weighs placement mode's models (named ``placement/<model>``): the solo profiles are part of what
         it knows about a running co-location, so what it serves is never judged worse than placement's."""
         best: Choice | None = None
-        for c in self.rivals(mode, wider=wider):
-            if category is not None and c.key.category != category:
+        via = wider and mode == "observed"
+        min_samples = self.config.min_samples
+        for c in self.candidates.values():
+            k = c.key
+            if (k.mode != mode and not (via and k.mode == VIA and c.lends)) or not c.servable:
                 continue
-            e = c.error(regime, self.config.min_samples)
-            choice = Choice(e, c.key.category, c.key.name_in(mode)) if e is not None else None
-            if choice is not None and (best is None or choice < best):
-                best = choice
+            if category is not None and k.category != category:
+                continue
+            e = c.error(regime, min_samples)
+            if e is not None and (best is None or e <= best.error):
+                choice = Choice(e, k.category, k.name_in(mode))
+                if best is None or choice < best:
+                    best = choice
         return best
 
     def select(self) -> None:
@@ -195,10 +209,14 @@ class Selector:
             return None if choice is None else ("new", choice)
         if measured >= self.config.jobset_min:
             best: Choice | None = None
-            for c in self.rivals(mode, wider=True):
-                e = c.record.slots.get(key)
-                if e is not None and e.n >= self.config.min_samples:
-                    own = Choice(e.get(), c.key.category, c.key.name_in(mode))
+            via, min_samples = mode == "observed", self.config.min_samples
+            for c in self.scored_in.get(key, ()):
+                e = c.record.slots[key]
+                if e.n < min_samples or not c.servable:
+                    continue
+                k = c.key
+                if k.mode == mode or (via and k.mode == VIA and c.lends):
+                    own = Choice(e.get(), k.category, k.name_in(mode))
                     if best is None or own < best:
                         best = own
             if best is not None:

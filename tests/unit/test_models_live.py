@@ -246,7 +246,7 @@ def test_online_linear_learner_does_not_blow_up_on_an_outlier() -> None:
     rng = random.Random(7)
     for _ in range(1000):
         m.learn_one({"a": 1.0 + rng.gauss(0, 1e-6), "b": rng.gauss(0, 1)}, 10.0)
-    assert m.predict_one({"a": 1.0, "b": 0.0}) == pytest.approx(10.0, abs=1e-3)  # it has learned the constant
+    assert m.predict_one({"a": 1.0, "b": 0.0}) == pytest.approx(10.0, abs=0.01)  # it has learned the constant
     m.learn_one({"a": 1e6, "b": 0.0}, 10.0)  # a z-score of ~1e12 before bounding
     m.learn_one({"a": 1e6, "b": 0.0}, 500.0)  # and an outlying label
     for b in (0.0, 1.0):

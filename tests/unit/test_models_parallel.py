@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -120,3 +121,54 @@ def test_workers_die_with_their_owner() -> None:
     assert set(workers) <= {p.pid for p in left}
     _, alive = psutil.wait_procs(left, timeout=20)
     assert alive == [], f"outlived their owner: {[p.cmdline()[-4:] for p in alive]}"
+
+
+SHUTDOWN = """
+import os
+from models import parallel
+parallel.WARM_FITS = False
+with parallel.Fits(2) as fits:
+    fits.publish({})
+    print(*set(fits.run(lambda store, i: os.getpid(), [(i,) for i in range(8)])), flush=True)
+    print(*[p.pid for p in __import__("psutil").Process().children(recursive=True)], flush=True)
+"""
+
+
+def test_no_worker_is_left_after_a_normal_shutdown() -> None:
+    """The owner refits on the pool and exits normally: it exits, and every worker (and loky's helpers) with it."""
+    owner = subprocess.Popen([sys.executable, "-c", SHUTDOWN], stdout=subprocess.PIPE, text=True)
+    assert owner.stdout is not None
+    workers = {int(p) for p in owner.stdout.readline().split()}
+    children = [psutil.Process(int(p)) for p in owner.stdout.readline().split()]
+    try:
+        owner.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        owner.kill()
+        owner.wait()
+        for p in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        pytest.fail("the owner did not exit: its pool's workers kept it waiting")
+    assert owner.returncode == 0
+    assert workers and workers <= {p.pid for p in children}  # it did run on worker processes
+    _, alive = psutil.wait_procs(children, timeout=20)
+    assert alive == [], f"left after the owner's normal exit: {[p.cmdline()[-4:] for p in alive]}"
+
+
+def test_refits_below_pool_min_rows_stay_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from models import refit
+
+    made: list[parallel.Fits] = []
+
+    class Spy(parallel.Fits):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+            made.append(self)
+
+    monkeypatch.setattr(refit, "Fits", Spy)
+    samples = _samples(60)
+    small = run_refit(samples, Config(workers=2, pool_min_rows=61, batch_models=("LinearRegression",)), 0)
+    assert [f.workers for f in made] == [1] and made[0]._shared is None  # nothing published to a pool
+    pooled = run_refit(samples, Config(workers=2, pool_min_rows=60, batch_models=("LinearRegression",)), 0)
+    assert [f.workers for f in made] == [1, 2]
+    assert small.scores == pooled.scores and small.fitted.keys() == pooled.fitted.keys()

@@ -74,3 +74,17 @@ def test_capped_cross_validation_scores_every_row() -> None:
     assert capped[0].trained <= 310 and full[0].trained == 900
     assert capped[0].samples == full[0].samples == 900 and np.all(capped[0].oof != 0)
     assert capped[0].mae == pytest.approx(full[0].mae, rel=0.2)
+
+
+def test_knn_on_duplicates_frame_and_row_agree() -> None:
+    """On copies of the same points a KNN's neighbours are distinct points (compressed), so the frame and the
+    serving rows, batched or one by one, predict the same (before compression, 5 of 8 equidistant copies were
+    picked arbitrarily)."""
+    X, y = _duplicated(copies=8)
+    m = zoo.make_batch("KNN").fit(X, y)
+    rows = X.iloc[:40].to_dict("records")
+    frame = m.predict(X.iloc[:40])
+    np.testing.assert_allclose(frame, m.predict_rows(rows), rtol=1e-9)
+    np.testing.assert_allclose(frame, [m.predict_one(r) for r in rows], rtol=1e-9)
+    knn = m.estimator.steps[-1][1]
+    assert knn.n_samples_fit_ == 40  # the distinct points, not the 320 copies

@@ -43,7 +43,7 @@ def test_unlabelled_is_noop_and_nothing_predicted_before_learning(stream) -> Non
 
 
 def test_learn_select_refit_and_leaderboard(stream) -> None:  # type: ignore[no-untyped-def]
-    em = EnvironmentModels("v100", config=SMALL)
+    em = EnvironmentModels("v100", config=dataclasses.replace(SMALL, jobset_min=4, min_samples=3))  # slots of their own
     for o in stream[:300]:
         em.learn(o)
     assert em.refit_due()
@@ -61,19 +61,42 @@ def test_learn_select_refit_and_leaderboard(stream) -> None:  # type: ignore[no-
     assert set(lb.selected) == {f"{m}:{c}" for m in ("observed", "placement") for c in CATEGORIES}
     # batch models carry their grouped-CV error (what to expect on new job sets) beside the prequential one
     assert all(e.cv_mae is not None for e in lb.entries if e.kind == "batch")
-    for mode in ("observed", "placement"):
-        r = em.predict(stream[350], mode)
-        assert isinstance(r, PredictionResult) and math.isfinite(r.interference_pct)
-        assert r.regime in ("seen", "new") and r.expected_error_pct is not None and r.expected_error_pct >= 0
-        served = {(s.mode, s.regime): s for s in lb.served}[(mode, r.regime)]
-        if r.regime == "new":  # judged by CV error: the smallest of the mode's CV errors
-            assert r.expected_error_pct == min(e.cv_mae for e in lb.entries if e.mode == mode and e.cv_mae is not None)
-        else:  # the environment's choice, unless the slot has enough measurements for its own
-            key = slot(stream[350].job_type, stream[350].co_job_types)
-            own = em.measurements.measured(key) >= em.config.jobset_min
-            assert own or (served.model, served.category, served.error_pct) == (r.model, r.category, r.expected_error_pct)
+    for o in stream[:5] * 6:  # five job sets measured often enough for their own selection
+        em.learn(o)
+    branches = {"new": 0, "seen": 0, "own": 0}
+    for o in stream[300:380] + stream[:5] * 2:
+        key = slot(o.job_type, o.co_job_types)
+        for mode in ("observed", "placement"):
+            r = em.predict(o, mode)
+            assert isinstance(r, PredictionResult) and math.isfinite(r.interference_pct)
+            assert r.regime in ("seen", "new") and r.expected_error_pct is not None and r.expected_error_pct >= 0
+            served = {(s.mode, s.regime): s for s in em.served()}[(mode, r.regime)]
+            if r.regime == "new":  # the smallest published error on new job sets: CV, else prequential on first ones
+                branches["new"] += 1
+                errors = [
+                    e.cv_mae if e.cv_mae is not None else e.new_mae
+                    for e in em.leaderboard().entries
+                    if (e.mode == mode or (mode == "observed" and e.kind != "baseline"))
+                    and (e.cv_mae is not None or (e.new_samples or 0) >= em.config.min_samples)
+                ]  # fmt: skip
+                assert r.expected_error_pct == served.error_pct == min(errors)  # type: ignore[type-var]
+                continue
+            own = [
+                (e.get(), k.category, k.name_in(mode))
+                for k, c in em.candidates.items()
+                if c.servable and (k.mode == mode or (mode == "observed" and k.mode == "placement" and c.kind != "baseline"))
+                and (e := c.record.slots.get(key)) is not None and e.n >= em.config.min_samples
+            ]  # fmt: skip
+            if em.measurements.measured(key) >= em.config.jobset_min and own:
+                branches["own"] += 1  # the slot's own choice: the smallest of its candidates' errors on this slot
+                assert (r.expected_error_pct, r.category, r.model) == min(own)
+            else:  # the environment's choice
+                branches["seen"] += 1
+                assert (served.model, served.category, served.error_pct) == (r.model, r.category, r.expected_error_pct)
+        em.learn(o)
+    assert all(branches.values()), branches  # every branch was checked
     # placement is learnable on job sets the selector never saw: beats predicting the training mean there
-    trained = {" + ".join(sorted((o.job_type, *o.co_job_types))) for o in stream[:300]}
+    trained = {" + ".join(sorted((o.job_type, *o.co_job_types))) for o in stream[:380]}
     held = [o for o in _stream(GAVEL_PATH, 400, 11) if " + ".join(sorted((o.job_type, *o.co_job_types))) not in trained]
     assert len(held) > 50
     mean = sum(o.interference_pct for o in stream[:300]) / 300  # type: ignore[misc]
@@ -158,3 +181,111 @@ def test_grouped_folds_never_split_a_group() -> None:
         assert not {groups[i] for i in train} & {groups[i] for i in test}
         covered |= set(test.tolist())
     assert covered == set(range(200))
+
+
+def test_selection_is_recomputed_only_for_the_regimes_whose_errors_changed(stream) -> None:  # type: ignore[no-untyped-def]
+    em = EnvironmentModels("v100", config=SMALL)
+    for o in stream[:250]:
+        em.learn(o)
+    em.refit_now()
+    calls: list[str] = []
+    best = em.selector.best
+    em.selector.best = lambda regime, *a, **kw: calls.append(regime) or best(regime, *a, **kw)  # type: ignore[method-assign]
+    em.selector.select()
+    assert calls == []  # nothing changed since the refit's selection
+    seen = next(o for o in stream[250:] if em.measurements.measured(slot(o.job_type, o.co_job_types)))
+    em.learn(seen)  # a measured job set: only errors on measured job sets change
+    assert sorted(set(calls)) == ["seen"] and len(calls) == 2  # once per mode
+    calls.clear()
+    new = next(o for o in stream[250:] if not em.measurements.measured(slot(o.job_type, o.co_job_types)))
+    em.learn(new)  # first observation of a job set: the online learners' errors on new job sets change
+    assert calls == ["new", "new"]
+    calls.clear()
+    before = em.served()
+    em.selector.select()
+    assert calls == [] and em.served() == before
+    em.refit_now()  # other candidates, other CV errors: both regimes, once per mode at least
+    assert calls.count("new") >= 2 and calls.count("seen") >= 2
+
+
+def test_a_refit_fits_the_final_fits_best_by_cv_and_serves_only_those(stream) -> None:  # type: ignore[no-untyped-def]
+    models = ("LinearRegression", "DecisionTree", "KNN", "HistGradientBoosting")
+    em = EnvironmentModels("v100", config=dataclasses.replace(SMALL, batch_models=models, final_fits=2))
+    for o in stream[:250]:
+        em.learn(o)
+    result = em.refit_now()
+    by_slice: dict[tuple[str, str], list[tuple[float, str]]] = {}
+    for key, score in result.scores.items():
+        if key.model in models and score.mae is not None:
+            by_slice.setdefault((key.mode, key.category), []).append((score.mae, key.model))
+    assert len(by_slice) == 8  # two modes x four categories, every model scored
+    for (mode, cat), ranked in by_slice.items():
+        assert len(ranked) == len(models)
+        fitted = {k.model for k in result.fitted if (k.mode, k.category) == (mode, cat)}
+        assert fitted == {name for _, name in sorted(ranked)[:2]}, (mode, cat, sorted(ranked))
+    entries = {(e.mode, e.category, e.model): e for e in em.leaderboard().entries if e.kind == "batch"}
+    assert len(entries) == 8 * len(models) and all(e.cv_mae is not None for e in entries.values())
+    served = {k for k, c in em.candidates.items() if c.kind == "batch" and c.servable}
+    assert served == set(result.fitted) and len(served) == 16
+    for o in stream[250:350]:
+        for mode in ("observed", "placement"):
+            r = em.predict(o, mode)
+            assert r is not None
+            src, _, name = r.model.rpartition("/")
+            if name in models:
+                assert (src or mode, r.category, name) in served  # never a model the refit did not fit
+        em.learn(o)
+    everything = EnvironmentModels("v100", config=dataclasses.replace(SMALL, batch_models=models, final_fits=None))
+    for o in stream[:250]:
+        everything.learn(o)
+    assert len(everything.refit_now().fitted) == 8 * len(models)
+
+
+@pytest.mark.parametrize("predict_novel", [True, False])
+def test_what_if_for_a_never_measured_type(stream, predict_novel: bool) -> None:  # type: ignore[no-untyped-def]
+    """A job type never measured here: predicted from its solo profile in regime ``novel`` (with an interval), or,
+    with ``predict_novel`` off, withheld and counted; a new pair of measured types is ``new``."""
+    em = EnvironmentModels("v100", config=dataclasses.replace(SMALL, predict_novel=predict_novel))
+    for o in stream[:300]:
+        em.learn(o)
+    em.refit_now()
+    measured = stream[0]
+    types = sorted({t for o in stream[:300] for t in (o.job_type, *o.co_job_types)})
+    a, b = next(
+        (x, y) for x in types for y in types if x != y and not em.measurements.measured(slot(x, [y]))
+    )  # two measured types never measured together
+    profile = dict(measured.solo)
+    asks = [
+        (measured.job_type, measured.solo, measured.co_job_types, measured.co_solo),
+        (a, profile, [b], [profile]),
+        ("never-measured", profile, [b], [profile]),
+        (a, profile, ["never-measured"], [profile]),
+    ]
+    withheld = em.withheld_novel
+    got = em.predict_placements(asks)
+    assert got[0] is not None and got[0].regime == "seen"
+    assert got[1] is not None and got[1].regime == "new" and math.isfinite(got[1].interference_pct)
+    if predict_novel:
+        for r in got[2:]:
+            assert r is not None and r.regime == "novel" and math.isfinite(r.interference_pct)
+            assert r.interval_pct is not None and r.interval_pct[0] <= r.interference_pct <= r.interval_pct[1]
+        assert em.withheld_novel == withheld
+    else:
+        assert got[2] is None and got[3] is None  # no candidate carries over to it
+        assert em.withheld_novel == withheld + 2
+
+
+def test_a_state_of_another_format_is_refused_with_a_clear_error(stream, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    em = EnvironmentModels("v100", config=SMALL)
+    for o in stream[:60]:
+        em.learn(o)
+    em.save(tmp_path / "state" / "v100")
+    path = tmp_path / "state" / "v100" / "state.json"
+    state = msgspec.json.decode(path.read_bytes())
+    path.write_bytes(msgspec.json.encode({**state, "format": 1}))
+    with pytest.raises(ValueError, match="state format 1"):
+        EnvironmentModels.load(tmp_path / "state" / "v100")
+    del state["format"], state["candidates"]  # as written before issue 22: a hand-written layout
+    path.write_bytes(msgspec.json.encode(state))
+    with pytest.raises(msgspec.ValidationError, match="format"):
+        EnvironmentModels.load(tmp_path / "state" / "v100")
