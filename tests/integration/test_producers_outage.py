@@ -23,7 +23,7 @@ OUTAGE_S = 20.0
 
 def seqs_of(items) -> set[tuple[str, int]]:
     assert not [i.error for i in items if i.error]
-    return {(i.record.gpu_uuid, i.record.seq) for i in items}
+    return {(s.gpu_uuid, s.seq) for i in items for s in i.record.samples}  # one batch per round
 
 
 def test_broker_outage_loses_no_sample(tmp_path) -> None:
@@ -45,7 +45,7 @@ def test_broker_outage_loses_no_sample(tmp_path) -> None:
     thread = threading.Thread(target=run_sampler, args=(sampler, pub.publish, 0.1, stop), daemon=True)
     thread.start()
     try:
-        wait_for(lambda: pub.connected and metrics.value("aip_producer_records_sent_total") >= 30, 20, what="first deliveries")
+        wait_for(lambda: pub.connected and metrics.value("aip_producer_records_sent_total") >= 10, 20, what="first deliveries")
         before_consumer = RecordConsumer(settings, ["gpu.metrics"], from_beginning=True)
         before: list = []
         # hold the sender (not the sampler) so that everything the broker acknowledged is read before it dies
@@ -63,9 +63,9 @@ def test_broker_outage_loses_no_sample(tmp_path) -> None:
         wait_for(lambda: time.monotonic() - down_at >= OUTAGE_S, OUTAGE_S + 5, interval_s=0.5, what="the outage to last 20 s")
         assert metrics.value("aip_producer_send_failures_total") >= 1
         assert metrics.value("aip_producer_samples_taken_total") - taken_at_stop >= GPUS * 100  # kept sampling
-        assert pub.pending >= GPUS * 100  # ... into the spool
+        assert pub.pending >= 100  # ... into the spool (a record per round)
         broker = EmbeddedBroker(port=port).start()
-        wait_for(lambda: pub.pending < GPUS * 5, 30, what="the spool to drain after the restart")
+        wait_for(lambda: pub.pending < 5, 30, what="the spool to drain after the restart")
         stop.set()
         thread.join(5)
         assert pub.close(timeout_s=20) == 0

@@ -113,3 +113,21 @@ def test_the_simulator_batched_per_host_and_tick_splits_back_into_its_stream() -
     assert list(per_gpu(batched)) == stream
     ts = [r.ts for _t, r in batched]
     assert ts == sorted(ts)  # still in time order (a batch is stamped with its latest sample)
+
+
+def test_a_recorded_batch_replays_as_its_samples(tmp_path) -> None:
+    from events import to_dict
+    from producers import replay
+
+    a, b = sample(gpu_uuid="GPU-a", ts=1.7e9), sample(gpu_uuid="GPU-b", ts=1.7e9 + 0.1)
+    later = sample(gpu_uuid="GPU-a", ts=1.7e9 + 1, seq=1)  # recorded from an older producer: per GPU
+    lines = [
+        {"_topic": "gpu.metrics", **to_dict(HostMetrics(ts=b.ts, host="host-a", samples=[a, b]))},
+        {"_topic": "gpu.metrics", **to_dict(later)},
+        {"_topic": "gpu.metrics", **to_dict(HostMetrics(ts=b.ts, host="host-a", samples=[a])), "samples": []},
+    ]
+    path = tmp_path / "rec.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    records, skipped = replay.load(path)
+    assert records == [(METRICS, a), (METRICS, b), (METRICS, later)] and skipped == 1
+    assert [[s.gpu_uuid for s in r.samples] for _t, r in host_batches(records)] == [["GPU-a", "GPU-b"], ["GPU-a"]]
