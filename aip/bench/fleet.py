@@ -15,7 +15,6 @@ half, and p99 from a window's last sample to its prediction is at most window + 
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import threading
 import time
 from pathlib import Path
@@ -27,8 +26,9 @@ STAGES = {"stage1": ("gpu.metrics", "jobs.lifecycle"), "stage2": ("interference.
 
 
 def grows(series: list[tuple[float, float]], tolerance: float) -> bool:
-    """Whether the lag rose over the last half of ``series`` ((t, records)): the mean of its last quarter is
-    above the mean of the quarter before by more than ``tolerance`` records.
+    """Whether the lag rose over the last half of ``series`` ((t, records)): the lowest lag of its last quarter is
+    above the lowest of the quarter before by more than ``tolerance`` records.  Lows, not means: stage 2's input
+    comes in bursts (every window of the fleet closes at once), while a backlog that grows lifts the lows too.
 
     >>> grows([(t, 10.0) for t in range(8)], 5.0), grows([(t, 10.0 * t) for t in range(8)], 5.0)
     (False, True)
@@ -38,7 +38,7 @@ def grows(series: list[tuple[float, float]], tolerance: float) -> bool:
     half = series[len(series) // 2 :]
     q = len(half) // 2
     third, last = [v for _t, v in half[:q]], [v for _t, v in half[q:]]
-    return statistics.fmean(last) > statistics.fmean(third) + tolerance
+    return min(last) > min(third) + tolerance
 
 
 def percentile(values: list[float], q: float) -> float | None:
