@@ -10,6 +10,7 @@ GPUS ?= 8
 .PHONY: setup run test lint bench clean
 
 setup: $(STAMP)
+	@sh scripts/ensure-prometheus.sh  # prometheus and promtool for the rule tests (Debian's package)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,7 +29,10 @@ lint: setup
 	$(BIN)/mypy events config
 
 test: lint
-	$(BIN)/python -m pytest
+	@# tests/integration/test_web_bind.py makes a network namespace (ip netns): iproute2, and root
+	@command -v ip >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq iproute2) >/dev/null 2>&1 || \
+		{ echo "make test: iproute2 (the ip command) is missing and cannot be installed here: apt-get install iproute2, as root" >&2; exit 1; }
+	$(BIN)/python -m pytest --durations=15
 
 bench: setup
 	$(BIN)/aip bench all --quick

@@ -52,7 +52,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
-from clients.scheduler import SchedulerClient
+from clients.scheduler import SchedulerClient, placement_cost_pct
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ class NodeScore:
     def cost_pct(self) -> float | None:
         if self.newcomer_pct is None or self.existing_pct is None:
             return None
-        return max(0.0, self.newcomer_pct) + max(0.0, self.existing_pct)
+        return placement_cost_pct(self.newcomer_pct, self.existing_pct)
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "score": self.score, "score_exact": round(self.exact, 3), "basis": self.basis,
@@ -309,10 +309,12 @@ class Scorer:
     """Node scores and filter decisions from a :class:`SchedulerClient`'s view of the GPUs.
 
     A GPU's cost is the client's: the newcomer's predicted slowdown plus the summed
-    slowdown it causes to the jobs there, 0 on a GPU known to be idle. A node's score
-    is that of its best GPU among those with a usable prediction; a node with none
-    (its GPUs unknown, running one job, or changed since their last prediction) scores
-    ``neutral_score`` and passes every filter.
+    slowdown it causes to the jobs there (:func:`~clients.scheduler.placement_cost_pct`),
+    0 on a GPU known to be idle. Every GPU that runs jobs answers every window, one job
+    or more (a lone job's prediction has ``occupancy`` ``solo``), and an idle GPU says so
+    (``occupancy`` ``idle``). A node's score is that of its best GPU among those with a
+    usable prediction; a node with none (its GPUs unknown, or changed since their last
+    prediction) scores ``neutral_score`` and passes every filter.
     """
 
     def __init__(
@@ -345,7 +347,7 @@ class Scorer:
     def _gpu_entries(self, job_type: str, gpus: Iterable[str]) -> list[tuple[str, tuple[float, float]]]:
         out = []
         for gpu in gpus:
-            entry = self.client.what_if(gpu, job_type)
+            entry = self.client.explored_entry(gpu, job_type)  # the client's ranking rules (novel_risk, exploration)
             if entry is not None:
                 out.append((gpu, entry))
         return out
@@ -363,8 +365,8 @@ class Scorer:
                 self.metrics.nodes_without_predictions.labels(verb).inc()
                 out.append(NodeScore(node, self.neutral_score, float(self.neutral_score), "no-predictions"))
                 continue
-            gpu, (newcomer, existing) = min(entries, key=lambda e: max(0.0, e[1][0]) + max(0.0, e[1][1]))
-            exact = score_of_cost(max(0.0, newcomer) + max(0.0, existing), self.full_scale_pct)
+            gpu, (newcomer, existing) = min(entries, key=lambda e: placement_cost_pct(*e[1]))
+            exact = score_of_cost(placement_cost_pct(newcomer, existing), self.full_scale_pct)
             basis = "idle" if self.client.is_idle(gpu) else "predicted"
             out.append(NodeScore(node, math.floor(exact + 0.5), exact, basis, gpu, newcomer, existing))
         return out

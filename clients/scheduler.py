@@ -4,7 +4,9 @@
 ``interference.predictions`` (and, optionally, which jobs run where, from
 ``jobs.lifecycle``) and answers :meth:`SchedulerClient.best_gpu`: the candidate
 GPU where the newcomer's predicted slowdown plus the slowdown it causes to the
-jobs already there is smallest.
+jobs already there is smallest.  Every GPU that runs jobs answers every window
+(a lone job's prediction has ``occupancy`` ``solo``); an idle GPU's prediction
+(``occupancy`` ``idle``) makes it cost 0 until a job is seen starting there.
 
 Feed it from Kafka (:meth:`start` runs a background thread, :meth:`poll_once`
 polls in the caller's thread) or directly with :meth:`update` and
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -34,7 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from events import JobEvent, Prediction
+from events import JobEvent, Prediction, WhatIf
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,8 @@ class GpuView:
     """job type -> (newcomer_pct, existing_pct) from the latest prediction that carried what-if entries."""
     upper: dict[str, float] = field(default_factory=dict)
     """job type -> the upper end of the newcomer's 90 % interval, for the entries of that prediction that carry one."""
+    meta: dict[str, EntryMeta] = field(default_factory=dict)
+    """job type -> the entry's regime and interval width (:class:`EntryMeta`): what the ranking rules read."""
     job_set: tuple[str, ...] = ()
     """The (sorted) job types running when those entries were computed."""
     ts: float = 0.0
@@ -73,6 +78,8 @@ class GpuView:
     """Event time of the newest lifecycle event seen (progress included)."""
     host: str | None = None
     """The node the GPU is on, from its lifecycle events (every kind carries ``host``)."""
+    idle_reported: bool = False
+    """The latest prediction with what-if entries said the GPU ran nothing (``occupancy`` ``idle``)."""
 
     def job_types(self) -> Counter[str]:
         """The multiset of job types known to run (exact when ``complete``)."""
@@ -80,8 +87,11 @@ class GpuView:
 
     @property
     def idle(self) -> bool:
-        """Known to run nothing (and no newer prediction says otherwise)."""
-        if not self.complete or self.running or any(self.unnamed.values()):
+        """Known to run nothing (and no newer prediction says otherwise), or said idle by its latest prediction
+        with nothing seen starting since."""
+        if not self.complete:
+            return self.idle_reported and self.what_if_valid()
+        if self.running or any(self.unnamed.values()):
             return False
         return not (self.job_set and self.as_of > self.last_event_ts)
 
@@ -95,12 +105,67 @@ class GpuView:
         return not self.changes and not (Counter(self.running.values()) - Counter(self.job_set))
 
 
+@dataclass(frozen=True)
+class EntryMeta:
+    """What the ranking rules need of a what-if entry besides its costs."""
+
+    regime: str | None = None
+    """``seen``, ``new``, ``novel`` (a job type never measured here), or None (not said)."""
+    width_pct: float | None = None
+    """Width of the newcomer's 90 % interval (None: no interval)."""
+
+    @property
+    def unmeasured(self) -> bool:
+        """Placing the job there would measure a job set never measured (regime ``new`` or ``novel``)."""
+        return self.regime in ("new", "novel")
+
+
+NOVEL_RISKS = ("upper", "expected", "withhold")
+"""How a ``novel`` entry is costed (the ``novel_risk`` setting): its interval's upper end, as any other, or not at all
+(``withhold``: the GPU's cost is unknown for that job type, ranked by load, as before novel types were predicted)."""
+
+
+def ranking_newcomer_pct(newcomer_pct: float, upper_pct: float | None, regime: str | None, risk: str, novel_risk: str) -> float:
+    """The newcomer's slowdown a ranking uses: its upper end where ``risk`` is ``upper``, or where the entry is for
+    a job type never measured here (``novel``) and ``novel_risk`` is ``upper``; else the expected slowdown.
+
+    >>> ranking_newcomer_pct(20.0, 80.0, "novel", "expected", "upper"), ranking_newcomer_pct(20.0, 80.0, "new", "expected", "upper")
+    (80.0, 20.0)
+    >>> ranking_newcomer_pct(20.0, 80.0, "novel", "expected", "expected"), ranking_newcomer_pct(20.0, None, "novel", "expected", "upper")
+    (20.0, 20.0)
+    """
+    pessimistic = risk == "upper" or (regime == "novel" and novel_risk == "upper")
+    return max(newcomer_pct, upper_pct) if pessimistic and upper_pct is not None else newcomer_pct
+
+
+def exploration_bonus_pct(cost_pct: float, best_pct: float, meta: EntryMeta, margin_pct: float, width_share: float) -> float:
+    """Points taken off a GPU's cost to prefer measuring a job set never measured: ``width_share`` of its interval's
+    width, at most ``margin_pct``, and only within ``margin_pct`` of the best cost; 0 when the margin is 0 (off).
+
+    >>> m = EntryMeta("new", 60.0)
+    >>> exploration_bonus_pct(52.0, 50.0, m, 5.0, 0.1), exploration_bonus_pct(56.0, 50.0, m, 5.0, 0.1)
+    (5.0, 0.0)
+    >>> exploration_bonus_pct(52.0, 50.0, EntryMeta("seen", 60.0), 5.0, 0.1), exploration_bonus_pct(52.0, 50.0, m, 0.0, 0.1)
+    (0.0, 0.0)
+    """
+    if margin_pct <= 0 or not meta.unmeasured or meta.width_pct is None or cost_pct > best_pct + margin_pct:
+        return 0.0
+    return min(margin_pct, width_share * meta.width_pct)
+
+
 MAX_CHANGES = 256
 """Lifecycle changes kept per GPU while waiting for a prediction newer than them."""
 
 
 RISKS = ("expected", "upper")
 """How :meth:`SchedulerClient.best_gpu` costs a placement: the expected slowdown, or its 90 % upper bound."""
+
+
+def _setting(value: Any, settings: Any, name: str, default: Any) -> Any:
+    """An explicit argument, else the settings object's field, else the default."""
+    if value is not None:
+        return value
+    return getattr(settings, name, default) if settings is not None else default
 
 
 def placement_cost_pct(newcomer_pct: float, existing_pct: float) -> float:
@@ -125,6 +190,11 @@ def rank_key(cost_pct: float | None, running_jobs: int | None) -> tuple[int, flo
     return (1, float(running_jobs or 0))
 
 
+def _meta(w: WhatIf) -> EntryMeta:
+    width = None if w.interval_pct is None else float(w.interval_pct[1] - w.interval_pct[0])
+    return EntryMeta(w.regime, width)
+
+
 def _net_change(changes: list[tuple[float, str, str, str]]) -> int:
     return sum(1 if kind == "started" else -1 for _, kind, _, _ in changes)
 
@@ -137,7 +207,7 @@ def _infer(view: GpuView) -> None:
     the lifecycle stream has reached ``as_of`` (``last_event_ts >= as_of``). Then the
     set is the prediction's job set plus the changes seen after it.
     """
-    if view.complete or not view.job_set or view.seen_since is None:
+    if view.complete or not (view.job_set or view.idle_reported) or view.seen_since is None:
         return
     if not view.seen_since <= view.as_of <= view.last_event_ts:
         return
@@ -167,6 +237,10 @@ class SchedulerClient:
     (default: when it reads ``jobs.lifecycle`` from the beginning). Otherwise, as when
     it subscribes mid-stream, a GPU's job set comes from its predictions, and a GPU is
     reported idle only once that set is known to have emptied.
+    ``novel_risk`` (default: the ``novel_risk`` setting, ``upper``): an entry for a job type never measured here
+    (regime ``novel``) is costed at its interval's upper end, unless ``expected``.  ``explore_margin_pct`` and
+    ``explore_width_share`` (settings of the same names; margin 0, off, by default): among GPUs within the margin of
+    the best cost, one whose entry is a job set never measured gets :func:`exploration_bonus_pct` off its cost.
     ``clock`` (epoch seconds) is injectable for tests.
     """
 
@@ -179,6 +253,9 @@ class SchedulerClient:
         history_complete: bool | None = None,
         max_age_s: float = 300.0,
         unknown_cost_pct: float | None = None,
+        novel_risk: str | None = None,
+        explore_margin_pct: float | None = None,
+        explore_width_share: float | None = None,
         clock: Callable[[], float] = time.time,
         consumer: Any = None,
     ) -> None:
@@ -188,9 +265,17 @@ class SchedulerClient:
         self.history_complete = track_lifecycle and from_beginning if history_complete is None else history_complete
         self.max_age_s = max_age_s
         self.unknown_cost_pct = unknown_cost_pct
+        self.novel_risk = _setting(novel_risk, settings, "novel_risk", "upper")
+        if self.novel_risk not in NOVEL_RISKS:
+            raise ValueError(f"novel_risk must be one of {', '.join(NOVEL_RISKS)}, not {self.novel_risk!r}")
+        self.explore_margin_pct = float(_setting(explore_margin_pct, settings, "explore_margin_pct", 0.0))
+        self.explore_width_share = float(_setting(explore_width_share, settings, "explore_width_share", 0.1))
         self.clock = clock
         self._consumer = consumer
         self._gpus: dict[str, GpuView] = {}
+        self._version = 0
+        """Bumped by every change of what the client knows (the key of :meth:`explored_entry`'s cache)."""
+        self._best_cache: dict[tuple[str, int], float] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -221,7 +306,10 @@ class SchedulerClient:
                 return False
             view.what_if = {w.job_type: (w.newcomer_pct, w.existing_pct) for w in prediction.what_if}
             view.upper = {w.job_type: w.interval_pct[1] for w in prediction.what_if if w.interval_pct is not None}
+            view.meta = {w.job_type: _meta(w) for w in prediction.what_if}
+            self._version += 1
             view.job_set = tuple(sorted(prediction.job_set))
+            view.idle_reported = prediction.occupancy == "idle"
             view.ts = prediction.ts
             view.as_of = as_of
             view.changes = [c for c in view.changes if c[0] > as_of]
@@ -231,6 +319,7 @@ class SchedulerClient:
     def on_job_event(self, event: JobEvent) -> None:
         """Track which jobs run on each GPU (and on which host); a change of job set invalidates the GPU's what-if entries."""
         with self._lock:
+            self._version += 1
             view = self._view(event.gpu_uuid)
             view.host = event.host
             if view.seen_since is None:
@@ -260,6 +349,7 @@ class SchedulerClient:
     def mark_idle(self, *gpu_uuids: str) -> None:
         """Tell the client these GPUs run nothing (the scheduler knows): they cost 0 until a job starts."""
         with self._lock:
+            self._version += 1
             for gpu in gpu_uuids:
                 host = self._gpus[gpu].host if gpu in self._gpus else None
                 self._gpus[gpu] = GpuView(complete=True, seen_since=float("-inf"), host=host)
@@ -267,6 +357,7 @@ class SchedulerClient:
     def forget(self, gpu_uuid: str) -> None:
         """Drop everything known about a GPU (for example when it leaves the fleet)."""
         with self._lock:
+            self._version += 1
             self._gpus.pop(gpu_uuid, None)
 
     # ------------------------------------------------------------------ answers
@@ -291,16 +382,61 @@ class SchedulerClient:
         else at its expected slowdown), plus the expected slowdown it causes: a pessimistic scheduler's cost."""
         if risk not in RISKS:
             raise ValueError(f"risk must be one of {', '.join(RISKS)}, not {risk!r}")
+        entry = self.ranking_entry(gpu_uuid, job_type, risk)
+        return self.unknown_cost_pct if entry is None else placement_cost_pct(*entry)
+
+    def ranking_entry(self, gpu_uuid: str, job_type: str, risk: str = "expected") -> tuple[float, float] | None:
+        """:meth:`what_if` with the ranking rules applied to the newcomer's slowdown (:func:`ranking_newcomer_pct`:
+        ``risk`` and ``novel_risk``); None when unknown."""
         entry = self.what_if(gpu_uuid, job_type)
-        if entry is None:
-            return self.unknown_cost_pct
-        if risk == "upper" and entry != (0.0, 0.0):
+        if entry is None or entry == (0.0, 0.0):
+            return entry
+        with self._lock:
+            view = self._gpus.get(gpu_uuid)
+            hi = None if view is None else view.upper.get(job_type)
+            meta = EntryMeta() if view is None else view.meta.get(job_type, EntryMeta())
+        if meta.regime == "novel" and self.novel_risk == "withhold":
+            return None
+        return (ranking_newcomer_pct(entry[0], hi, meta.regime, risk, self.novel_risk), entry[1])
+
+    def entry_meta(self, gpu_uuid: str, job_type: str) -> EntryMeta:
+        """The regime and interval width of the GPU's entry for ``job_type`` (empty when none)."""
+        with self._lock:
+            view = self._gpus.get(gpu_uuid)
+            return EntryMeta() if view is None else view.meta.get(job_type, EntryMeta())
+
+    def explored_entry(self, gpu_uuid: str, job_type: str) -> tuple[float, float] | None:
+        """:meth:`ranking_entry` with the exploration bonus taken off the newcomer's slowdown, the best cost being
+        the smallest over every GPU the client holds an entry of ``job_type`` for (the extender's rule: a node
+        sees its own GPUs, the bonus needs the fleet's best)."""
+        entry = self.ranking_entry(gpu_uuid, job_type)
+        if entry is None or self.explore_margin_pct <= 0:
+            return entry
+        with self._lock:
+            gpus = list(self._gpus)
+            key = (job_type, self._version)
+            best = self._best_cache.get(key)
+        if best is None:
+            known = [c for c in (self.cost_pct(g, job_type) for g in gpus) if c is not None]
+            best = min(known) if known else math.inf
             with self._lock:
-                view = self._gpus.get(gpu_uuid)
-                hi = None if view is None else view.upper.get(job_type)
-            if hi is not None:
-                entry = (max(entry[0], hi), entry[1])
-        return placement_cost_pct(*entry)
+                self._best_cache = {key: best}
+        bonus = exploration_bonus_pct(
+            placement_cost_pct(*entry), best, self.entry_meta(gpu_uuid, job_type), self.explore_margin_pct, self.explore_width_share
+        )  # fmt: skip
+        return (entry[0] - bonus, entry[1])
+
+    def explored(self, job_type: str, costs: Sequence[tuple[str, float | None]]) -> list[tuple[str, float | None]]:
+        """``costs`` (GPU, cost) with :func:`exploration_bonus_pct` taken off the known costs near the best (off:
+        unchanged)."""
+        known = [c for _, c in costs if c is not None]
+        if self.explore_margin_pct <= 0 or not known:
+            return list(costs)
+        best = min(known)
+        return [
+            (g, c if c is None else c - exploration_bonus_pct(c, best, self.entry_meta(g, job_type), self.explore_margin_pct, self.explore_width_share))
+            for g, c in costs
+        ]  # fmt: skip
 
     def running_jobs(self, gpu_uuid: str) -> int | None:
         """How many jobs run on the GPU: exact once its job set is known, else an estimate
@@ -339,8 +475,11 @@ class SchedulerClient:
     def ranked(self, job_type: str, candidates: Iterable[str], risk: str = "expected") -> list[tuple[str, float | None]]:
         """Every candidate with its cost (None: unknown; ``risk`` as in :meth:`cost_pct`), best first; ties keep
         the candidates' order."""
-        scored = [(gpu, self.cost_pct(gpu, job_type, risk), self.running_jobs(gpu)) for gpu in dict.fromkeys(candidates)]
-        scored.sort(key=lambda c: rank_key(c[1], c[2]))
+        gpus = list(dict.fromkeys(candidates))
+        costs = [(gpu, self.cost_pct(gpu, job_type, risk)) for gpu in gpus]
+        order = {g: c for g, c in self.explored(job_type, costs)}  # ranked with the exploration bonus, if on
+        scored = [(gpu, cost, self.running_jobs(gpu)) for gpu, cost in costs]
+        scored.sort(key=lambda c: rank_key(order[c[0]], c[2]))
         return [(gpu, cost) for gpu, cost, _ in scored]
 
     def best_gpu(
@@ -359,7 +498,8 @@ class SchedulerClient:
         with self._lock:
             return {
                 g: dataclasses.replace(
-                    v, what_if=dict(v.what_if), upper=dict(v.upper), running=dict(v.running), unnamed=dict(v.unnamed)
+                    v, what_if=dict(v.what_if), upper=dict(v.upper), meta=dict(v.meta), running=dict(v.running),
+                    unnamed=dict(v.unnamed),
                 )
                 for g, v in self._gpus.items()
             }

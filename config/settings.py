@@ -107,6 +107,21 @@ class Settings:
         250.0, "extender: a predicted cost (newcomer + existing slowdown) of this many percent or more scores 0 (of 10)"
     )
     extender_neutral_score: int = _setting(5, "extender: score (0-10) of a node without predictions or a pod without a job type")
+    # ranking rules of the scheduler client and the extender (clients/scheduler.py)
+    novel_risk: str = _setting(
+        "upper",
+        "scheduler client and extender: a what-if entry for a job type never measured here (regime novel) is ranked "
+        "by its 90 % interval's upper end (upper), by its expected slowdown (expected), or not at all (withhold: "
+        "ranked by load)",
+    )
+    explore_margin_pct: float = _setting(
+        0.0,
+        "scheduler client and extender: among GPUs within this many points of the best predicted cost, prefer one "
+        "whose entry is a job set never measured, by an exploration bonus (0: off)",
+    )
+    explore_width_share: float = _setting(
+        0.1, "exploration bonus: this share of the never-measured entry's 90 % interval width, at most the margin"
+    )
 
     # ------------------------------------------------------------------
     @classmethod

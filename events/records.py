@@ -55,12 +55,16 @@ JobKind = Literal["started", "progress", "finished"]
 AlertState = Literal["raised", "cleared"]
 AlertSource = Literal["measured", "predicted"]
 Mode = Literal["observed", "placement"]
-Regime = Literal["seen", "new"]
+Regime = Literal["seen", "new", "novel"]
+"""``seen``: the job set was measured before; ``new``: never, but each of its job types was; ``novel``: one of its
+job types was never measured in the environment (predicted from its solo profile)."""
 ModelKind = Literal["online", "batch", "baseline"]
 RwSource = Literal["dram_bw_util_pct", "pcie_kbps"]
 """Where an observation's R and W came from: GPM DRAM bandwidth utilisation (%, one counter for both
 directions) where the samples carry it, else the PCIe RX/TX counters (KB/s)."""
 Category = Literal["1", "2", "3", "all"]
+Occupancy = Literal["colocated", "solo", "idle"]
+"""What ran on the GPU in a window: two or more jobs, one job, none (see :class:`Observation`, :class:`Prediction`)."""
 
 PARAMETERS = ("E", "T", "S", "V", "R", "W")
 """The six GPU parameters of the paper: power, temperature, SM utilisation,
@@ -82,9 +86,11 @@ JOB_KINDS: tuple[str, ...] = get_args(JobKind)
 ALERT_STATES: tuple[str, ...] = get_args(AlertState)
 ALERT_SOURCES: tuple[str, ...] = get_args(AlertSource)
 MODES: tuple[str, ...] = get_args(Mode)
-REGIMES: tuple[str, ...] = get_args(Regime)
+REGIMES: tuple[str, ...] = tuple(r for r in get_args(Regime) if r != "novel")
+"""The regimes a candidate is judged and selected in; a ``novel`` prediction is served by ``new``'s choice."""
 MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
 RW_SOURCES: tuple[str, ...] = get_args(RwSource)
+OCCUPANCIES: tuple[str, ...] = get_args(Occupancy)
 
 
 class Record(msgspec.Struct, frozen=True, gc=False):
@@ -191,6 +197,12 @@ def progress_has_steps(event: JobEvent) -> None:
         raise RecordError("progress: steps and step_time_s are required")
 
 
+def interval_ordered(interval: list[float] | None) -> None:
+    """An ``interval_pct`` is ``[lo, hi]`` with ``lo <= hi``."""
+    if interval is not None and interval[0] > interval[1]:
+        raise RecordError(f"`interval_pct` [lo, hi] = {interval} has lo > hi")
+
+
 class JobEvent(Record, frozen=True):
     """A job's lifecycle on one GPU.  Topic ``jobs.lifecycle``, key ``host`` (as the GPU's samples).
 
@@ -222,7 +234,8 @@ class JobEvent(Record, frozen=True):
 
 
 class Observation(Record, frozen=True):
-    """One job in one co-located window.  Topic ``interference.observations``, key ``environment``.
+    """One job in one co-located window (or, with ``occupancy`` ``solo``, a job alone in its window).
+    Topic ``interference.observations``, key ``environment``.
 
     ``*_pct`` are the percent changes of the six parameters against the job's solo
     profile; ``window_means`` the raw means of the window (keys E..W, M memory MB);
@@ -259,11 +272,21 @@ class Observation(Record, frozen=True):
     """The job's share of the SM utilisation of all the window's jobs (null unless every job has its own)."""
     rw_source: RwSource | None = None
     """What ``R_pct``/``W_pct`` and ``window_means`` R/W were computed from (see :data:`RW_SOURCES`)."""
+    occupancy: Occupancy | None = None
+    """``solo``: the job ran alone in the window (``co_job_types`` empty, ``interference_pct`` null: not a
+    measurement of interference, never a training row; stage 2 answers the scheduler's question for the GPU
+    from it); null or ``colocated``: a co-located window (every record before the field existed).  Additive
+    and optional: ``schema_version`` stays 1 (see :attr:`Prediction.interval_pct`)."""
     schema_version: Version = SCHEMA_VERSION
 
     @property
     def key(self) -> str:
         return self.environment
+
+    @property
+    def colocated(self) -> bool:
+        """A co-located window: a measurement of interference (a solo window is not)."""
+        return self.occupancy is None or self.occupancy == "colocated"
 
     @property
     def observation_id(self) -> str:
@@ -287,6 +310,12 @@ class WhatIf(Record, frozen=True):
     existing_pct: Finite
     interval_pct: Interval | None = None
     """90 % interval ``[lo, hi]`` of ``newcomer_pct`` (absent from producers before it existed)."""
+    regime: Regime | None = None
+    """The regime of the ``newcomer_pct`` prediction (as :attr:`Prediction.regime`): whether the newcomer next
+    to these jobs was measured before.  Null from producers before it existed, and on an idle GPU."""
+
+    def __post_init__(self) -> None:
+        interval_ordered(self.interval_pct)
 
 
 class Prediction(Record, frozen=True):
@@ -314,7 +343,16 @@ class Prediction(Record, frozen=True):
     rolling prequential residual quantiles (online learners, baselines); null until enough residuals.  An
     additive optional field: ``schema_version`` stays 1, since readers of version 1 ignore unknown keys and
     decode a record without it, while a new version would make every such reader reject every record."""
+    occupancy: Occupancy | None = None
+    """What ran on the GPU in the window: null or ``colocated`` (every record before the field existed), the
+    prediction of a co-located job; ``solo``: the GPU runs this one job (``job_set`` is its type,
+    ``interference_pct`` 0, ``model`` ``"solo"``), published every window for its what-if entries; ``idle``: the
+    GPU runs nothing (``job_id`` and ``job_type`` empty, ``job_set`` empty, ``model`` ``"idle"``, every what-if
+    entry 0 with interval ``[0, 0]``: a newcomer there runs alone).  Additive and optional, as ``interval_pct``."""
     schema_version: Version = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        interval_ordered(self.interval_pct)
 
     @property
     def key(self) -> str:

@@ -31,7 +31,7 @@ from events import CATEGORIES
 from models.datasets import Dataset, Sample
 from models.features import restrict
 from models.intervals import COVERAGE, conformal_offsets, scaled_offsets
-from models.selection import Score, cross_validate, holdout_folds, mae, relative_error, select
+from models.selection import Score, cross_validate, holdout_folds, mae, relative_error, score_of, select
 from models.zoo import BATCH, make_batch
 
 Progress = Callable[[str], None]
@@ -41,6 +41,16 @@ OBSERVED_VIEWS = ("all+placement", "placement")
 """Extra candidate views of observed mode when the rows also carry solo profiles: everything known about a running
 co-location (percent changes, solo profiles of the job and its co-runners, job identities), and the placement
 features alone, so that observed mode, which knows strictly more, is never chosen worse than placement mode."""
+NEWCOMER = "Newcomer"
+"""Candidate ``Newcomer[model:category]``: the feature model fitted with the rows of thinly measured families weighted
+up (:func:`newcomer_weights`), so that a family's first measurements move its predictions instead of being
+outvoted by the rest."""
+NEWCOMER_BASE = ("ExtraTrees", "all")
+NEWCOMER_THIN_SETS = 8
+"""A family measured in at most this many job sets of the training rows is thin."""
+NEWCOMER_WEIGHT = 8
+"""The weight (copies) of a row that involves a thin family.  Measured on Gavel (docs/MODELS.md): 6-10 were
+best at K = 2 and 4; the residual model of :mod:`models.newcomer` over the same feature model was worse there."""
 MEDIAN = "baseline.median"
 IDENTITY = "baseline.identity"
 AVERAGE = "Average"
@@ -65,6 +75,10 @@ class Evaluation:
     actual: np.ndarray = field(default_factory=lambda: np.zeros(0))
     holdout: str = "pair"
     folds: int = 0
+    probes: int = 0
+    """Job sets of each held-out family revealed to training (``family`` holdout; 0: none)."""
+    scored_rows: int = 0
+    """Rows scored (``rows`` less the revealed probes)."""
     median_baseline_mae: float | None = None
     interval_lo: np.ndarray = field(default_factory=lambda: np.zeros(0))
     interval_hi: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -92,6 +106,7 @@ class Evaluation:
             "mode": self.mode,
             "holdout": self.holdout,
             "folds": self.folds,
+            "probes": self.probes,
             "selected": self.selected.model,
             "category": self.selected.category,
             "cv_mae": round(self.selected.mae, 3),
@@ -104,6 +119,7 @@ class Evaluation:
             "selection_seconds": round(self.selection_seconds, 2),
             "seconds": round(self.seconds, 2),
             "rows": self.rows,
+            "scored_rows": self.scored_rows,
             "groups": self.groups,
             "outer_choices": self.outer_choices,
         }
@@ -134,11 +150,45 @@ def fit_candidate(name: str, category: str, train: Sequence[Sample], mode: str, 
         X = _identity_frame(train)
         rf = RandomForestRegressor(n_estimators=100, random_state=seed, n_jobs=1).fit(X, y)
         return lambda test: rf.predict(_identity_frame(test).reindex(columns=X.columns, fill_value=0.0).fillna(0.0))
+    if name.startswith(NEWCOMER + "["):
+        return _fit_newcomer(name, train, mode, seed)
     if name.startswith(AVERAGE + "["):
         parts = [fit_candidate(m, c, train, mode, seed) for m, c in _members(name)]
         return lambda test: np.mean([p(test) for p in parts], axis=0)
     model = make_batch(name, seed).fit(pd.DataFrame([view(s, mode, category) for s in train]), y)
     return lambda test: np.asarray(model.predict(pd.DataFrame([view(s, mode, category) for s in test])))
+
+
+def newcomer_name(model: str = NEWCOMER_BASE[0], category: str = NEWCOMER_BASE[1]) -> str:
+    """The candidate name of a feature model plus the newcomer model on its residuals.
+
+    >>> newcomer_name()
+    'Newcomer[ExtraTrees:all]'
+    """
+    return f"{NEWCOMER}[{model}:{category}]"
+
+
+def newcomer_weights(samples: Sequence[Sample], thin_sets: int = NEWCOMER_THIN_SETS, weight: int = NEWCOMER_WEIGHT) -> list[int]:
+    """Per row, ``weight`` if it involves a family measured in at most ``thin_sets`` job sets of ``samples``, else 1.
+
+    >>> rows = [Sample("a", ("b",), 0.0, f"g{i}", job_family="a", co_job_families=("b",)) for i in range(9)]
+    >>> newcomer_weights([*rows, Sample("c", ("a",), 0.0, "h", job_family="c", co_job_families=("a",))])
+    [1, 1, 1, 1, 1, 1, 1, 1, 1, 8]
+    """
+    sets: dict[str, set[str]] = {}
+    for s in samples:
+        for fam in s.families:
+            sets.setdefault(fam, set()).add(s.group)
+    thin = {fam for fam, groups in sets.items() if len(groups) <= thin_sets}
+    return [weight if s.families & thin else 1 for s in samples]
+
+
+def _fit_newcomer(name: str, train: Sequence[Sample], mode: str, seed: int) -> Predictor:
+    """The feature model fitted on ``train`` with the rows of thin families weighted up (as copies: the batch
+    models fit distinct rows weighted by their copies, ``zoo.compress``)."""
+    ((model, category),) = _members(name, NEWCOMER)
+    weighted = [s for s, w in zip(train, newcomer_weights(train), strict=True) for _ in range(w)]
+    return fit_candidate(model, category, weighted, mode, seed)
 
 
 def view(sample: Sample, mode: str, category: str) -> dict[str, float]:
@@ -155,8 +205,8 @@ def view(sample: Sample, mode: str, category: str) -> dict[str, float]:
     return restrict(sample.features(mode, "all"), category)
 
 
-def _members(name: str) -> list[tuple[str, str]]:
-    inner = name[len(AVERAGE) + 1 : -1]
+def _members(name: str, kind: str = AVERAGE) -> list[tuple[str, str]]:
+    inner = name[len(kind) + 1 : -1]
     return [(m.rsplit(":", 1)[0], m.rsplit(":", 1)[1]) for m in inner.split(",")]
 
 
@@ -203,8 +253,9 @@ def interval(
     preds = [fit_candidate(c.model, c.category, train, mode, seed)(test) for c in top]
     spread = np.std([c.oof for c in top], axis=0) if top else np.zeros(len(y))
     new = np.std(preds, axis=0) if top else np.zeros(len(test))
-    lo, hi, beta = scaled_offsets(y - pick.oof, spread, coverage)
-    scale = np.minimum(new, float(spread.max())) + beta
+    cal = np.isfinite(pick.oof) & np.isfinite(spread)  # the calibration rows some inner fold tested (not the probes)
+    lo, hi, beta = scaled_offsets((y - pick.oof)[cal], spread[cal], coverage)
+    scale = np.minimum(new, float(spread[cal].max())) + beta
     return pred + lo * scale, pred + hi * scale
 
 
@@ -219,35 +270,42 @@ def candidate_scores(
     average: int = 3,
     baselines: bool = True,
     views: Sequence[str] = (),
+    probes: int = 0,
+    newcomer: bool = True,
 ) -> list[Score]:
     """Cross-validated error (``holdout`` scheme) of every candidate on ``samples``: the batch models per
     category (and per extra ``views``, see :data:`OBSERVED_VIEWS`), the average of the ``average`` best of them,
     and the baselines.  Empty when the scheme cannot
-    make two folds (too few groups or families)."""
+    make two folds (too few groups or families).  ``probes``: job sets of each held-out family revealed to the
+    folds' training rows (:func:`models.selection.reveal_probes`)."""
     y = np.array([s.target for s in samples], dtype=float)
-    scores = cross_validate(samples, [mode], models=models, k=k, seed=seed, holdout=holdout)
+    scores = cross_validate(samples, [mode], models=models, k=k, seed=seed, holdout=holdout, probes=probes)
     if not scores:
         return []
     for name in views:  # the extra views (OBSERVED_VIEWS), cross-validated on the same folds
         frame = pd.DataFrame([view(s, mode, name) for s in samples])
         extra = cross_validate(
             samples, [mode], models=models, categories=("all",), k=k, seed=seed, holdout=holdout,
-            frames={mode: {"all": frame}},
+            frames={mode: {"all": frame}}, probes=probes,
         )  # fmt: skip
         for s in extra:
             s.category = name
         scores += extra
-    folds = holdout_folds(samples, k, seed, holdout)
+    folds = holdout_folds(samples, k, seed, holdout, probes)
     ranked = sorted((s for s in scores if math.isfinite(s.mae)), key=lambda s: (s.mae, s.model, s.category))
     if average > 1 and len(ranked) >= average:
         top = ranked[:average]
         o = np.mean([s.oof for s in top], axis=0)
         name = f"{AVERAGE}[{','.join(f'{s.model}:{s.category}' for s in top)}]"
-        scores.append(Score(name, "all", mode, mae(o, y), relative_error(o, y), len(y), 0.0, o))
+        scores.append(score_of(name, "all", mode, o, y))
+    if newcomer and mode == "placement":
+        name = newcomer_name()
+        o = _oof(name, samples, folds, mode, seed)
+        scores.append(score_of(name, "all", mode, o, y))
     if baselines:
         for name in (MEDIAN, IDENTITY):
             o = _oof(name, samples, folds, mode, seed)
-            scores.append(Score(name, "all", mode, mae(o, y), relative_error(o, y), len(y), 0.0, o))
+            scores.append(score_of(name, "all", mode, o, y))
     return scores
 
 
@@ -271,13 +329,19 @@ def evaluate(
     holdout: str = "pair",
     coverage: float = COVERAGE,
     report_table: bool = True,
+    probes: int = 0,
     progress: Progress | None = None,
 ) -> Evaluation:
     """Nested held-out evaluation (see the module docstring).  ``k`` outer folds (default: 5 for ``pair``, one
     per family for ``family``, i.e. leave one family out); ``inner_k`` folds of the same scheme inside (default:
     3 for ``pair``; 2 for ``family``, so that the inner folds train on about half the families, a harder task than
     the outer one: measured on Gavel, 2 inner folds gave lower held-out MAE and better-calibrated intervals
-    than 3 or one per family on all three GPUs, docs/MODELS.md)."""
+    than 3 or one per family on all three GPUs, docs/MODELS.md).
+
+    ``probes`` (``family`` only): ``K`` job sets of each held-out family revealed to the outer training rows
+    (seeded, the same for every candidate, :func:`models.selection.reveal_probes`) and the rest scored; the inner
+    selection reveals ``K`` the same way, so the choice is made on the task it is scored on.  0: the plain
+    family holdout."""
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     samples = dataset.samples
@@ -287,14 +351,18 @@ def evaluate(
         k = n_fam if holdout == "family" else 5
     if inner_k is None:
         inner_k = 2 if holdout == "family" else 3
-    folds = holdout_folds(samples, k, seed, holdout)
+    folds = holdout_folds(samples, k, seed, holdout, probes)
     views = OBSERVED_VIEWS if mode == "observed" and "placement" in dataset.modes else ()
     if not folds:
         raise ValueError(f"too few {'families' if holdout == 'family' else 'groups'} for {holdout} holdout")
     say(f"{len(samples)} rows, {len(set(dataset.groups))} groups, {n_fam} families; {holdout} holdout, {len(folds)} outer folds")
     ts = time.perf_counter()
-    scores = cross_validate(samples, [mode], models=models, k=k, seed=seed, holdout=holdout, progress=say) if report_table else []
+    scores = (
+        cross_validate(samples, [mode], models=models, k=k, seed=seed, holdout=holdout, probes=probes, progress=say)
+        if report_table else []
+    )  # fmt: skip
     selection_seconds = time.perf_counter() - ts
+    scored = np.zeros(len(y), dtype=bool)
     heldout = np.full(len(y), np.nan)
     lo, hi = np.full(len(y), np.nan), np.full(len(y), np.nan)
     med_pred, id_pred = np.full(len(y), np.nan), np.full(len(y), np.nan)
@@ -302,7 +370,8 @@ def evaluate(
     picks: list[tuple[np.ndarray, np.ndarray, str, str]] = []
     for i, (train, test) in enumerate(folds):
         tr, te = [samples[j] for j in train], [samples[j] for j in test]
-        inner = candidate_scores(tr, mode, models=models, k=inner_k, seed=seed + 1, holdout=holdout, views=views)
+        scored[test] = True
+        inner = candidate_scores(tr, mode, models=models, k=inner_k, seed=seed + 1, holdout=holdout, views=views, probes=probes)
         pick = select(inner, mode)
         name, cat = (MEDIAN, "all") if pick is None else (pick.model, pick.category)  # None: too few groups inside
         heldout[test] = fit_candidate(name, cat, tr, mode, seed)(te)
@@ -317,12 +386,15 @@ def evaluate(
     if chosen is None:  # no report table: the most frequent outer choice stands for "the selected model"
         top = max(set(outer_choices), key=outer_choices.count)
         chosen = Score(top.rsplit(":", 1)[0], top.rsplit(":", 1)[1], mode, math.nan, None, 0, 0.0)
+    # the revealed probes are trained on, never scored: the figures are over the rows each fold tested
+    heldout, lo, hi, med_pred, id_pred, ys = (a[scored] for a in (heldout, lo, hi, med_pred, id_pred, y))
     return Evaluation(
         dataset=dataset.name, target=dataset.target_name, mode=mode, rows=len(samples), groups=len(set(dataset.groups)),
-        scores=scores, selected=chosen, heldout_pred=heldout, mae=mae(heldout, y), relative_error=relative_error(heldout, y),
-        baseline_mae=mae(id_pred, y) if baseline else None, selection_seconds=selection_seconds,
-        seconds=time.perf_counter() - t0, outer_choices=outer_choices, actual=y, holdout=holdout, folds=len(folds),
-        median_baseline_mae=mae(med_pred, y), interval_lo=lo, interval_hi=hi, fold_picks=picks,
+        scores=scores, selected=chosen, heldout_pred=heldout, mae=mae(heldout, ys), relative_error=relative_error(heldout, ys),
+        baseline_mae=mae(id_pred, ys) if baseline else None, selection_seconds=selection_seconds,
+        seconds=time.perf_counter() - t0, outer_choices=outer_choices, actual=ys, holdout=holdout, folds=len(folds),
+        median_baseline_mae=mae(med_pred, ys), interval_lo=lo, interval_hi=hi, fold_picks=picks, probes=probes,
+        scored_rows=int(scored.sum()),
     )  # fmt: skip
 
 
@@ -458,3 +530,53 @@ def write_report(ev: Evaluation, samples: Sequence[Sample], directory: Path) -> 
     files.append(directory / "summary.md")
     files[-1].write_text("\n".join(md))
     return files
+
+
+def probe_summary(ev: Evaluation) -> dict[str, Any]:
+    """One entry of ``by_probes``: the held-out figures of an evaluation with ``ev.probes`` job sets revealed.
+
+    >>> ev = Evaluation("d", "t", "placement", 4, 2, [], Score("m", "all", "placement", 1.0, None, 4, 0.0),
+    ...                 np.array([1.0, 3.0]), 1.0, None, 4.0, 0.0, 0.0, actual=np.array([2.0, 2.0]),
+    ...                 median_baseline_mae=2.0, probes=2, scored_rows=2)
+    >>> probe_summary(ev)["mae_over_median"]
+    0.5
+    """
+    s = ev.summary()
+    med = ev.median_baseline_mae
+    ratio = round(ev.mae / med, 3) if med and math.isfinite(ev.mae) else None
+    keys = ("mae", "median_baseline_mae", "baseline_mae", "interval_coverage", "interval_width_mean", "scored_rows")
+    return {**{k: s[k] for k in keys}, "mae_over_median": ratio, "outer_choices": ev.outer_choices}
+
+
+def write_probes_plot(evs: Sequence[Evaluation], directory: Path) -> Path:
+    """``probes.png``: held-out MAE against the job sets revealed per held-out family, with the baselines on the
+    same scored rows; a line in ``summary.md`` when it exists."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    ks = [e.probes for e in evs]
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    ax.plot(ks, [e.mae for e in evs], "o-", label="AIP choice (nested)")
+    ax.plot(ks, [math.nan if e.median_baseline_mae is None else e.median_baseline_mae for e in evs], "s--", label="training median")
+    if all(e.baseline_mae is not None for e in evs):
+        ax.plot(ks, [math.nan if e.baseline_mae is None else e.baseline_mae for e in evs], "^--", label="job identity (one-hot RF)")
+    ax.set_xlabel("job sets revealed per held-out family (K)")
+    ax.set_ylabel("held-out MAE on the rest (points)")
+    ax.set_title(f"{evs[0].dataset}: what a few measurements of a new family are worth")
+    ax.set_xticks(ks)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = directory / "probes.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    md = directory / "summary.md"
+    if md.exists():
+        rows = [f"| {e.probes} | {e.scored_rows} | {e.mae:.2f} | {e.median_baseline_mae:.2f} |" for e in evs]
+        extra = ["", "## Probes: K job sets of each held-out family revealed", "", "| K | scored rows | MAE | median |",
+                 "|---|---|---|---|", *rows, "", "![probes](probes.png)", ""]  # fmt: skip
+        md.write_text(md.read_text() + "\n".join(extra))
+    return path

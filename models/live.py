@@ -1,13 +1,15 @@
-"""Pieces of the live selection that are plain arithmetic: bounds, errors, and the two baselines.
+"""Pieces of the live selection that are plain arithmetic: bounds, what was measured, and the two baselines.
 
 * :func:`clip_pct`: a slowdown below -100 % cannot happen (it would mean a job ran faster than alone by more
   than its whole step time); above a configured maximum it is a model blowing up, not a measurement.
-* :class:`Ewm`: an exponentially weighted mean absolute error with its count (per job set: one float and an
-  int per candidate, where a rolling window would keep 50).
-* :class:`Baselines`: what a scheduler would do without any model -- the last measured interference of this
-  exact job set (an exponentially weighted mean of its measurements, per job and co-runners), and the
-  median of recent measurements.  Both are candidates in the selection: a model that cannot beat them is
-  not served.
+* :class:`Measurements`: what an environment has measured: per slot (job and co-runners) how often, per job
+  type how often, and the range of the slowdowns.  It decides a prediction's regime (``seen`` or ``new``) and
+  whether a job type is novel.
+* The baselines, regressors with river's ``learn_one`` / ``predict_one`` (like ``dummy.StatisticRegressor``):
+  what a scheduler would do without any model.  :class:`LastMeasured` answers the last measured interference
+  of this exact slot (an exponentially weighted mean of its measurements; its input is the slot), and
+  :class:`RollingMedian` the median of recent measurements (its input is ignored).  Both are candidates of
+  the selection like any model: a model that cannot beat them is not served.
 
 No Kafka, no faust, no live state beyond what is passed in.
 """
@@ -15,8 +17,10 @@ No Kafka, no faust, no live state beyond what is passed in.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+import msgspec
 
 LAST_MEASURED = "baseline.last_measured"
 MEDIAN = "baseline.median"
@@ -24,6 +28,9 @@ BASELINES = (LAST_MEASURED, MEDIAN)
 
 SLOWDOWN_MIN_PCT = -100.0
 """No job runs faster than alone by more than its whole step time."""
+
+MAX_SLOTS = 20_000
+"""Slots (and job types) remembered; beyond, the oldest slot is forgotten."""
 
 
 def clip_pct(value: float, max_pct: float) -> tuple[float, bool]:
@@ -50,38 +57,74 @@ def slot(job_type: str, co_job_types: Sequence[str]) -> str:
     return f"{job_type} | {' + '.join(sorted(co_job_types))}"
 
 
-class Ewm:
-    """Exponentially weighted mean (``alpha`` = 2 / (span + 1)) and the number of values seen.
+class EwmState(msgspec.Struct, array_like=True):
+    """A saved :class:`Ewm`."""
 
-    >>> e = Ewm()
-    >>> for v in (4.0, 4.0, 4.0): e.update(v, 0.5)
-    >>> e.mean, e.n
-    (4.0, 3)
+    mean: float
+    n: int
+
+
+class Ewm:
+    """river's ``stats.EWMean`` (``fading_factor`` = 2 / (span + 1)) and the number of values seen.
+
+    >>> e = Ewm(0.5)
+    >>> for v in (4.0, 2.0): e.update(v)
+    >>> e.get(), e.n
+    (3.0, 2)
     """
 
-    __slots__ = ("mean", "n")
+    __slots__ = ("_mean", "fading_factor", "n")
 
-    def __init__(self, mean: float = 0.0, n: int = 0) -> None:
-        self.mean = mean
-        self.n = n
-
-    def update(self, value: float, alpha: float) -> None:
-        self.mean = value if self.n == 0 else self.mean + alpha * (value - self.mean)
-        self.n += 1
-
-
-class Baselines:
-    """Last measured interference per slot (EWM of its measurements) and the rolling median of all of them."""
-
-    def __init__(self, span: int = 3, median_window: int = 1000, max_slots: int = 20_000) -> None:
+    def __init__(self, fading_factor: float, state: EwmState | None = None) -> None:
         from river import stats
 
-        self.alpha = 2.0 / (span + 1.0)
-        self.median_window = median_window
+        self.fading_factor = fading_factor
+        self._mean = stats.EWMean(fading_factor=fading_factor)
+        self.n = 0
+        if state is not None and state.n:
+            self._mean.update(state.mean)  # the first value becomes the mean exactly
+            self.n = state.n
+
+    def update(self, value: float) -> None:
+        self._mean.update(value)
+        self.n += 1
+
+    def get(self) -> float:
+        return float(self._mean.get())
+
+    def state(self) -> EwmState:
+        return EwmState(self.get(), self.n)
+
+
+def _remember(slots: dict[str, Any], key: str, make: Any, max_slots: int) -> Any:
+    """``slots[key]``, made when missing; the oldest slot is forgotten beyond ``max_slots`` (dicts keep order)."""
+    v = slots.get(key)
+    if v is None:
+        if len(slots) >= max_slots:
+            slots.pop(next(iter(slots)))
+        v = slots[key] = make()
+    return v
+
+
+class MeasurementsState(msgspec.Struct):
+    slots: dict[str, int]
+    types: dict[str, int]
+    labels: int
+    range: tuple[float, float] | None = None
+
+
+class Measurements:
+    """Per slot and per job type, how many measurements this environment holds; the range of their slowdowns.
+
+    >>> m = Measurements()
+    >>> m.update(slot("A", ["B"]), 40.0, ["A", "B"])
+    >>> m.measured(slot("A", ["B"])), m.novel(["B", "A"]), m.novel(["A", "C"])
+    (1, False, True)
+    """
+
+    def __init__(self, max_slots: int = MAX_SLOTS) -> None:
         self.max_slots = max_slots
-        self.last: dict[str, Ewm] = {}
-        self._median = stats.RollingQuantile(q=0.5, window_size=median_window)
-        self._recent: list[float] = []  # the median's window, for persistence
+        self.slots: dict[str, int] = {}
         self.labels = 0
         self.lo = math.inf
         self.hi = -math.inf
@@ -90,72 +133,117 @@ class Baselines:
         """Measurements per job type, as the job or a co-runner (at most ``max_slots`` types)."""
 
     def measured(self, key: str) -> int:
-        """How many measurements of this slot the baselines hold (0: a job set never measured)."""
-        e = self.last.get(key)
-        return 0 if e is None else e.n
+        """How many measurements of this slot there are (0: a job set never measured)."""
+        return self.slots.get(key, 0)
 
     def novel(self, job_types: Iterable[str]) -> bool:
-        """Whether one of ``job_types`` was never measured here, as a job or a co-runner.
-
-        >>> b = Baselines()
-        >>> b.update(slot("A", ["B"]), 40.0, ["A", "B"])
-        >>> b.novel(["B", "A"]), b.novel(["A", "C"])
-        (False, True)
-        """
+        """Whether one of ``job_types`` was never measured here, as a job or a co-runner."""
         return any(t not in self.types for t in job_types)
 
-    def predict(self, name: str, key: str) -> float | None:
-        if name == LAST_MEASURED:
-            e = self.last.get(key)
-            return None if e is None else e.mean
-        return None if self.labels == 0 else float(self._median.get())
-
     def update(self, key: str, y: float, job_types: Sequence[str] = ()) -> None:
-        """Learn measurement ``y`` of slot ``key``, whose job and co-runners are ``job_types``."""
+        """Count measurement ``y`` of slot ``key``, whose job and co-runners are ``job_types``."""
         for t in job_types:
             if t in self.types or len(self.types) < self.max_slots:
                 self.types[t] = self.types.get(t, 0) + 1
-        e = self.last.get(key)
-        if e is None:
-            if len(self.last) >= self.max_slots:  # forget the oldest slot (dicts keep insertion order)
-                self.last.pop(next(iter(self.last)))
-            e = self.last[key] = Ewm()
-        e.update(y, self.alpha)
+        if key not in self.slots and len(self.slots) >= self.max_slots:
+            self.slots.pop(next(iter(self.slots)))
+        self.slots[key] = self.slots.get(key, 0) + 1
         self.lo, self.hi = min(self.lo, y), max(self.hi, y)
-        self._median.update(y)
-        self._recent.append(y)
-        if len(self._recent) > 2 * self.median_window:
-            del self._recent[: -self.median_window]
         self.labels += 1
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "alpha": self.alpha,
-            "last": {k: [e.mean, e.n] for k, e in self.last.items()},
-            "recent": self._recent[-self.median_window :],
-            "labels": self.labels,
-            "range": [self.lo, self.hi] if self.labels else None,
-            "types": self.types,
-        }
+    def state(self) -> MeasurementsState:
+        return MeasurementsState(dict(self.slots), dict(self.types), self.labels, (self.lo, self.hi) if self.labels else None)
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any], median_window: int = 1000, max_slots: int = 20_000) -> Baselines:
-        self = cls(median_window=median_window, max_slots=max_slots)
-        self.alpha = float(d["alpha"])
-        self.last = {k: Ewm(float(m), int(n)) for k, (m, n) in d["last"].items()}
-        for y in d["recent"]:
-            self._median.update(float(y))
-            self._recent.append(float(y))
-        self.labels = int(d["labels"])
-        if d.get("range"):
-            self.lo, self.hi = (float(v) for v in d["range"])
-        if "types" in d:
-            self.types = {str(t): int(n) for t, n in d["types"].items()}
-        else:  # saved before types were counted: the slots' job types, each counted as measured
-            for key, e in self.last.items():
-                job, _, co = key.partition(" | ")
-                for t in (job, *(c for c in co.split(" + ") if c)):
-                    self.types[t] = self.types.get(t, 0) + e.n
+    def restore(cls, s: MeasurementsState, max_slots: int = MAX_SLOTS) -> Measurements:
+        self = cls(max_slots)
+        self.slots, self.types, self.labels = dict(s.slots), dict(s.types), s.labels
+        if s.range is not None:
+            self.lo, self.hi = s.range
+        return self
+
+
+class LastMeasuredState(msgspec.Struct, tag="last_measured"):
+    fading_factor: float
+    slots: dict[str, EwmState]
+
+
+class LastMeasured:
+    """The last measured interference of the slot it is given (an EWM of the slot's measurements, ``span``
+    measurements long); None for a slot never measured.
+
+    >>> b = LastMeasured(span=1)
+    >>> b.predict_one("x") is None
+    True
+    >>> for y in (10.0, 20.0): b.learn_one("x", y)
+    >>> b.predict_one("x")
+    20.0
+    """
+
+    def __init__(self, span: int = 3, max_slots: int = MAX_SLOTS) -> None:
+        self.fading_factor = 2.0 / (span + 1.0)
+        self.max_slots = max_slots
+        self.slots: dict[str, Ewm] = {}
+
+    def learn_one(self, x: str, y: float) -> None:
+        _remember(self.slots, x, lambda: Ewm(self.fading_factor), self.max_slots).update(y)
+
+    def predict_one(self, x: str) -> float | None:
+        e = self.slots.get(x)
+        return None if e is None else e.get()
+
+    def state(self) -> LastMeasuredState:
+        return LastMeasuredState(self.fading_factor, {k: e.state() for k, e in self.slots.items()})
+
+    @classmethod
+    def restore(cls, s: LastMeasuredState, max_slots: int = MAX_SLOTS) -> LastMeasured:
+        self = cls(max_slots=max_slots)
+        self.fading_factor = s.fading_factor
+        self.slots = {k: Ewm(s.fading_factor, e) for k, e in s.slots.items()}
+        return self
+
+
+class RollingMedianState(msgspec.Struct, tag="median"):
+    window: int
+    recent: list[float]
+
+
+class RollingMedian:
+    """The median of the last ``window`` measurements, whatever the input (river's ``stats.RollingQuantile``);
+    None before the first.
+
+    >>> b = RollingMedian(window=3)
+    >>> for y in (10.0, 20.0, 30.0, 100.0): b.learn_one(None, y)
+    >>> b.predict_one(None)
+    30.0
+    """
+
+    def __init__(self, window: int = 1000) -> None:
+        from river import stats
+
+        self.window = window
+        self._median = stats.RollingQuantile(q=0.5, window_size=window)
+        self._recent: list[float] = []  # the median's window, for persistence
+        self.n = 0
+
+    def learn_one(self, x: Any, y: float) -> None:
+        self._median.update(y)
+        self._recent.append(y)
+        if len(self._recent) > 2 * self.window:
+            del self._recent[: -self.window]
+        self.n += 1
+
+    def predict_one(self, x: Any) -> float | None:
+        return None if self.n == 0 else float(self._median.get())
+
+    def state(self) -> RollingMedianState:
+        return RollingMedianState(self.window, self._recent[-self.window :])
+
+    @classmethod
+    def restore(cls, s: RollingMedianState) -> RollingMedian:
+        self = cls(s.window)
+        for y in s.recent:
+            self.learn_one(None, y)
         return self
 
 

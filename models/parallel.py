@@ -1,6 +1,6 @@
 """Independent fits of a refit on joblib's process pool (loky backend), reused by every refit of the process.
 
-A refit is a plain function (``models.api.run_refit``) that the stream runs in an executor thread; inside it,
+A refit is a plain function (``models.refit.run_refit``) that the stream runs in an executor thread; inside it,
 :class:`Fits` runs the cross-validation fits (model x category x mode x fold) and the final fits on
 ``workers`` processes:
 
@@ -116,7 +116,11 @@ def _pool(workers: int, timeout: float) -> joblib.Parallel:
     """A joblib call on the reusable loky executor of ``workers`` processes (the same settings every time, so that
     every refit reuses the running workers); tasks are dispatched one at a time, in the order given."""
     with joblib.parallel_config(
-        backend="loky", inner_max_num_threads=1, idle_worker_timeout=IDLE_S, initializer=_init_worker, initargs=(os.getpid(), WARM_FITS)
+        backend="loky",
+        inner_max_num_threads=1,
+        idle_worker_timeout=IDLE_S,
+        initializer=_init_worker,
+        initargs=(os.getpid(), WARM_FITS),
     ):
         return joblib.Parallel(n_jobs=workers, timeout=timeout, batch_size=1, return_as="generator")
 

@@ -9,6 +9,9 @@
   signature does not verify with it is refused *before* anything is unpickled.
   A model directory copied from another machine or edited by hand therefore
   does not load; the worker starts those learners afresh.
+
+Everything else (the models' records, columns, baselines) is msgspec Structs, written and read as JSON by
+:func:`write_state` and :func:`read_state`, the one JSON path of internal state.
 """
 
 from __future__ import annotations
@@ -19,7 +22,11 @@ import os
 import pickle
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
 
 SKLEARN_TRUSTED = [
     "sklearn.pipeline.Pipeline",
@@ -102,3 +109,14 @@ def load_sklearn(path: Path) -> Any:
     if untrusted:
         raise SignatureError(f"{path}: refusing types not on the trusted list: {', '.join(untrusted)}")
     return sio.load(path, trusted=[t for t in sio.get_untrusted_types(file=path)])
+
+
+def write_state(path: Path, obj: Any) -> None:
+    """``obj`` (msgspec Structs, dataclasses, builtins) as JSON to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(msgspec.json.encode(obj))
+
+
+def read_state(path: Path, type: type[T]) -> T:
+    """What :func:`write_state` wrote, decoded and validated as ``type`` (a clear error on anything else)."""
+    return msgspec.json.decode(path.read_bytes(), type=type)

@@ -34,6 +34,18 @@ def mae(pred: Sequence[float] | np.ndarray, actual: Sequence[float] | np.ndarray
     return float(np.mean(np.abs(p - a))) if len(a) else math.nan
 
 
+def score_of(name: str, category: str, mode: str, oof: np.ndarray, y: np.ndarray, seconds: float = 0.0, trained: int = 0) -> Score:
+    """A candidate's :class:`Score` from its out-of-fold predictions, over the rows some fold tested (``oof`` is
+    NaN on the rest: the probes :func:`reveal_probes` moved to training are never scored).
+
+    >>> score_of("m", "all", "placement", np.array([1.0, np.nan]), np.array([2.0, 9.0])).mae
+    1.0
+    """
+    tested = np.isfinite(oof)
+    o, a = oof[tested], y[tested]
+    return Score(name, category, mode, mae(o, a), relative_error(o, a), int(tested.sum()), seconds, oof, trained)
+
+
 def relative_error(pred: Sequence[float] | np.ndarray, actual: Sequence[float] | np.ndarray, floor: float = 5.0) -> float | None:
     """The paper's relative error ``|pred - actual| / |actual|`` over rows with ``|actual| >= floor``.
 
@@ -104,12 +116,54 @@ def family_folds(families: Sequence[frozenset[str]], k: int, seed: int = 0) -> l
     return out if len(out) >= 2 else []
 
 
-def holdout_folds(samples: Sequence[Sample], k: int, seed: int = 0, holdout: str = "pair") -> list[tuple[np.ndarray, np.ndarray]]:
-    """The folds of a holdout scheme: :func:`grouped_folds` by ``Sample.group`` or :func:`family_folds`."""
+def reveal_probes(
+    folds: Sequence[tuple[np.ndarray, np.ndarray]], families: Sequence[frozenset[str]], groups: Sequence[str], probes: int,
+    seed: int = 0,
+) -> list[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+    """Each fold with ``probes`` job sets (groups) of each of its held-out families moved from test to training.
+
+    A fold's held-out families are those of its test rows that none of its training rows involves.  Per family
+    (in sorted order) its test groups are shuffled with a generator seeded by ``seed`` and the fold's index, and
+    the first ``probes`` are revealed, so the probes of ``K`` are among those of ``K + 1`` and every candidate sees
+    the same ones.  A revealed group moves whole (every one of its test rows); no test row is ever trained on.
+    ``probes=0`` returns the folds unchanged.  A fold left without test rows is dropped.
+
+    >>> fams = [frozenset("ab")] * 2 + [frozenset("ac")] * 2 + [frozenset("bc")] * 2
+    >>> folds = [(np.array([4, 5]), np.array([0, 1, 2, 3]))]
+    >>> [(tr.tolist(), te.tolist()) for tr, te in reveal_probes(folds, fams, ["ab", "ab", "ac", "ac", "bc", "bc"], 1)]
+    [([0, 1, 4, 5], [2, 3])]
+    """
+    if probes <= 0:
+        return list(folds)
+    out = []
+    for i, (train, test) in enumerate(folds):
+        seen = set().union(*(families[j] for j in train)) if len(train) else set()
+        held = sorted(set().union(*(families[j] for j in test)) - seen)
+        rng = np.random.default_rng([seed, i])
+        revealed: set[str] = set()
+        for fam in held:
+            own = sorted({groups[j] for j in test if fam in families[j]})
+            revealed.update(own[g] for g in rng.permutation(len(own))[:probes])
+        moved = np.array([groups[j] in revealed for j in test], dtype=bool)
+        if moved.all():
+            continue
+        out.append((np.sort(np.concatenate([train, test[moved]])), test[~moved]))
+    return out
+
+
+def holdout_folds(
+    samples: Sequence[Sample], k: int, seed: int = 0, holdout: str = "pair", probes: int = 0
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The folds of a holdout scheme: :func:`grouped_folds` by ``Sample.group`` or :func:`family_folds`; with
+    ``probes`` (``family`` only), that many job sets of each held-out family revealed to training
+    (:func:`reveal_probes`, seeded by ``seed``)."""
+    if probes and holdout != "family":
+        raise ValueError(f"probes reveal job sets of held-out families: they need holdout 'family', not {holdout!r}")
     if holdout == "pair":
         return grouped_folds([s.group for s in samples], k, seed)
     if holdout == "family":
-        return family_folds([s.families for s in samples], k, seed)
+        folds = family_folds([s.families for s in samples], k, seed)
+        return reveal_probes(folds, [s.families for s in samples], [s.group for s in samples], probes, seed)
     raise ValueError(f"unknown holdout {holdout!r} (choose from {', '.join(HOLDOUTS)})")
 
 
@@ -179,6 +233,7 @@ def cross_validate(
     frames: Mapping[str, Mapping[str, pd.DataFrame]] | None = None,
     progress: Callable[[str], None] | None = None,
     holdout: str = "pair",
+    probes: int = 0,
 ) -> list[Score]:
     """Out-of-fold predictions and errors of every model x category x mode, grouped by ``Sample.group``.
 
@@ -190,7 +245,7 @@ def cross_validate(
     says how many rows each fold trained on, summed over the folds / ``k - 1``.
 
     ``holdout`` is the scheme of the folds (:func:`holdout_folds`): ``pair`` by ``Sample.group``, ``family``
-    by job family.
+    by job family (with ``probes`` job sets of each held-out family revealed to training).
 
     The fits (model x category x mode x fold) are independent: with ``workers`` > 1 (None: all cores) they run
     on :mod:`models.parallel`'s process pool, or on ``fits`` when given (which then keeps the arrays published
@@ -198,7 +253,7 @@ def cross_validate(
     """
     y = np.array([s.target for s in samples], dtype=float)
     groups = [s.group for s in samples]
-    folds = holdout_folds(samples, k, seed, holdout)
+    folds = holdout_folds(samples, k, seed, holdout, probes)
     if not folds:
         return []
     jobs: list[tuple[str, str, list[str]]] = []
@@ -235,7 +290,7 @@ def cross_validate(
     finally:
         if own:
             runner.__exit__(None, None, None)
-    oof = {(mode, cat, name): np.zeros(len(y)) for mode, cat, _ in jobs for name in models}
+    oof = {(mode, cat, name): np.full(len(y), np.nan) for mode, cat, _ in jobs for name in models}
     seconds = dict.fromkeys(oof, 0.0)
     for (mode, cat, _, i, name, _), (pred, sec) in zip(calls, results, strict=True):
         oof[(mode, cat, name)][folds[i][1]] = pred
@@ -244,8 +299,7 @@ def cross_validate(
     for mode, cat, _ in jobs:
         trained = sum(len(arrays[f"tr_{mode}_{i}"]) for i in range(len(folds))) // max(1, len(folds) - 1)
         for name in models:
-            o = oof[(mode, cat, name)]
-            scores.append(Score(name, cat, mode, mae(o, y), relative_error(o, y), len(y), seconds[(mode, cat, name)], o, trained))
+            scores.append(score_of(name, cat, mode, oof[(mode, cat, name)], y, seconds[(mode, cat, name)], trained))
     return scores
 
 

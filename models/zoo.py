@@ -14,14 +14,13 @@ takes its training median.
 
 from __future__ import annotations
 
-import copy
-import json
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -203,14 +202,11 @@ class _Columns:
                     a[r, i] = v
         return a
 
-    def to_json(self) -> dict[str, Any]:
-        return {"columns": self.columns, "fill": self.fill.tolist()}
-
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> _Columns:
+    def of_saved(cls, columns: Sequence[str], fill: Sequence[float]) -> _Columns:
         self = cls.__new__(cls)
-        self.columns = list(d["columns"])
-        self.fill = np.array(d["fill"], dtype=float)
+        self.columns = list(columns)
+        self.fill = np.array(fill, dtype=float)
         self.index = {c: i for i, c in enumerate(self.columns)}
         return self
 
@@ -271,9 +267,9 @@ class Prepared:
 class SklearnModel:
     """A scikit-learn regressor behind :class:`BatchModel` (scaled inputs where the model needs them)."""
 
-    def __init__(self, name: str, factory: Callable[[int], Any], seed: int = 0) -> None:
+    def __init__(self, name: str, seed: int = 0) -> None:
         self.name = name
-        self.factory = factory
+        self.spec = SKLEARN[name]
         self.seed = seed
         self.estimator: Any = None
         self.cols: _Columns | None = None
@@ -284,39 +280,15 @@ class SklearnModel:
 
     def fit_prepared(self, data: Prepared) -> SklearnModel:
         self.cols = data.cols
-        self.estimator = self.factory(self.seed)
         self._memo = {}
-        if self.name in MONOTONE:
-            self.estimator.set_params(monotonic_cst=[monotone_direction(c) for c in data.cols.columns])
-        a, t = data.a, data.y
-        last = self.estimator.steps[-1][1] if hasattr(self.estimator, "steps") else self.estimator
-        weight: np.ndarray | None = None
-        if self.name in COMPRESSED:
-            a, t, weight = data.distinct()
-        if hasattr(last, "n_neighbors"):
-            weight = None  # KNN: the distinct points, each with the mean target of its copies
-            if len(a) < last.n_neighbors:
-                last.set_params(n_neighbors=max(1, len(a)))  # tiny data sets (the paper's rows)
-        if weight is not None and hasattr(last, "min_samples_leaf") and last.min_samples_leaf > 1:
-            # a leaf of >= m duplicated rows == a leaf of weight >= m (min_samples_leaf would count distinct rows)
-            last.set_params(min_weight_fraction_leaf=last.min_samples_leaf / float(weight.sum()), min_samples_leaf=1)
         with one_openmp_thread():
-            if isinstance(last, _linear_svr_class()):
-                self.estimator = _fit_svr(self.estimator, a, t, weight)
-            elif weight is None:
-                self.estimator.fit(a, t)
-            elif hasattr(self.estimator, "steps"):
-                self.estimator.fit(a, t, **{f"{n}__sample_weight": weight for n, _ in self.estimator.steps})
-            else:
-                self.estimator.fit(a, t, sample_weight=weight)
+            self.estimator = self.spec.fit(self.spec.factory(self.seed), data)
         return self
 
     def predict_array(self, a: np.ndarray) -> np.ndarray:
         """Predict rows already in :attr:`cols` order and filled."""
         with one_openmp_thread():
-            if _is_forest(self.estimator):
-                return forest_predict(self.estimator, a)
-            return np.asarray(self.estimator.predict(a), dtype=float)
+            return self.spec.predict(self.estimator, a)
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
         assert self.cols is not None, "fit first"
@@ -350,15 +322,29 @@ class SklearnModel:
         assert self.cols is not None, "fit first"
         path.mkdir(parents=True, exist_ok=True)
         persist.dump_sklearn(path / "estimator.skops", self.estimator)
-        (path / "columns.json").write_text(json.dumps({"name": self.name, "seed": self.seed, **self.cols.to_json()}))
+        persist.write_state(path / META, SklearnMeta(self.name, self.seed, self.cols.columns, self.cols.fill.tolist()))
 
     @classmethod
-    def load(cls, path: Path) -> SklearnModel:
-        meta = json.loads((path / "columns.json").read_text())
-        model = cls(meta["name"], BATCH_FACTORIES[meta["name"]], int(meta["seed"]))
-        model.cols = _Columns.from_json(meta)
+    def load(cls, path: Path, meta: SklearnMeta) -> SklearnModel:
+        model = cls(meta.name, meta.seed)
+        model.cols = _Columns.of_saved(meta.columns, meta.fill)
         model.estimator = persist.load_sklearn(path / "estimator.skops")
         return model
+
+
+META = "columns.json"
+
+
+class SklearnMeta(msgspec.Struct, tag="sklearn"):
+    """A saved scikit-learn model's name, seed, columns and fill values (its estimator: skops, beside it)."""
+
+    name: str
+    seed: int
+    columns: list[str]
+    fill: list[float]
+
+    def load(self, path: Path) -> SklearnModel:
+        return SklearnModel.load(path, self)
 
 
 MEMO_ROWS = 2048
@@ -520,18 +506,6 @@ def monotone_direction(column: str) -> int:
     return 0
 
 
-def _hgb_monotone(seed: int) -> Any:
-    # HistGradientBoosting as _hgb, constrained to be non-decreasing in every co-runner load feature
-    # (monotone_direction; set at fit, when the columns are known)
-    return _hgb(seed)
-
-
-def _is_forest(estimator: Any) -> bool:
-    from sklearn.ensemble import ExtraTreesRegressor, RandomForestRegressor
-
-    return isinstance(estimator, (RandomForestRegressor, ExtraTreesRegressor))
-
-
 def forest_predict(forest: Any, a: np.ndarray) -> np.ndarray:
     """A forest regressor's ``predict``: its trees' public ``predict``, summed in their order and divided by their
     number, as scikit-learn's does (so the same floats), without its per-tree task dispatch, which costs about
@@ -542,6 +516,69 @@ def forest_predict(forest: Any, a: np.ndarray) -> np.ndarray:
         out += tree.predict(x, check_input=False)
     out /= len(forest.estimators_)
     return out
+
+
+def _predict(estimator: Any, a: np.ndarray) -> np.ndarray:
+    return np.asarray(estimator.predict(a), dtype=float)
+
+
+# How each scikit-learn model is fitted on a :class:`Prepared` training set: the distinct feature rows, each
+# weighted by its copies (see SKLEARN); the estimator fitted is returned.
+
+
+def fit_weighted(estimator: Any, data: Prepared) -> Any:
+    """The distinct rows, weighted by their copies (``sample_weight``)."""
+    a, t, weight = data.distinct()
+    if weight is None:
+        return estimator.fit(a, t)
+    return estimator.fit(a, t, sample_weight=weight)
+
+
+def fit_scaled_weighted(pipeline: Any, data: Prepared) -> Any:
+    """A pipeline (scaler, model) on the distinct rows, every step weighted by their copies."""
+    a, t, weight = data.distinct()
+    if weight is None:
+        return pipeline.fit(a, t)
+    return pipeline.fit(a, t, **{f"{n}__sample_weight": weight for n, _ in pipeline.steps})
+
+
+def fit_leaf_weighted(tree: Any, data: Prepared) -> Any:
+    """A tree on the distinct rows: a leaf of >= m duplicated rows is a leaf of weight >= m (``min_samples_leaf``
+    would count distinct rows), so its minimum leaf becomes a weight fraction."""
+    _, _, weight = data.distinct()
+    if weight is not None and tree.min_samples_leaf > 1:
+        tree.set_params(min_weight_fraction_leaf=tree.min_samples_leaf / float(weight.sum()), min_samples_leaf=1)
+    return fit_weighted(tree, data)
+
+
+def fit_neighbours(pipeline: Any, data: Prepared) -> Any:
+    """KNN: the distinct points, each with the mean target of its copies (unweighted); fewer neighbours on a
+    data set smaller than ``n_neighbors`` (the paper's rows)."""
+    a, t, _ = data.distinct()
+    knn = pipeline.steps[-1][1]
+    if len(a) < knn.n_neighbors:
+        knn.set_params(n_neighbors=max(1, len(a)))
+    return pipeline.fit(a, t)
+
+
+def fit_kernel_svr(pipeline: Any, data: Prepared) -> Any:
+    """The SVRs: the kernel SVR the pipeline stands for (:func:`_fit_svr`), on the weighted distinct rows."""
+    a, t, weight = data.distinct()
+    return _fit_svr(pipeline, a, t, weight)
+
+
+def fit_monotone(estimator: Any, data: Prepared) -> Any:
+    """Constrained to be non-decreasing in every co-runner load feature (:func:`monotone_direction`)."""
+    estimator.set_params(monotonic_cst=[monotone_direction(c) for c in data.cols.columns])
+    return fit_weighted(estimator, data)
+
+
+class Spec(NamedTuple):
+    """A scikit-learn model of the zoo: how it is made, fitted and asked."""
+
+    factory: Callable[[int], Any]
+    fit: Callable[[Any, Prepared], Any] = fit_weighted
+    predict: Callable[[Any, np.ndarray], np.ndarray] = _predict
 
 
 def _rf(seed: int) -> Any:
@@ -556,23 +593,20 @@ def _extra(seed: int) -> Any:
     return ExtraTreesRegressor(n_estimators=25, max_features=0.7, random_state=seed, n_jobs=1)
 
 
-BATCH_FACTORIES: dict[str, Callable[[int], Any]] = {
-    "LinearRegression": _linear,
-    "SVR-linear": _svr_linear,
-    "SVR-poly": _svr_poly,
-    "DecisionTree": _tree,
-    "KNN": _knn,
-    "GradientBoosting": _gbr,
-    "HistGradientBoosting": _hgb,
-    "HistGradientBoosting-monotone": _hgb_monotone,
-    "RandomForest": _rf,
-    "ExtraTrees": _extra,
+SKLEARN: dict[str, Spec] = {
+    "LinearRegression": Spec(_linear, fit_scaled_weighted),
+    "SVR-linear": Spec(_svr_linear, fit_kernel_svr),
+    "SVR-poly": Spec(_svr_poly, fit_kernel_svr),
+    "DecisionTree": Spec(_tree, fit_leaf_weighted),
+    "KNN": Spec(_knn, fit_neighbours),
+    "GradientBoosting": Spec(_gbr),
+    "HistGradientBoosting": Spec(_hgb),
+    "HistGradientBoosting-monotone": Spec(_hgb, fit_monotone),
+    "RandomForest": Spec(_rf, predict=forest_predict),
+    "ExtraTrees": Spec(_extra, predict=forest_predict),
 }
-MONOTONE = frozenset({"HistGradientBoosting-monotone"})
-"""Batch models fitted with ``monotonic_cst`` from :func:`monotone_direction` (physics known: co-runner load)."""
-COMPRESSED = frozenset(BATCH_FACTORIES)
-"""Batch models fitted on the distinct feature rows (weights = copies; KNN: distinct points, mean target).
-Exact for LinearRegression and the MSE trees (DecisionTree; ExtraTrees in distribution); RandomForest's
+"""The scikit-learn models.  Every one is fitted on the distinct feature rows (weights = copies; KNN: distinct
+points, mean target): exact for LinearRegression and the MSE trees (DecisionTree; ExtraTrees in distribution); RandomForest's
 bootstrap and GradientBoosting's subsample draw distinct rows, and the SVRs' epsilon-insensitive loss of a
 mean target is not the summed loss of the copies, so those are close to, not equal to, the duplicated fit."""
 
@@ -613,21 +647,20 @@ class TorchMLP:
         sd[sd == 0] = 1.0
         self.stats = np.concatenate([mu, sd, [t.mean(), t.std() or 1.0]])
         torch.set_num_threads(1)  # refits run beside the event loop on a small machine; one thread each
-        if True:
-            with torch.random.fork_rng(devices=[]):
-                self.net = self._build(a.shape[1])
-                xs = torch.tensor((a - mu) / sd, dtype=torch.float32)
-                ys = torch.tensor((t - self.stats[-2]) / self.stats[-1], dtype=torch.float32).reshape(-1, 1)
-                # fused: the same Adam update in one kernel per step (~30% less time per step on CPU)
-                opt = torch.optim.Adam(self.net.parameters(), lr=self.lr, weight_decay=1e-4, fused=True)
-                gen = torch.Generator().manual_seed(self.seed)
-                batch = 256  # ``epochs`` counts optimizer steps on minibatches of up to 256 rows
-                for _ in range(self.epochs):
-                    idx = torch.randperm(len(xs), generator=gen)[:batch]
-                    opt.zero_grad()
-                    loss = torch.nn.functional.smooth_l1_loss(self.net(xs[idx]), ys[idx])
-                    loss.backward()
-                    opt.step()
+        with torch.random.fork_rng(devices=[]):
+            self.net = self._build(a.shape[1])
+            xs = torch.tensor((a - mu) / sd, dtype=torch.float32)
+            ys = torch.tensor((t - self.stats[-2]) / self.stats[-1], dtype=torch.float32).reshape(-1, 1)
+            # fused: the same Adam update in one kernel per step (~30% less time per step on CPU)
+            opt = torch.optim.Adam(self.net.parameters(), lr=self.lr, weight_decay=1e-4, fused=True)
+            gen = torch.Generator().manual_seed(self.seed)
+            batch = 256  # ``epochs`` counts optimizer steps on minibatches of up to 256 rows
+            for _ in range(self.epochs):
+                idx = torch.randperm(len(xs), generator=gen)[:batch]
+                opt.zero_grad()
+                loss = torch.nn.functional.smooth_l1_loss(self.net(xs[idx]), ys[idx])
+                loss.backward()
+                opt.step()
         self._numpy_weights()
         return self
 
@@ -666,25 +699,40 @@ class TorchMLP:
         assert self.cols is not None, "fit first"
         path.mkdir(parents=True, exist_ok=True)
         torch.save(self.net.state_dict(), path / "mlp.pt")
-        meta = {"name": self.name, "seed": self.seed, "hidden": self.hidden, "epochs": self.epochs, "lr": self.lr}
-        meta.update(self.cols.to_json(), stats=self.stats.tolist())
-        (path / "columns.json").write_text(json.dumps(meta))
+        meta = MlpMeta(
+            self.seed, self.hidden, self.epochs, self.lr, self.cols.columns, self.cols.fill.tolist(), self.stats.tolist()
+        )
+        persist.write_state(path / META, meta)
 
     @classmethod
-    def load(cls, path: Path) -> TorchMLP:
+    def load(cls, path: Path, meta: MlpMeta) -> TorchMLP:
         import torch
 
-        meta = json.loads((path / "columns.json").read_text())
-        model = cls(int(meta["seed"]), int(meta["hidden"]), int(meta["epochs"]), float(meta["lr"]))
-        model.cols = _Columns.from_json(meta)
-        model.stats = np.array(meta["stats"], dtype=float)
+        model = cls(meta.seed, meta.hidden, meta.epochs, meta.lr)
+        model.cols = _Columns.of_saved(meta.columns, meta.fill)
+        model.stats = np.array(meta.stats, dtype=float)
         model.net = model._build(len(model.cols.columns))
         model.net.load_state_dict(torch.load(path / "mlp.pt", weights_only=True))
         model._numpy_weights()
         return model
 
 
-BATCH: tuple[str, ...] = (*BATCH_FACTORIES, "MLP")
+class MlpMeta(msgspec.Struct, tag="mlp"):
+    """A saved MLP's settings, columns, fill values and standardisation (its weights: ``mlp.pt``, beside it)."""
+
+    seed: int
+    hidden: int
+    epochs: int
+    lr: float
+    columns: list[str]
+    fill: list[float]
+    stats: list[float]
+
+    def load(self, path: Path) -> TorchMLP:
+        return TorchMLP.load(path, self)
+
+
+BATCH: tuple[str, ...] = (*SKLEARN, "MLP")
 """Every batch model (``aip evaluate`` runs them all: the paper's models, ExtraTrees, HistGradientBoosting, MLP)."""
 REFIT_BATCH: tuple[str, ...] = tuple(n for n in BATCH if n not in ("GradientBoosting", "HistGradientBoosting-monotone"))
 """The batch models of the stream's refits (``Config.batch_models``): every model but the paper's
@@ -694,20 +742,9 @@ monotone HistGradientBoosting (``aip evaluate`` only so far: the stream's refit 
 
 
 def make_batch(name: str, seed: int = 0) -> SklearnModel | TorchMLP:
-    if name == "MLP":
-        return TorchMLP(seed)
-    return SklearnModel(name, BATCH_FACTORIES[name], seed)
+    return TorchMLP(seed) if name == TorchMLP.name else SklearnModel(name, seed)
 
 
 def load_batch(path: Path) -> SklearnModel | TorchMLP:
-    name = json.loads((path / "columns.json").read_text())["name"]
-    return TorchMLP.load(path) if name == "MLP" else SklearnModel.load(path)
-
-
-def fresh_copy(model: Any) -> Any:
-    """An unfitted copy with the same settings (for cross-validation)."""
-    if isinstance(model, TorchMLP):
-        return TorchMLP(model.seed, model.hidden, model.epochs, model.lr)
-    if isinstance(model, SklearnModel):
-        return SklearnModel(model.name, model.factory, model.seed)
-    return copy.deepcopy(model)
+    """A batch model saved by its ``save(path)``."""
+    return persist.read_state(path / META, SklearnMeta | MlpMeta).load(path)  # type: ignore[arg-type]

@@ -6,7 +6,7 @@ times: at random, on the least-loaded GPU, and where the scheduler client
 (:class:`clients.SchedulerClient`) predicts the least interference.
 
 No peeking: the client is fed :class:`events.Prediction` records whose what-if
-entries come from :class:`models.api.EnvironmentModels` trained only on the
+entries come from :class:`models.environment.EnvironmentModels` trained only on the
 measured observations of a *different* simulated fleet (the training period,
 :class:`producers.sim.Simulator` with its own seed).  The true slowdowns of the
 evaluated runs come from Gavel's measured pairs.
@@ -46,6 +46,9 @@ class Setup:
     """Job families (:func:`models.features.parse_job_type`) the training fleet never runs: no training
     observation involves them, while the evaluated arrivals do (their solo profiles are known, as for any
     job that has run alone once)."""
+    learning: bool = False
+    """Also run the policies whose models learn every co-location they make (``guided_learning``,
+    ``guided_explore``: :class:`LearningService`)."""
 
 
 def family(job_type: str) -> str:
@@ -121,7 +124,7 @@ def training_observations(setup: Setup, truth: Truth) -> list[Observation]:
 
 def train_models(setup: Setup, truth: Truth, progress: Callable[[str], None] = lambda m: None) -> Any:
     """EnvironmentModels of the environment, trained on the training fleet's observations, refitted once."""
-    from models.api import EnvironmentModels
+    from models.environment import EnvironmentModels
 
     models = EnvironmentModels(setup.gpu_model, seed=setup.train_seed)
     observations = training_observations(setup, truth)
@@ -137,9 +140,11 @@ def train_models(setup: Setup, truth: Truth, progress: Callable[[str], None] = l
 class WhatIfService:
     """Plays stage 2's part for the experiment: what-if entries per running job set, from the trained models."""
 
-    def __init__(self, models: Any, truth: Truth) -> None:
+    def __init__(self, models: Any, truth: Truth, *, withhold_novel: bool = False) -> None:
         self.models = models
         self.truth = truth
+        self.withhold_novel = withhold_novel
+        """Leave out the entries of job types never measured (regime ``novel``): what was published before issue 25."""
         self._cache: dict[tuple[str, ...], list[WhatIf]] = {}
         self.predictions_made = 0
 
@@ -159,18 +164,56 @@ class WhatIfService:
             if not self.truth.fits([*key, t]):
                 continue  # the scheduler would not offer this GPU anyway
             newcomer = self._predict(t, key)
-            if newcomer is None:
+            if newcomer is None or (self.withhold_novel and newcomer.regime == "novel"):
                 continue
-            existing = 0.0
+            existing, regime = 0.0, newcomer.regime
             for i, rt in enumerate(key):
                 v = self._predict(rt, [*key[:i], *key[i + 1 :], t])
                 existing += 0.0 if v is None else float(v.interference_pct)
+                if v is not None and v.regime == "novel":  # a running job of a type never measured
+                    regime = "novel"
             interval = None if newcomer.interval_pct is None else list(newcomer.interval_pct)
             entries.append(
-                WhatIf(job_type=t, newcomer_pct=float(newcomer.interference_pct), existing_pct=existing, interval_pct=interval)
+                WhatIf(
+                    job_type=t, newcomer_pct=float(newcomer.interference_pct), existing_pct=existing, interval_pct=interval,
+                    regime=regime,
+                )
             )
         self._cache[key] = entries
         return entries
+
+
+class LearningService(WhatIfService):
+    """A :class:`WhatIfService` whose models keep learning during the evaluated run, as a stream worker's would:
+    every co-location a policy makes is measured (:meth:`measure`: each job's true slowdown, with the training
+    fleet's label noise) and learned, and the entries are recomputed.  Its own copy of the models, so that one
+    policy's measurements never reach another's."""
+
+    def __init__(self, models: Any, truth: Truth, setup: Setup, seed: int) -> None:
+        import copy
+
+        super().__init__(copy.deepcopy(models), truth)
+        self.rng = random.Random(seed)
+        self.noise_pct = setup.label_noise_pct
+        self.environment = setup.gpu_model
+        self.measured = 0
+
+    def measure(self, gpu: str, job_ids: Sequence[str], types: Sequence[str], now_s: float) -> None:
+        if len(types) < 2:
+            return
+        for i, t in enumerate(types):
+            co = [*types[:i], *types[i + 1 :]]
+            speed = self.truth.speed(list(types), i) * (1.0 + self.rng.gauss(0.0, self.noise_pct / 100.0))
+            self.models.learn(
+                Observation(
+                    window_start=EPOCH_S + now_s, window_end=EPOCH_S + now_s + 10.0, gpu_uuid=gpu, environment=self.environment,
+                    job_id=job_ids[i], job_type=t, co_job_types=co, co_job_ids=[*job_ids[:i], *job_ids[i + 1 :]],
+                    solo=self.truth.solo(t), co_solo=[self.truth.solo(c) for c in co],
+                    interference_pct=slowdown_pct(speed),
+                )
+            )  # fmt: skip
+            self.measured += 1
+        self._cache.clear()  # what was learned changes the entries
 
 
 class TruthService:
@@ -211,13 +254,15 @@ class Guided:
     """Prediction-guided placement: every decision goes through :class:`SchedulerClient`."""
 
     def __init__(
-        self, service: WhatIfService | TruthService, environment: str, risk: str = "expected", name: str | None = None
-    ) -> None:
+        self, service: WhatIfService | TruthService, environment: str, risk: str = "expected", name: str | None = None,
+        **client: Any,
+    ) -> None:  # fmt: skip
         self.service = service
         self.environment = environment
         self.risk = risk
         self.name = name or ("guided" if risk == "expected" else f"guided_{risk}")
-        self.client = SchedulerClient(max_age_s=float("inf"), clock=lambda: EPOCH_S)
+        self.client = SchedulerClient(max_age_s=float("inf"), clock=lambda: EPOCH_S, **client)
+        """``client``: the scheduler client's ranking rules (``novel_risk``, ``explore_margin_pct``, ...)."""
         self._announced = False
 
     def choose(self, job: Job, candidates: Sequence[Gpu]) -> Gpu:
@@ -230,6 +275,8 @@ class Guided:
 
     def _publish(self, gpu: Gpu, job: Job, kind: str, now_s: float) -> None:
         ts = EPOCH_S + now_s
+        if isinstance(self.service, LearningService) and kind == "started":  # the new job set runs: it is measured
+            self.service.measure(gpu.name, [r.job.job_id for r in gpu.jobs], gpu.types, now_s)
         self.client.on_job_event(
             JobEvent(ts=ts, kind=kind, job_id=job.job_id, job_type=job.job_type, gpu_uuid=gpu.name, host="sim")
         )
@@ -250,9 +297,19 @@ class Guided:
         self._publish(gpu, job, "finished", now_s)
 
 
-def run_seed(seed: int, setup: Setup, truth: Truth, service: WhatIfService) -> dict[str, dict[str, float]]:
+EXPLORE_MARGIN_PCT = 10.0
+"""The exploration margin of the ``guided_explore`` policy (points of predicted cost)."""
+
+
+def run_seed(
+    seed: int, setup: Setup, truth: Truth, service: WhatIfService, withheld: WhatIfService | None = None
+) -> dict[str, dict[str, float]]:
     """One arrival sequence, placed by each policy (``oracle``: guided by the true slowdowns,
-    :class:`TruthService`); per policy the :func:`placement.fleet.summary`, and with
+    :class:`TruthService`; with ``setup.unseen_families``, also ``guided_withheld``, guided by ``withheld``'s entries,
+    which leave out novel job types as before issue 25, and ``guided_novel_expected``, novel entries ranked by their
+    expected slowdown instead of their upper end; with ``setup.learning``, ``guided_learning`` and ``guided_explore``, whose models
+    learn every co-location they make (:class:`LearningService`), the second exploring within
+    :data:`EXPLORE_MARGIN_PCT`); per policy the :func:`placement.fleet.summary`, and with
     ``setup.unseen_families`` also ``<policy>.seen`` / ``<policy>.unseen``: the summaries of the jobs of families
     the training fleet ran / never ran."""
     mean_work = (setup.work_s[1] - setup.work_s[0]) / (_log(setup.work_s[1]) - _log(setup.work_s[0]))
@@ -263,6 +320,19 @@ def run_seed(seed: int, setup: Setup, truth: Truth, service: WhatIfService) -> d
         RandomPolicy(seed), LeastLoaded(), Guided(service, setup.gpu_model), Guided(service, setup.gpu_model, "upper"),
         Guided(TruthService(truth), setup.gpu_model, name="oracle"),
     ]  # fmt: skip
+    if setup.unseen_families:
+        policies += [
+            Guided(withheld or WhatIfService(service.models, truth, withhold_novel=True), setup.gpu_model, name="guided_withheld"),
+            Guided(service, setup.gpu_model, name="guided_novel_expected", novel_risk="expected"),
+        ]  # fmt: skip
+    if setup.learning:
+        policies += [
+            Guided(LearningService(service.models, truth, setup, seed), setup.gpu_model, name="guided_learning"),
+            Guided(
+                LearningService(service.models, truth, setup, seed), setup.gpu_model, name="guided_explore",
+                explore_margin_pct=EXPLORE_MARGIN_PCT,
+            ),
+        ]  # fmt: skip
     out = {}
     for policy in policies:
         results = run_fleet(jobs, setup.gpus, policy, truth.speed, truth.fits, gpu_names=names)
@@ -306,9 +376,10 @@ def run_experiment(seeds: Sequence[int], setup: Setup, progress: Callable[[str],
     truth = Truth(setup.gpu_model)
     models = train_models(setup, truth, progress)
     service = WhatIfService(models, truth)
+    withheld = WhatIfService(models, truth, withhold_novel=True)
     per_seed = []
     for seed in seeds:
-        result = run_seed(seed, setup, truth, service)
+        result = run_seed(seed, setup, truth, service, withheld)
         per_seed.append(result)
         progress(
             f"seed {seed}: mean slowdown " + ", ".join(f"{p} {r['mean_slowdown_pct']:.1f} %" for p, r in result.items())
@@ -321,9 +392,10 @@ def run_experiment(seeds: Sequence[int], setup: Setup, progress: Callable[[str],
         if r["guided"]["mean_slowdown_pct"] < min(r["random"]["mean_slowdown_pct"], r["least_loaded"]["mean_slowdown_pct"])
     )
     split: dict[str, Any] = {}
+    learning = ("guided_learning", "guided_explore") if setup.learning else ()
     if setup.unseen_families:
         split["unseen_families"] = list(setup.unseen_families)
-        for guided in ("guided", "guided_upper", "oracle"):
+        for guided in ("guided", "guided_upper", "oracle", "guided_withheld", "guided_novel_expected", *learning):
             for part in ("seen", "unseen"):
                 for other in ("least_loaded", "random"):
                     split[f"{guided}_beats_{other}_{part}_in_seeds"] = sum(
@@ -331,6 +403,13 @@ def run_experiment(seeds: Sequence[int], setup: Setup, progress: Callable[[str],
                         for r in per_seed
                         if r[f"{guided}.{part}"]["mean_slowdown_pct"] < r[f"{other}.{part}"]["mean_slowdown_pct"]
                     )
+        pairs = [("guided", "guided_withheld"), ("guided", "guided_novel_expected")]
+        pairs += [("guided_explore", "guided_learning")] if setup.learning else []
+        for a, b in pairs:
+            for part in ("seen", "unseen"):
+                split[f"{a}_beats_{b}_{part}_in_seeds"] = sum(
+                    1 for r in per_seed if r[f"{a}.{part}"]["mean_slowdown_pct"] < r[f"{b}.{part}"]["mean_slowdown_pct"]
+                )
     return {
         "placement": {
             **{p: {k: round(v, 2) for k, v in r.items()} for p, r in overall.items()},

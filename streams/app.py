@@ -28,20 +28,49 @@ from faust.sensors import Monitor
 from faust.types import TP
 
 from config import Settings
-from events import JobEvent, MetricsRecord, Observation, RecordError, SoloProfile, Topics, decode, encode, metric_samples
+from events import (
+    JobEvent,
+    MetricSample,
+    MetricsRecord,
+    Observation,
+    RecordError,
+    SoloProfile,
+    Topics,
+    decode,
+    encode,
+    metric_samples,
+)
 from events.topics import LIFECYCLE, METRICS
 from streams import changelog, views
+from streams.checkpoint import Checkpoint, TopicPartition
 from streams.deadletters import dead_letter
+from streams.interference_metrics import HORIZON_WINDOWS, InterferenceMetrics
 from streams.metrics import StreamMetrics, dead_letter_reason
 from streams.profiles import LOCAL
 from streams.readers import PartitionReader, TopicFollower
 from streams.rebuild import Rebuild
 from streams.refits import Refits
 from streams.stage1 import LateEvent, Stage1
-from streams.stage2 import Stage2
+from streams.stage2 import Stage2, idle_prediction
 from streams.state import Stage1State
 
 log = logging.getLogger(__name__)
+
+
+InputRecord = MetricSample | JobEvent
+
+
+def decode_input(topic: str, value: bytes | None) -> list[InputRecord] | None:
+    """The stage-1 records of one per-GPU input message of base topic ``topic`` (None: not an input topic);
+    a host's batch of samples is read by :func:`events.metric_samples` (``Streams.on_host_metrics``).
+
+    Raises :class:`events.RecordError` for a message that is not a valid record.
+    """
+    if topic == METRICS:
+        return [decode(MetricSample, value)]
+    if topic == LIFECYCLE:
+        return [decode(JobEvent, value)]
+    return None
 
 
 AUTO_COMMIT_OFF_S = 10.0**9  # faust's periodic commit timer: effectively never
@@ -177,6 +206,7 @@ class Streams:
             settings.lifecycle_hold_s,
             progress_hold_s=settings.progress_hold_s,
             source_of=self._source_of,
+            every_window=True,
         )
         self.follower: TopicFollower | None = None
         self.writer_id = f"{group_instance_id(settings) or socket.gethostname()}-{os.getpid()}"
@@ -186,6 +216,7 @@ class Streams:
             send=lambda key, value, partition: self.changelog_topic.send_soon(key=key, value=value, partition=partition),
             read=functools.partial(changelog.read_partition, settings, t.stage1_changelog, writer=self.writer_id),
             writer_id=self.writer_id,
+            offsets=Checkpoint(commit=lambda: self.commit({t.metrics, t.lifecycle})),
         )
         self.state.load_checkpoint()
         self.stage2 = Stage2(
@@ -199,6 +230,10 @@ class Streams:
             highwater=self._highwater,
             held=lambda: self.stage1.held_count(),
         )
+        self.interference = InterferenceMetrics(
+            settings.alert_threshold_pct, settings.alert_clear_pct, horizon_s=HORIZON_WINDOWS * settings.window_s
+        )
+        self.metrics.registry.register(self.interference)
         self.refits = Refits(self.stage2, lambda env, board: self.send("leaderboard", env, board))
         self.rebuild = Rebuild(
             self.stage2,
@@ -207,26 +242,18 @@ class Streams:
             lambda env, board: self.send("leaderboard", env, board),
         )
         self._own_commit = False
-        self._tps: dict[tuple[str, int], tuple[TP, str]] = {}  # (base topic, partition) -> (TP, positions key)
+        self._tps: dict[tuple[str, int], tuple[TP, TopicPartition]] = {}  # (base topic, partition) -> (faust TP, ours)
         self._bases: dict[str, str] = {}  # full topic name -> base name
         self._register(stage2)
 
     # stage 1's bookkeeping lives in ``self.state`` (streams/state.py); these names stay for tests and views
     @property
-    def positions(self) -> dict[str, int]:
+    def positions(self) -> dict[TopicPartition, int]:
         return self.state.positions
-
-    @positions.setter
-    def positions(self, value: dict[str, int]) -> None:
-        self.state.positions = value
 
     @property
     def gpu_partition(self) -> dict[str, int]:
         return self.state.gpu_partition
-
-    @property
-    def replay_until(self) -> dict[str, int]:
-        return self.state.replay_until
 
     @property
     def checkpoint_path(self) -> Path:
@@ -261,9 +288,7 @@ class Streams:
         released: list[Observation] = []
         for record in records:
             released.extend(self.stage1.merge_profile(record))
-        for o in released:
-            self.emit_observation(o)
-        self.metrics.published["observations"] += len(released)
+        self.publish_observations(released)
 
     def follow_profiles(self) -> TopicFollower:
         loop = asyncio.get_running_loop()
@@ -295,7 +320,7 @@ class Streams:
             self._own_commit = False
 
     async def checkpoint_and_commit(self) -> None:
-        await self.commit({self.topics.metrics, self.topics.lifecycle})  # on_commit_initiated checkpoints first
+        await self.state.offsets.commit()  # the input offsets; on_commit_initiated checkpoints first
 
     async def save_models_and_commit(self) -> None:
         self.stage2.save()
@@ -319,14 +344,15 @@ class Streams:
         Asked per event: one batch can span minutes of event time.
         """
         high = self._highwater(LIFECYCLE, partition)
-        applied = self.positions.get(self._tp(LIFECYCLE, partition)[1])
+        applied = self.state.offsets.applied(self._tp(LIFECYCLE, partition)[1])
         return high is None or (applied is None and high > 0) or (applied is not None and applied + 1 < high)
 
-    def _tp(self, topic: str, partition: int) -> tuple[TP, str]:
-        """(faust TP, key in ``positions``) of a base topic name and partition, built once (asked per event)."""
+    def _tp(self, topic: str, partition: int) -> tuple[TP, TopicPartition]:
+        """(faust TP, :class:`TopicPartition` of the checkpoint) of a base topic name and partition, built once
+        (asked per event)."""
         names = self._tps.get((topic, partition))
         if names is None:
-            names = self._tps[(topic, partition)] = (TP(self.topics.name(topic), partition), f"{topic}:{partition}")
+            names = self._tps[(topic, partition)] = (TP(self.topics.name(topic), partition), TopicPartition(topic, partition))
         return names
 
     def _highwater(self, topic: str, partition: int) -> int | None:
@@ -351,11 +377,25 @@ class Streams:
         await self.out[name].send(key=None if key is None else key.encode(), value=encode(record))
         self.metrics.published[name] += 1
 
+    def publish_observations(self, observations: list[Observation]) -> None:
+        """Emit observations and count them as published."""
+        for o in observations:
+            self.emit_observation(o)
+        self.metrics.published["observations"] += len(observations)
+
     def emit_observation(self, obs: Observation) -> None:
         """Buffer an observation for the producer.  Not awaited: an awaited faust send cost about
         1 ms per record here; faust flushes this buffer before it commits the input offsets,
         so delivery stays at least once."""
         self.observations.send_soon(key=obs.environment.encode(), value=encode(obs))
+
+    def publish_idle(self) -> None:
+        """Every idle window stage 1 closed: the GPU's answer, that a newcomer would run there alone."""
+        for w in self.stage1.take_idle():
+            types = [jt for env, jt in self.stage1.profiles.known() if env == w.environment]
+            record = idle_prediction(w.gpu_uuid, w.environment, w.window_end, types, now=self.clock())
+            self.out["predictions"].send_soon(key=w.gpu_uuid.encode(), value=encode(record))
+            self.metrics.published["predictions"] += 1
 
     async def send_dead_letter(self, event: Any, error: str, stage: str) -> None:
         m = event.message
@@ -374,30 +414,26 @@ class Streams:
         m = event.message
         base = self._base(m.topic)
         self.metrics.consumed_message(base, m.partition, m.offset)
-        position = f"{base}:{m.partition}"
-        replay = False
-        if self.replay_until:
-            until = self.replay_until.get(position)
-            if until is not None:
-                replay = m.offset <= until
-                if not replay:
-                    del self.replay_until[position]
-        self.positions[position] = m.offset
+        replay = not self.state.offsets.store(self._tp(base, m.partition)[1], m.offset)
         try:
             if base == METRICS:
-                record = metric_samples(event.value)
-                if record.batched:
-                    return self.on_host_metrics(event, record, replay), None
-                sample = record.samples[0]
-                self.gpu_partition[sample.gpu_uuid] = m.partition
-                self.state.touched.add(sample.gpu_uuid)
-                return self.stage1.on_metric(sample, self.lifecycle_pending(m.partition)), None
-            if base == LIFECYCLE:
-                job = decode(JobEvent, event.value)
-                self.gpu_partition[job.gpu_uuid] = m.partition
-                self.state.touched.add(job.gpu_uuid)
-                return self.stage1.on_job(job, self.lifecycle_pending(m.partition)), None
-            return [], f"unexpected topic {event.message.topic}"
+                batch = metric_samples(event.value)
+                if batch.batched:  # a host's samples: each on its own (a bad one costs only itself)
+                    return self.on_host_metrics(event, batch, replay), None
+                records: list[InputRecord] | None = list(batch.samples)
+            else:
+                records = decode_input(base, event.value)
+            if records is None:
+                return [], f"unexpected topic {event.message.topic}"
+            out: list[Observation] = []
+            for record in records:
+                self.state.read_from(record.gpu_uuid, m.partition)
+                pending = self.lifecycle_pending(m.partition)
+                if isinstance(record, MetricSample):
+                    out.extend(self.stage1.on_metric(record, pending))
+                else:
+                    out.extend(self.stage1.on_job(record, pending))
+            return out, None
         except RecordError as exc:
             return [], f"invalid {base} record: {exc}"
         except LateEvent as exc:
@@ -417,8 +453,7 @@ class Streams:
         pending = self.lifecycle_pending(m.partition)
         out: list[Observation] = []
         for sample in record.samples:
-            self.gpu_partition[sample.gpu_uuid] = m.partition
-            self.state.touched.add(sample.gpu_uuid)
+            self.state.read_from(sample.gpu_uuid, m.partition)
             try:
                 out.extend(self.stage1.on_metric(sample, pending))
             except LateEvent as exc:
@@ -481,50 +516,35 @@ class Streams:
 
         self.agents = (stage1, stage2)
 
-    def _publish_released(self) -> None:
-        """Observations of job-windows adopted from a partition's last owner whose solo profile is known here."""
-        released, self.state.released = self.state.released, []
-        for o in released:
-            self.emit_observation(o)
-        self.metrics.published["observations"] += len(released)
-
     async def stage1_event(self, event: Any) -> None:
         """Stage 1 for one event (``stage1_batch`` 1)."""
-        m = event.message
-        if not self.state.ready(m.partition):
-            await self.state.restored({m.partition: {f"{self._base(m.topic)}:{m.partition}": m.offset}})
-        if self.state.released:  # a restore may have finished before this partition's first event
-            self._publish_released()
-        obs, error = self.handle_input(event)
-        if error is not None:
-            await self.send_dead_letter(event, error, "stage1")
-        elif obs:
-            for o in obs:
-                self.emit_observation(o)
-            self.metrics.published["observations"] += len(obs)
+        await self.stage1_batch([event])
 
     async def stage1_batch(self, batch: Iterable[Any]) -> None:
+        batch = list(batch)
+        await self.before_stage1(batch)
         observations: list[Observation] = []
-        if self.state.enabled:
-            batch = list(batch)
-            firsts: dict[int, dict[str, int]] = {}
-            for e in batch:  # in offset order per partition: the first seen is the first handed over
-                m = e.message
-                if not self.state.ready(m.partition):
-                    firsts.setdefault(m.partition, {}).setdefault(f"{self._base(m.topic)}:{m.partition}", m.offset)
-            if firsts:
-                await self.state.restored(firsts)
-            if self.state.released:  # a restore may have finished before this partition's first event
-                self._publish_released()
         for event in batch:
             obs, error = self.handle_input(event)
             if error is not None:
                 await self.send_dead_letter(event, error, "stage1")
             elif obs:
                 observations.extend(obs)
-        for o in observations:
-            self.emit_observation(o)
-        self.metrics.published["observations"] += len(observations)
+        self.publish_observations(observations)
+        self.publish_idle()
+
+    async def before_stage1(self, batch: list[Any]) -> None:
+        """Before stage 1 applies ``batch``: read the changelog of its partitions not read since they were assigned
+        here, then publish the job-windows adopted from their last owner whose solo profile is known here."""
+        firsts: dict[int, dict[TopicPartition, int]] = {}
+        for e in batch:  # in offset order per partition: the first seen is the first handed over
+            m = e.message
+            if not self.state.ready(m.partition):
+                firsts.setdefault(m.partition, {}).setdefault(self._tp(self._base(m.topic), m.partition)[1], m.offset)
+        if firsts:
+            await self.state.restored(firsts)
+        if self.state.released:  # a restore may have finished before this partition's first event
+            self.publish_observations(self.state.take_released())
 
     async def stage2_batch(self, batch: Iterable[Any]) -> None:
         boards = {}
@@ -542,6 +562,7 @@ class Streams:
                 log.exception("stage 2 failed on p%s@%s", event.message.partition, event.message.offset)
                 await self.send_dead_letter(event, f"stage 2 error: {type(exc).__name__}: {exc}", "stage2")
                 continue
+            self.interference.observe(obs, out.predictions, out.alerts)
             for p in out.predictions:
                 await self.send("predictions", p.gpu_uuid, p)
             for a in out.alerts:

@@ -25,52 +25,67 @@ import json
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from config import Settings
+from streams import checkpoint
+from streams.checkpoint import TopicPartition
+from streams.stage1 import HeldWindow
 
 GPU_PREFIX = "gpu:"
 POSITIONS = "positions"
 FENCE = "fence"
 
 
-def gpu_record(gpu_uuid: str, state: Mapping[str, Any], held: Iterable[Mapping[str, Any]] = ()) -> tuple[bytes, bytes]:
+def gpu_record(gpu_uuid: str, state: Mapping[str, Any], held: Iterable[HeldWindow] = ()) -> tuple[bytes, bytes]:
     """One GPU's state and the job-windows held for a solo profile that has not arrived yet."""
-    body = {"state": state, "held": list(held)}
+    body = {"state": state, "held": [w.to_builtins() for w in held]}
     return (GPU_PREFIX + gpu_uuid).encode(), json.dumps(body, separators=(",", ":")).encode()
 
 
-def positions_record(positions: Mapping[str, int], window_s: float, writer: str) -> tuple[bytes, bytes]:
-    body = {"positions": dict(positions), "window_s": window_s, "writer": writer, "ts": time.time()}
+def positions_record(positions: Mapping[TopicPartition, int], window_s: float, writer: str) -> tuple[bytes, bytes]:
+    body = {"positions": checkpoint.encode(positions), "window_s": window_s, "writer": writer, "ts": time.time()}
     return POSITIONS.encode(), json.dumps(body, separators=(",", ":")).encode()
+
+
+class GpuEntry(NamedTuple):
+    """A GPU's latest changelog record: its :class:`streams.windows.GpuState` as a dict, and its held job-windows."""
+
+    state: dict[str, Any]
+    held: list[HeldWindow]
 
 
 class PartitionState:
     """What changelog partition ``p`` says: GPU states (latest per GPU) and the input positions they cover."""
 
-    def __init__(self, gpus: dict[str, dict[str, Any]], positions: dict[str, int], window_s: float | None) -> None:
+    def __init__(self, gpus: dict[str, GpuEntry], positions: dict[TopicPartition, int], window_s: float | None) -> None:
         self.gpus = gpus
         self.positions = positions
         self.window_s = window_s
 
-    def newer_than(self, local: Mapping[str, int]) -> bool:
+    def newer_than(self, local: Mapping[TopicPartition, int]) -> bool:
         """Whether these positions are beyond ``local`` (this worker's own, restored from its checkpoint)."""
         if not self.positions:
             return False
-        return any(off > local.get(key, -1) for key, off in self.positions.items())
+        return any(off > local.get(tp, -1) for tp, off in self.positions.items())
+
+
+def _gpu_entry(value: bytes) -> GpuEntry:
+    body = json.loads(value)
+    return GpuEntry(body.get("state", {}), [HeldWindow.from_builtins(w) for w in body.get("held", [])])
 
 
 def fold(records: Iterable[tuple[bytes | None, bytes | None]]) -> PartitionState:
     """The latest value per key of a changelog partition's records, in log order.
 
     >>> k, v = gpu_record("GPU-1", {"closed": 3})  # GPU state (and held job-windows)
-    >>> p, q = positions_record({"gpu.metrics:0": 41}, 10.0, "w")
+    >>> p, q = positions_record({TopicPartition("gpu.metrics", 0): 41}, 10.0, "w")
     >>> s = fold([(k, v), (p, q), (b"fence", b"{}")])
     >>> s.gpus, s.positions, s.window_s
-    ({'GPU-1': {'state': {'closed': 3}, 'held': []}}, {'gpu.metrics:0': 41}, 10.0)
+    ({'GPU-1': GpuEntry(state={'closed': 3}, held=[])}, {TopicPartition(topic='gpu.metrics', partition=0): 41}, 10.0)
     """
-    gpus: dict[str, dict[str, Any]] = {}
-    positions: dict[str, int] = {}
+    gpus: dict[str, GpuEntry] = {}
+    positions: dict[TopicPartition, int] = {}
     window_s = None
     for key, value in records:
         if key is None:
@@ -80,41 +95,34 @@ def fold(records: Iterable[tuple[bytes | None, bytes | None]]) -> PartitionState
             if value is None:
                 gpus.pop(name[len(GPU_PREFIX) :], None)
             else:
-                gpus[name[len(GPU_PREFIX) :]] = json.loads(value)
+                gpus[name[len(GPU_PREFIX) :]] = _gpu_entry(value)
         elif name == POSITIONS and value is not None:
             body = json.loads(value)
-            positions = {k: int(v) for k, v in body.get("positions", {}).items()}
+            positions = checkpoint.decode(body.get("positions", {}))
             window_s = body.get("window_s")
     return PartitionState(gpus, positions, window_s)
 
 
-def read_partition(settings: Settings, topic: str, partition: int, writer: str, timeout_s: float = 60.0) -> PartitionState:
-    """Write a fence to changelog ``partition``, read the partition from the beginning up to it, fold it (blocking)."""
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+def read_partition(
+    settings: Settings, topic: str, partition: int, writer: str, timeout_s: float = 60.0, consumer: Any = None
+) -> PartitionState:
+    """Write a fence to changelog ``partition``, read the partition from the beginning up to it, fold it (blocking).
 
-    from transport.kafka import kafka_config
+    ``consumer`` is injectable (tests): by default a :class:`transport.RawConsumer` of the settings."""
+    from transport import RawConsumer, RecordProducer
 
-    consumer = KafkaConsumer(**kafka_config(settings), group_id=None, enable_auto_commit=False, auto_offset_reset="earliest")
-    try:
-        if partition not in (consumer.partitions_for_topic(topic) or set()):
+    with RawConsumer(settings, consumer) as reader:
+        if partition not in reader.partitions(topic):
             return PartitionState({}, {}, None)  # no changelog (topics created by an older version): start afresh
-        producer = KafkaProducer(**kafka_config(settings), max_block_ms=int(timeout_s * 1000))
-        try:
+        with RecordProducer(settings, max_block_ms=int(timeout_s * 1000)) as producer:
             fence = json.dumps({"writer": writer, "nonce": uuid.uuid4().hex}).encode()
-            sent = producer.send(topic, key=FENCE.encode(), value=fence, partition=partition)
+            sent = producer.send_to(topic, partition, fence, key=FENCE.encode())
             fence_offset = int(sent.get(timeout=timeout_s).offset)
-        finally:
-            producer.close(timeout=5)
-        tp = TopicPartition(topic, partition)
         records: list[tuple[bytes | None, bytes | None]] = []
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
+        reader.assign(topic, partition)
         deadline = time.monotonic() + timeout_s
-        while int(consumer.position(tp)) <= fence_offset:
+        while reader.position() <= fence_offset:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic}[{partition}] up to its fence at {fence_offset} took over {timeout_s:g} s")
-            for messages in consumer.poll(timeout_ms=500, max_records=5000).values():
-                records.extend((m.key, m.value) for m in messages if m.offset <= fence_offset)
-    finally:
-        consumer.close()
+            records.extend((k, v) for offset, k, v in reader.poll(timeout_s=0.5, max_records=5000) if offset <= fence_offset)
     return fold(records)

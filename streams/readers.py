@@ -25,25 +25,20 @@ from config import Settings
 log = logging.getLogger(__name__)
 
 
-def _consumer(settings: Settings) -> Any:
-    from kafka import KafkaConsumer
-
-    from transport.kafka import kafka_config
-
-    return KafkaConsumer(**kafka_config(settings), group_id=None, enable_auto_commit=False, auto_offset_reset="earliest")
-
-
 class PartitionReader:
-    """Raw records ``(offset, key, value)`` of one partition from ``start`` until the position reaches ``end``."""
+    """Raw records ``(offset, key, value)`` of one partition from ``start`` until the position reaches ``end``.
 
-    def __init__(self, settings: Settings, topic: str, partition: int, start: int, end: int, stall_s: float = 30.0) -> None:
-        from kafka import TopicPartition
+    ``consumer`` is injectable (tests): by default a :class:`transport.RawConsumer` of the settings.
+    """
 
-        self.tp = TopicPartition(topic, partition)
+    def __init__(
+        self, settings: Settings, topic: str, partition: int, start: int, end: int, stall_s: float = 30.0, consumer: Any = None
+    ) -> None:
+        from transport import RawConsumer
+
+        self.topic, self.partition = topic, partition
         self.start, self.end, self.stall_s = start, end, stall_s
-        self.consumer = _consumer(settings)
-        self.consumer.assign([self.tp])
-        self.consumer.seek(self.tp, start)
+        self.consumer = RawConsumer(settings, consumer).assign(topic, partition, start)
         self._last_progress = time.monotonic()
         self.position = start
 
@@ -55,14 +50,20 @@ class PartitionReader:
         """The next records below ``end`` (blocking up to half a second); [] once done or stalled for ``stall_s``."""
         out: list[tuple[int, bytes | None, bytes | None]] = []
         while not out and not self.done:
-            batches = self.consumer.poll(timeout_ms=500, max_records=max_records)
-            for messages in batches.values():
-                out.extend((m.offset, m.key, m.value) for m in messages if m.offset < self.end)
-            self.position = int(self.consumer.position(self.tp))
-            if out or batches:
+            records = self.consumer.poll(timeout_s=0.5, max_records=max_records)
+            out.extend(r for r in records if r[0] < self.end)
+            self.position = self.consumer.position()
+            if records:
                 self._last_progress = time.monotonic()
             elif time.monotonic() - self._last_progress > self.stall_s:
-                log.warning("reading %s from %d stalled at %d before %d", self.tp, self.start, self.position, self.end)
+                log.warning(
+                    "reading %s[%d] from %d stalled at %d before %d",
+                    self.topic,
+                    self.partition,
+                    self.start,
+                    self.position,
+                    self.end,
+                )
                 self.position = self.end  # records below end were deleted (retention): rebuild from what exists
                 break
         return out

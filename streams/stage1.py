@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from events import JobEvent, MetricSample, Observation, SoloProfile
+from events.records import Occupancy, RwSource
 from streams.features import KEYS, interference_rate, means, percent_change, throughput
 from streams.profiles import LOCAL, SoloProfiles
 from streams.windows import NKEYS, GpuState, Job, add_extras, add_sample, extra_mean, job_utilisation, new_acc, window_index
@@ -22,6 +26,16 @@ class LateEvent(Exception):
     """An event arrived after its window closed (beyond the allowed lateness)."""
 
 
+@dataclass(frozen=True)
+class IdleWindow:
+    """A window in which a GPU ran no job (it had metric samples)."""
+
+    gpu_uuid: str
+    environment: str
+    window_start: float
+    window_end: float
+
+
 def _seen(job: Job, event: JobEvent) -> bool:
     """The event is a resend of one already applied (same kind at the same event time)."""
     if event.kind == "started":
@@ -29,6 +43,43 @@ def _seen(job: Job, event: JobEvent) -> bool:
     if event.kind == "finished":
         return job.end == event.ts
     return any(p[0] == event.ts for p in job.progress)
+
+
+class HeldWindow(msgspec.Struct, frozen=True):
+    """A co-located job-window waiting for its job type's first solo profile in its environment.
+
+    It travels in the local checkpoint and in the stage-1 changelog as a JSON object of these
+    fields (:meth:`to_builtins` / :meth:`from_builtins`: the shape of the dicts written before).
+    """
+
+    window_start: float
+    window_end: float
+    gpu_uuid: str
+    environment: str
+    job_id: str
+    job_type: str
+    co_job_types: list[str]
+    co_job_ids: list[str]
+    window_means: dict[str, float | None]
+    throughput_steps_per_s: float | None
+    samples: int
+    proc_sm_util_pct: float | None = None
+    proc_mem_util_pct: float | None = None
+    sm_share_pct: float | None = None
+    rw_source: RwSource | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(environment, job type): the solo profile it waits for."""
+        return self.environment, self.job_type
+
+    def to_builtins(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_builtins(cls, data: Mapping[str, Any]) -> HeldWindow:
+        """One held window as written by :meth:`to_builtins` (or by a worker of the dict era: same keys)."""
+        return msgspec.convert(data, cls, strict=False)
 
 
 class Stage1:
@@ -45,6 +96,13 @@ class Stage1:
     window of that type closes.  Profiles are shared by the GPUs of an
     environment, so the profile can come from a GPU read later, from another
     partition: after a restart a worker reads its backlog with skew across partitions.
+
+    ``every_window``: also tell stage 2 about windows that are not co-located, so that every GPU
+    answers the scheduler's question: a solo window becomes an :class:`Observation` with ``occupancy``
+    ``solo`` among the ones returned (no co-runners, no ``interference_pct``: never a training row), an
+    idle window an :class:`IdleWindow` in ``idle`` (the caller takes them with :meth:`take_idle`).  Off
+    by default: readers of the returned observations as training rows (datasets, benches) get only
+    co-located ones.
     """
 
     def __init__(
@@ -59,8 +117,11 @@ class Stage1:
         progress_hold_s: float = 600.0,
         max_held: int = 1000,
         source_of: Callable[[str], str] | None = None,
+        every_window: bool = False,
     ) -> None:
         self.window_s = window_s
+        self.every_window = every_window
+        self.idle: list[IdleWindow] = []
         self.lateness_s = lateness_s
         self.hold_s = max(hold_s, lateness_s)
         self.progress_hold_s = max(progress_hold_s, self.hold_s)
@@ -70,7 +131,7 @@ class Stage1:
         self.max_held = max_held
         self.source_of = source_of  # gpu_uuid -> the input partition it is read from (the share of solo profiles it feeds)
         # (environment, job type) -> job-windows waiting for that type's first solo profile
-        self.held: dict[tuple[str, str], deque[dict[str, Any]]] = {}
+        self.held: dict[tuple[str, str], deque[HeldWindow]] = {}
         self.gpus: dict[str, GpuState] = {}
         self.counters: Counter[str] = Counter()
         self.dirty: set[str] = set()  # GPUs whose windows closed since the last checkpoint
@@ -85,7 +146,7 @@ class Stage1:
             "window_s": self.window_s,
             "gpus": {g: st.to_dict() for g, st in self.gpus.items()},
             "profiles": self.profiles.to_dict(),
-            "held": [w for windows in self.held.values() for w in windows],
+            "held": [w.to_builtins() for windows in self.held.values() for w in windows],
         }
 
     def restore(self, data: Mapping[str, Any]) -> None:
@@ -95,7 +156,7 @@ class Stage1:
         if data.get("window_s") == self.window_s:
             self.gpus = {g: GpuState.from_dict(d) for g, d in data.get("gpus", {}).items()}
             for w in data.get("held", []):
-                self._hold(w)
+                self._hold(HeldWindow.from_builtins(w))
         self.dirty.clear()
 
     def forget(self, gpus: Iterable[str]) -> None:
@@ -222,6 +283,8 @@ class Stage1:
             return []
         if not full:
             self.counters["windows_idle"] += 1
+            if self.every_window:
+                self.idle.append(IdleWindow(gpu, st.environment, start, end))
             return []
         env = st.environment
         window_means = means(acc[1 : 1 + NKEYS], [int(c) for c in acc[1 + NKEYS :]])
@@ -234,29 +297,40 @@ class Stage1:
             job_type = st.jobs[job_id].job_type
             source = self.source_of(gpu) if self.source_of is not None else LOCAL
             self.profiles.add(env, job_type, {**window_means, "throughput": rates[job_id]}, source=source, ts=end)
-            return self._release(env, job_type)
+            released = self._release(env, job_type)
+            if self.every_window:
+                solo = self._observation(
+                    HeldWindow(start, end, gpu, env, job_id, job_type, [], [], window_means, rates[job_id], int(acc[0]),
+                               rw_source=rw_source),
+                    occupancy="solo",
+                )  # fmt: skip
+                if solo is not None:
+                    released.append(solo)
+                    self.counters["observations_solo"] += 1
+                    self.counters["observations"] += 1
+            return released
         self.counters["windows_colocated"] += 1
         util = job_utilisation(full, st.jobs, ext)
         out = []
         for job_id in full:
             others = [j for j in full if j != job_id]
-            window = {
-                "window_start": start,
-                "window_end": end,
-                "gpu_uuid": gpu,
-                "environment": env,
-                "job_id": job_id,
-                "job_type": st.jobs[job_id].job_type,
-                "co_job_types": [st.jobs[j].job_type for j in others],
-                "co_job_ids": others,
-                "window_means": window_means,
-                "throughput_steps_per_s": rates[job_id],
-                "samples": int(acc[0]),
-                "proc_sm_util_pct": util[job_id][0],
-                "proc_mem_util_pct": util[job_id][1],
-                "sm_share_pct": util[job_id][2],
-                "rw_source": rw_source,
-            }
+            window = HeldWindow(
+                window_start=start,
+                window_end=end,
+                gpu_uuid=gpu,
+                environment=env,
+                job_id=job_id,
+                job_type=st.jobs[job_id].job_type,
+                co_job_types=[st.jobs[j].job_type for j in others],
+                co_job_ids=others,
+                window_means=window_means,
+                throughput_steps_per_s=rates[job_id],
+                samples=int(acc[0]),
+                proc_sm_util_pct=util[job_id][0],
+                proc_mem_util_pct=util[job_id][1],
+                sm_share_pct=util[job_id][2],
+                rw_source=rw_source,
+            )
             obs = self._observation(window)
             if obs is None:
                 self.counters["no_solo_profile"] += 1
@@ -266,11 +340,11 @@ class Stage1:
         self.counters["observations"] += len(out)
         return out
 
-    def _rw(self, env: str, window_means: dict[str, float | None], dram: float | None) -> str | None:
+    def _rw(self, env: str, window_means: dict[str, float | None], dram: float | None) -> RwSource | None:
         """Set the window's R and W from GPM DRAM bandwidth where its samples had it (else the PCIe
         counters stay); return the source used, None when there is none or it is not the environment's."""
         if dram is not None:
-            source: str | None = "dram_bw_util_pct"
+            source: RwSource | None = "dram_bw_util_pct"
             window_means["R"] = window_means["W"] = dram
         else:
             source = "pcie_kbps" if window_means["R"] is not None or window_means["W"] is not None else None
@@ -283,23 +357,23 @@ class Stage1:
         return source
 
     # ------------------------------------------------------- held job-windows
-    def _observation(self, w: Mapping[str, Any]) -> Observation | None:
-        """The observation of a co-located job-window, or None while its job type has no solo profile."""
-        env = w["environment"]
-        solo = self.profiles.get(env, w["job_type"])
+    def _observation(self, w: HeldWindow, occupancy: Occupancy | None = None) -> Observation | None:
+        """The observation of a job-window (co-located, or ``occupancy`` solo: never labelled), or None while its
+        job type has no solo profile."""
+        solo = self.profiles.get(w.environment, w.job_type)
         if solo is None:
             return None
-        wm = w["window_means"]
+        wm = w.window_means
         pct = {p: percent_change(wm[p], solo[p]) for p in KEYS[:6]}
         return Observation(
-            window_start=w["window_start"],
-            window_end=w["window_end"],
-            gpu_uuid=w["gpu_uuid"],
-            environment=env,
-            job_id=w["job_id"],
-            job_type=w["job_type"],
-            co_job_types=list(w["co_job_types"]),
-            co_job_ids=list(w["co_job_ids"]),
+            window_start=w.window_start,
+            window_end=w.window_end,
+            gpu_uuid=w.gpu_uuid,
+            environment=w.environment,
+            job_id=w.job_id,
+            job_type=w.job_type,
+            co_job_types=list(w.co_job_types),
+            co_job_ids=list(w.co_job_ids),
             E_pct=pct["E"],
             T_pct=pct["T"],
             S_pct=pct["S"],
@@ -308,21 +382,21 @@ class Stage1:
             W_pct=pct["W"],
             window_means=dict(wm),
             solo=solo,
-            co_solo=[self.profiles.get(env, t) or {} for t in w["co_job_types"]],
-            interference_pct=interference_rate(solo["throughput"], w["throughput_steps_per_s"]),
-            throughput_steps_per_s=w["throughput_steps_per_s"],
-            samples=int(w["samples"]),
-            proc_sm_util_pct=w.get("proc_sm_util_pct"),
-            proc_mem_util_pct=w.get("proc_mem_util_pct"),
-            sm_share_pct=w.get("sm_share_pct"),
-            rw_source=w.get("rw_source"),
+            co_solo=[self.profiles.get(w.environment, t) or {} for t in w.co_job_types],
+            interference_pct=None if occupancy == "solo" else interference_rate(solo["throughput"], w.throughput_steps_per_s),
+            throughput_steps_per_s=w.throughput_steps_per_s,
+            samples=w.samples,
+            proc_sm_util_pct=w.proc_sm_util_pct,
+            proc_mem_util_pct=w.proc_mem_util_pct,
+            sm_share_pct=w.sm_share_pct,
+            rw_source=w.rw_source,
+            occupancy=occupancy,
         )
 
-    def _hold(self, window: dict[str, Any]) -> None:
-        key = (window["environment"], window["job_type"])
-        held = self.held.get(key)
+    def _hold(self, window: HeldWindow) -> None:
+        held = self.held.get(window.key)
         if held is None:
-            held = self.held[key] = deque()
+            held = self.held[window.key] = deque()
         if len(held) >= self.max_held:
             held.popleft()
             self.counters["held_dropped"] += 1
@@ -345,22 +419,22 @@ class Stage1:
             return []
         return self._release(record.environment, record.job_type)
 
-    def held_by_gpu(self, gpus: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+    def held_by_gpu(self, gpus: Iterable[str]) -> dict[str, list[HeldWindow]]:
         """The held job-windows of these GPUs (they move with the GPU's partition)."""
         wanted = set(gpus)
-        out: dict[str, list[dict[str, Any]]] = {}
+        out: dict[str, list[HeldWindow]] = {}
         for windows in self.held.values():
             for w in windows:
-                if w["gpu_uuid"] in wanted:
-                    out.setdefault(w["gpu_uuid"], []).append(w)
+                if w.gpu_uuid in wanted:
+                    out.setdefault(w.gpu_uuid, []).append(w)
         return out
 
-    def adopt_held(self, windows: Iterable[dict[str, Any]]) -> list[Observation]:
+    def adopt_held(self, windows: Iterable[HeldWindow]) -> list[Observation]:
         """Hold job-windows another worker held for GPUs now read here; return those whose profile is already known."""
         keys = set()
         for w in windows:
-            self._hold(dict(w))
-            keys.add((w["environment"], w["job_type"]))
+            self._hold(w)
+            keys.add(w.key)
         out: list[Observation] = []
         for env, jt in sorted(keys):
             if self.profiles.get(env, jt) is not None:
@@ -371,11 +445,16 @@ class Stage1:
         """Drop the held job-windows of GPUs now read elsewhere (their new owner holds them)."""
         gone = set(gpus)
         for key in list(self.held):
-            kept = deque(w for w in self.held[key] if w["gpu_uuid"] not in gone)
+            kept = deque(w for w in self.held[key] if w.gpu_uuid not in gone)
             if kept:
                 self.held[key] = kept
             else:
                 del self.held[key]
+
+    def take_idle(self) -> list[IdleWindow]:
+        """The idle windows closed since the last call (``every_window``)."""
+        idle, self.idle = self.idle, []
+        return idle
 
     def held_count(self) -> int:
         """Job-windows waiting for a solo profile."""

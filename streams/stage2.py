@@ -1,9 +1,12 @@
 """Stage 2, without Kafka: observations in; predictions, alerts and leaderboards out.
 
-:class:`Stage2` hosts one :class:`models.api.EnvironmentModels` per environment
+:class:`Stage2` hosts one :class:`models.environment.EnvironmentModels` per environment
 through exactly its public interface, dedupes observations by
 ``observation_id``, predicts in both modes (placement with what-if entries for
-every known job type), and runs alert hysteresis.  Refits are handed out as
+every known job type), and runs alert hysteresis.  A solo window (an observation
+with ``occupancy`` ``solo``) is never learned: it gets one :func:`solo_prediction`
+with the what-if entries of the GPU's lone job, so that every GPU answers the
+scheduler's question; an idle GPU's answer is :func:`idle_prediction`.  Refits are handed out as
 snapshot callables for the caller to run in an executor.
 """
 
@@ -15,7 +18,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,8 @@ from typing import Any
 import msgspec
 
 from events import Alert, Leaderboard, Observation, Prediction, WhatIf, to_dict
-from models.api import Config, EnvironmentModels, PlacementAsk
+from events.records import AlertSource
+from models.environment import Config, EnvironmentModels, PlacementAsk
 from streams.dedupe import SeenSet
 from streams.hysteresis import AlertStates
 
@@ -170,7 +174,10 @@ class Stage2:
         self.positions[partition] = offset
 
     def replay(self, obs: Observation) -> bool:
-        """Learn a historical observation (a rebuild): no prediction, no alert; False when already learned."""
+        """Learn a historical observation (a rebuild): no prediction, no alert; False when already learned
+        (or not a co-located window: nothing to learn)."""
+        if not obs.colocated:
+            return False
         if not self.seen.add(obs.observation_id):
             self.counters["duplicates"] += 1
             return False
@@ -206,6 +213,8 @@ class Stage2:
 
     # ------------------------------------------------------------ observations
     def on_observation(self, obs: Observation) -> Output:
+        if not obs.colocated:
+            return self.on_solo(obs)
         out = Output()
         if not self.seen.add(obs.observation_id):
             self.counters["duplicates"] += 1
@@ -255,31 +264,51 @@ class Stage2:
             self.latest.setdefault(obs.gpu_uuid, {}).setdefault(obs.job_id, {})[result.mode] = to_dict(pred)
         # alerts: the measured rate when the job reports progress, else the observed-mode prediction
         if obs.interference_pct is not None:
-            value, source = obs.interference_pct, "measured"
+            self._alert(out, obs, obs.interference_pct, "measured", now)
         elif observed is not None:
-            value, source = float(observed.interference_pct), "predicted"
-        else:
-            value, source = None, ""
-        if value is not None:
-            change = self.alerts.update((obs.gpu_uuid, obs.job_id), value)
-            if change is not None:
-                out.alerts.append(
-                    Alert(
-                        ts=now,
-                        state=change,
-                        gpu_uuid=obs.gpu_uuid,
-                        job_id=obs.job_id,
-                        interference_pct=value,
-                        threshold=self.alerts.threshold,
-                        source=source,
-                        clear_level=self.alerts.clear_level,
-                        job_type=obs.job_type,
-                        environment=env,
-                    )
-                )
+            self._alert(out, obs, float(observed.interference_pct), "predicted", now)
         models.learn(obs)
         out.leaderboard = self._leaderboard(env)
         return out
+
+    def on_solo(self, obs: Observation) -> Output:
+        """A window in which the job ran alone: the what-if entries of every known job type joining it, in one
+        :func:`solo_prediction`.  Nothing is learned (a solo window measures no interference), nothing deduped."""
+        out = Output()
+        if obs.occupancy != "solo" or obs.co_job_types:
+            self.counters["windows_not_understood"] += 1
+            return out
+        self.counters["solo_windows"] += 1
+        models = self.models_for(obs.environment)
+        if obs.solo:
+            self.job_types.setdefault(obs.environment, {})[obs.job_type] = obs.solo
+        now = self.clock()
+        pred = solo_prediction(obs, self._what_if(models, obs), now=now)
+        out.predictions.append(pred)
+        if self.alerts.is_raised((obs.gpu_uuid, obs.job_id)):
+            self._alert(out, obs, 0.0, "measured", now)  # alone, the job is not slowed: its alert clears
+        self.latest.setdefault(obs.gpu_uuid, {}).setdefault(obs.job_id, {})[pred.mode] = to_dict(pred)
+        return out
+
+    def _alert(self, out: Output, obs: Observation, value: float, source: AlertSource, now: float) -> None:
+        """Feed the job's hysteresis; a change of state is an alert in ``out``."""
+        change = self.alerts.update((obs.gpu_uuid, obs.job_id), value)
+        if change is None:
+            return
+        out.alerts.append(
+            Alert(
+                ts=now,
+                state=change,
+                gpu_uuid=obs.gpu_uuid,
+                job_id=obs.job_id,
+                interference_pct=value,
+                threshold=self.alerts.threshold,
+                source=source,
+                clear_level=self.alerts.clear_level,
+                job_type=obs.job_type,
+                environment=obs.environment,
+            )
+        )
 
     def _what_if(self, models: EnvironmentModels, obs: Observation) -> list[WhatIf]:
         """Each known job type as a newcomer to this GPU's running set (cached per window)."""
@@ -331,6 +360,60 @@ def what_if_entries(
         if newcomer is not None:
             interval = None if newcomer.interval_pct is None else list(newcomer.interval_pct)
             entries.append(
-                WhatIf(job_type=jt, newcomer_pct=float(newcomer.interference_pct), existing_pct=existing, interval_pct=interval)
-            )
+                WhatIf(
+                    job_type=jt, newcomer_pct=float(newcomer.interference_pct), existing_pct=existing,
+                    interval_pct=interval, regime=newcomer.regime,
+                )
+            )  # fmt: skip
     return entries
+
+
+SOLO_MODEL = "solo"
+IDLE_MODEL = "idle"
+"""The ``model`` of a prediction for a GPU running one job / none: no model, the answer is known."""
+
+
+def solo_prediction(obs: Observation, what_if: list[WhatIf], *, now: float) -> Prediction:
+    """The answer of a GPU whose job ran alone in the window: the job is not slowed (0, interval ``[0, 0]``), and
+    ``what_if`` says what each newcomer would do there."""
+    return Prediction(
+        ts=now,
+        gpu_uuid=obs.gpu_uuid,
+        environment=obs.environment,
+        job_id=obs.job_id,
+        job_type=obs.job_type,
+        job_set=[obs.job_type],
+        mode="placement",
+        interference_pct=0.0,
+        model=SOLO_MODEL,
+        category="all",
+        what_if=what_if,
+        window_end=obs.window_end,
+        interval_pct=[0.0, 0.0],
+        occupancy="solo",
+    )
+
+
+def idle_prediction(gpu_uuid: str, environment: str, window_end: float, job_types: Iterable[str], *, now: float) -> Prediction:
+    """The answer of an idle GPU: every job type would run there alone (0 for the newcomer, no one else slowed).
+
+    >>> p = idle_prediction("GPU-a", "v100", 1e9, ["b", "a"], now=1e9)
+    >>> p.occupancy, p.job_set, [(w.job_type, w.newcomer_pct, w.existing_pct, w.interval_pct) for w in p.what_if]
+    ('idle', [], [('a', 0.0, 0.0, [0.0, 0.0]), ('b', 0.0, 0.0, [0.0, 0.0])])
+    """
+    return Prediction(
+        ts=now,
+        gpu_uuid=gpu_uuid,
+        environment=environment,
+        job_id="",
+        job_type="",
+        job_set=[],
+        mode="placement",
+        interference_pct=0.0,
+        model=IDLE_MODEL,
+        category="all",
+        what_if=[WhatIf(job_type=t, newcomer_pct=0.0, existing_pct=0.0, interval_pct=[0.0, 0.0]) for t in sorted(set(job_types))],
+        window_end=window_end,
+        interval_pct=[0.0, 0.0],
+        occupancy="idle",
+    )

@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from streams import changelog
+from streams.checkpoint import Checkpoint, TopicPartition
+from streams.checkpoint import decode as decode_offsets
+from streams.checkpoint import encode as encode_offsets
 from streams.stage1 import Stage1
 from streams.windows import GpuState
 
@@ -41,11 +44,6 @@ except ImportError:  # pragma: no cover
     _loads = _jsonlib.loads
 
 
-def _partition_of(position_key: str) -> int:
-    """``"gpu.metrics:3"`` -> 3."""
-    return int(position_key.rpartition(":")[2])
-
-
 class Stage1State:
     """Which input partition each GPU is read from, the positions applied, the checkpoint and the changelog.
 
@@ -63,6 +61,7 @@ class Stage1State:
         read: Callable[[int], changelog.PartitionState] | None = None,
         writer_id: str = "",
         catch_up_s: float = 15.0,
+        offsets: Checkpoint | None = None,
     ) -> None:
         self.stage1 = stage1
         self.checkpoint_path = checkpoint_path
@@ -71,19 +70,29 @@ class Stage1State:
         self.writer_id = writer_id
         self.catch_up_s = catch_up_s
         self.gpu_partition: dict[str, int] = {}  # GPU -> input partition it was last read from
-        self.positions: dict[str, int] = {}  # "topic:partition" -> last input offset applied to stage 1
-        self.replay_until: dict[str, int] = {}  # after a restart or a move: offsets up to these were applied before
+        self.offsets = offsets if offsets is not None else Checkpoint()  # the input offsets applied to stage 1
         self.assigned: set[int] = set()  # input partitions assigned to this process
         self.touched: set[str] = set()  # GPUs whose state changed since the last changelog write
         self.enabled = False  # the changelog is used once the worker runs (unit tests drive stage 1 without a broker)
         self.checkpoints = 0
         self.released: list[Any] = []  # observations of adopted held job-windows whose profile was known: to publish
-        self._logged: dict[int, dict[str, int]] = {}  # input positions last written to the changelog
+        self._logged: dict[int, dict[TopicPartition, int]] = {}  # input positions last written to the changelog
         self._restoring: dict[int, asyncio.Future[int]] = {}  # input partitions whose changelog is being read
         self._ready: set[int] = set()  # input partitions whose changelog was read since they were assigned here
 
-    def positions_of(self, partition: int) -> dict[str, int]:
-        return {k: v for k, v in self.positions.items() if _partition_of(k) == partition}
+    @property
+    def positions(self) -> dict[TopicPartition, int]:
+        """The last input offset applied to stage 1 per input partition (``self.offsets`` holds them)."""
+        return self.offsets.offsets
+
+    def read_from(self, gpu_uuid: str, partition: int) -> None:
+        """A record of ``gpu_uuid`` was read from input ``partition``: its state goes to that partition's changelog."""
+        self.gpu_partition[gpu_uuid] = partition
+        self.touched.add(gpu_uuid)
+
+    def take_released(self) -> list[Any]:
+        released, self.released = self.released, []
+        return released
 
     # ------------------------------------------------------------ local file
     def load_checkpoint(self) -> bool:
@@ -97,10 +106,9 @@ class Stage1State:
             return False
         self.stage1.restore(data.get("stage1", {}))
         self.gpu_partition = {g: int(p) for g, p in data.get("partitions", {}).items() if g in self.stage1.gpus}
-        self.positions = {k: int(v) for k, v in data.get("positions", {}).items()}
+        self.offsets.offsets = decode_offsets(data.get("positions", {}))
         self.stage1.counters["restored_gpus"] += len(self.stage1.gpus)
         self.stage1.counters["restored_profiles"] += len(self.stage1.profiles)
-        self.replay_until = dict(self.positions)
         log.info(
             "stage 1 restored %d GPUs and %d solo profiles from %s",
             *(len(self.stage1.gpus), len(self.stage1.profiles), self.checkpoint_path),
@@ -115,7 +123,7 @@ class Stage1State:
                 "saved_at": time.time(),
                 "stage1": self.stage1.to_dict(),
                 "partitions": self.gpu_partition,
-                "positions": self.positions,
+                "positions": encode_offsets(self.positions),
             }
         )
         tmp = self.checkpoint_path.with_suffix(".json.tmp")
@@ -147,7 +155,7 @@ class Stage1State:
             sent += 1
         self.touched.clear()
         for partition in sorted(partitions | self.assigned):
-            mine = self.positions_of(partition)
+            mine = self.offsets.of_partition(partition)
             if mine and mine != self._logged.get(partition):
                 self.send(*changelog.positions_record(mine, self.stage1.window_s, self.writer_id), partition)
                 self._logged[partition] = mine
@@ -168,7 +176,7 @@ class Stage1State:
         finally:
             self._restoring.pop(partition, None)
             self._ready.add(partition)
-        local = self.positions_of(partition)
+        local = self.offsets.of_partition(partition)
         if not state.newer_than(local) or state.window_s != self.stage1.window_s:
             log.warning("stage 1 keeps its own state of partition %d (changelog %s, own %s)", partition, state.positions, local)
             return 0
@@ -178,16 +186,15 @@ class Stage1State:
         for g in stale:
             del self.gpu_partition[g]
         adopted = released = 0
-        for gpu, data in state.gpus.items():
-            self.stage1.gpus[gpu] = GpuState.from_dict(data.get("state", {}))
+        for gpu, entry in state.gpus.items():
+            self.stage1.gpus[gpu] = GpuState.from_dict(entry.state)
             self.gpu_partition[gpu] = partition
-            out = self.stage1.adopt_held(data.get("held", []))
-            adopted += len(data.get("held", []))
+            out = self.stage1.adopt_held(entry.held)
+            adopted += len(entry.held)
             released += len(out)
             self.released.extend(out)
         self.stage1.counters["changelog_adopted_held"] += adopted
-        self.positions.update(state.positions)
-        self.replay_until.update(state.positions)
+        self.offsets.take_over(partition, state.positions)  # events up to these were applied by the last owner
         self._logged[partition] = dict(state.positions)
         self.stage1.counters["changelog_restored_gpus"] += len(state.gpus)
         log.warning(
@@ -206,12 +213,7 @@ class Stage1State:
         """Whether events of ``partition`` may be applied (its changelog was read since it was assigned here)."""
         return not self.enabled or partition in self._ready
 
-    def covers(self, partition: int, first: dict[str, int]) -> bool:
-        """Whether the state held for ``partition`` reaches the first offsets handed over (``"topic:p"`` -> offset)."""
-        mine = self.positions_of(partition)
-        return all(mine.get(key, -1) >= offset - 1 for key, offset in first.items())
-
-    async def restored(self, firsts: dict[int, dict[str, int]]) -> None:
+    async def restored(self, firsts: dict[int, dict[TopicPartition, int]]) -> None:
         """Read the changelog of input partitions not read since they were assigned here, before any of their
         events is applied (faust may hand over events before its assignment signal); ``firsts`` gives, per
         partition, the first offset of each input topic the group handed over.
@@ -225,10 +227,10 @@ class Stage1State:
                 continue
             await asyncio.shield(self._restore_task(p))
             deadline = time.monotonic() + self.catch_up_s
-            while not self.covers(p, firsts[p]) and time.monotonic() < deadline:
+            while not self.offsets.covers(p, firsts[p]) and time.monotonic() < deadline:
                 await asyncio.sleep(0.5)
                 await self.restore_partition(p)
-            if not self.covers(p, firsts[p]):
+            if not self.offsets.covers(p, firsts[p]):
                 log.warning("stage-1 changelog of partition %d stops short of %s: continuing from it", p, firsts[p])
                 self.stage1.counters["changelog_behind"] += 1
             self._ready.add(p)
@@ -251,16 +253,15 @@ class Stage1State:
         gone = [g for g, p in self.gpu_partition.items() if p in lost]
         if gone:
             held = sum(len(v) for v in self.stage1.held_by_gpu(gone).values())
+            positions = encode_offsets({tp: o for tp, o in self.positions.items() if tp.partition in lost})
             log.warning(
                 "forgetting %d GPUs (%d held job-windows) of partitions %s, now assigned elsewhere; positions %s",
-                *(len(gone), held, sorted(lost), {k: v for k, v in self.positions.items() if _partition_of(k) in lost}),
+                *(len(gone), held, sorted(lost), positions),
             )
             self.stage1.forget(gone)
             self.stage1.drop_held(gone)
             for g in gone:
                 del self.gpu_partition[g]
-        for key in [k for k in self.positions if _partition_of(k) in lost]:
-            del self.positions[key]
-            self.replay_until.pop(key, None)
+        self.offsets.forget(lost)
         for p in lost:
             self._logged.pop(p, None)

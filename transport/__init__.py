@@ -2,6 +2,7 @@
 
 from transport.kafka import (
     BrokerUnavailable,
+    RawConsumer,
     Received,
     RecordConsumer,
     RecordProducer,
@@ -15,6 +16,7 @@ from transport.kafka import (
 
 __all__ = [
     "BrokerUnavailable",
+    "RawConsumer",
     "Received",
     "RecordConsumer",
     "RecordProducer",

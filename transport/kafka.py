@@ -492,6 +492,10 @@ class RecordProducer:
         """Send bytes as they are (fault injection, replay of recorded payloads)."""
         return self._producer.send(self.topics.name(topic), key=key, value=value)
 
+    def send_to(self, full_name: str, partition: int, value: bytes | None, key: bytes | None = None) -> Any:
+        """Send bytes to one partition of a topic named in full (internal topics, such as the stage-1 changelog)."""
+        return self._producer.send(full_name, key=key, value=value, partition=partition)
+
     def flush(self, timeout_s: float | None = None) -> None:
         self._producer.flush(timeout=timeout_s)
 
@@ -529,6 +533,63 @@ def decode_message(
         return Received(topic, partition, offset, timestamp_ms, key, value, record=decode_on_topic(cls, value))
     except RecordError as exc:
         return Received(topic, partition, offset, timestamp_ms, key, value, error=str(exc))
+
+
+class RawConsumer:
+    """Raw ``(offset, key, value)`` records of one partition read from a given offset, outside any consumer group.
+
+    For the worker's readers of its own topics (the stage-1 changelog, a rebuild's range of
+    observations): topics are named in full, nothing is decoded or committed, and nobody
+    asks the broker where the partition ends (see :mod:`streams.readers`).  ``consumer`` is
+    injectable (tests); by default a kafka-python ``KafkaConsumer`` built from the settings.
+    """
+
+    def __init__(self, settings: Settings, consumer: Any = None) -> None:
+        self.settings = settings
+        if consumer is None:
+            from kafka import KafkaConsumer
+
+            cfg = kafka_config(settings) | {"group_id": None, "enable_auto_commit": False, "auto_offset_reset": "earliest"}
+            try:
+                consumer = KafkaConsumer(**cfg)
+            except Exception as exc:
+                raise _wrap_errors(settings, "consumer", exc) from None
+        self._consumer = consumer
+        self.tp: Any = None
+
+    def partitions(self, full_name: str) -> set[int]:
+        """The partitions of a topic (empty when it does not exist)."""
+        return set(self._consumer.partitions_for_topic(full_name) or ())
+
+    def assign(self, full_name: str, partition: int, offset: int | None = None) -> RawConsumer:
+        """Read ``partition`` of ``full_name`` from ``offset`` (None: from the beginning)."""
+        from kafka import TopicPartition
+
+        self.tp = TopicPartition(full_name, partition)
+        self._consumer.assign([self.tp])
+        if offset is None:
+            self._consumer.seek_to_beginning(self.tp)
+        else:
+            self._consumer.seek(self.tp, offset)
+        return self
+
+    def poll(self, timeout_s: float = 0.5, max_records: int = 500) -> list[tuple[int, bytes | None, bytes | None]]:
+        """The next records (blocking up to ``timeout_s``), in offset order."""
+        batches = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        return [(m.offset, m.key, m.value) for messages in batches.values() for m in messages]
+
+    def position(self) -> int:
+        """The offset of the next record to read."""
+        return int(self._consumer.position(self.tp))
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> RawConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class RecordConsumer:

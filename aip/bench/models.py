@@ -1,6 +1,6 @@
 """``aip bench models``: refit + selection speed and online update speed (DESIGN.md benchmark contract).
 
-* ``refit_seconds_10k``: an :class:`models.api.EnvironmentModels` with the production :class:`models.api.Config`
+* ``refit_seconds_10k``: an :class:`models.environment.EnvironmentModels` with the production :class:`models.environment.Config`
   that has learned 10,000 observations (Gavel pairs, synthetic percent changes) runs one full refit and
   selection: wall time of ``refit_task()()`` plus ``apply_refit``.  The refit fits the selected model of each
   mode x category on all ``refit_rows`` (10,000) observations (batch models fit the distinct feature rows,
@@ -29,7 +29,7 @@ from typing import Any
 
 def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
     from models import parallel
-    from models.api import Config, EnvironmentModels
+    from models.environment import Config, EnvironmentModels
     from models.synthetic import gavel_observations
 
     n = 10_000

@@ -5,6 +5,9 @@ steps in the window at the true co-located speeds (``solo x fraction`` in each c
 truth, ``solo`` elsewhere) against its solo speed, over the part of the window in which it ran.  That is
 the quantity stage 1 measures from progress reports, so a perfect prediction and a perfect measurement
 both score 0.
+
+:func:`what_if_truth` is the truth of a scheduler's question instead: the steady-state slowdowns of a
+hypothetical job set, from the same contention model as the simulator (:mod:`producers.calibration`).
 """
 
 from __future__ import annotations
@@ -55,6 +58,32 @@ class Truth:
         if steps <= 0:
             return None
         return ((hi - lo) / steps - 1.0) * 100.0
+
+
+def what_if_truth(table: dict[str, Any], running: Sequence[str], newcomer: str) -> tuple[float, float] | None:
+    """(the newcomer's true slowdown %, the summed true slowdown % of the jobs already ``running``) once ``newcomer``
+    joins them, in steady state; None when Gavel could not co-run some pair of the set (no truth).
+
+    >>> t = {"a": {"solo": 10.0, "pairs": {"b": [5.0, 8.0]}}, "b": {"solo": 10.0, "pairs": {"a": [8.0, 5.0]}}}
+    >>> what_if_truth(t, ["a"], "b")  # b keeps 8 of its 10 steps/s (25 %), a keeps 5 of 10 (100 %)
+    (25.0, 100.0)
+    >>> what_if_truth(t, [], "a"), what_if_truth(t, ["b", "b"], "c")
+    ((0.0, 0.0), None)
+    """
+    from producers.calibration import interference_pct, speed_fraction
+
+    if newcomer not in table or any(r not in table for r in running):
+        return None
+    frac = speed_fraction(table, newcomer, list(running))
+    if frac is None or frac <= 0:
+        return None
+    existing = 0.0
+    for i, job in enumerate(running):
+        f = speed_fraction(table, job, [*running[:i], *running[i + 1 :], newcomer])
+        if f is None or f <= 0:
+            return None
+        existing += interference_pct(1.0, f)
+    return interference_pct(1.0, frac), existing
 
 
 def percentile(values: Sequence[float], q: float) -> float:

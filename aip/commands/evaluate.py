@@ -34,11 +34,32 @@ def register(sub: Any) -> None:
         "--inner-folds", type=int, default=None,
         help="folds of the inner selection, same scheme (default: 3 for pair, 2 for family)",
     )  # fmt: skip
+    p.add_argument(
+        "--probes", metavar="K[,K...]", type=_probes, default=None,
+        help="family holdout only: reveal K job sets of each held-out family to training (seeded, the same for "
+        "every candidate) and score the rest, once per K; the JSON gains by_probes (K=0: the plain family holdout; "
+        "the other figures are the first K's)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--models", help="comma-separated subset of the batch zoo (default: all)")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     p.add_argument("--report", metavar="DIR", help="write plots and a markdown summary to DIR")
     p.set_defaults(func=run)
+
+
+def _probes(text: str) -> list[int]:
+    """``--probes``: distinct non-negative integers, in the order given.
+
+    >>> _probes("0,2,4")
+    [0, 2, 4]
+    """
+    try:
+        ks = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--probes takes comma-separated integers, not {text!r}") from None
+    if any(k < 0 for k in ks) or len(set(ks)) != len(ks):
+        raise argparse.ArgumentTypeError(f"--probes takes distinct integers >= 0, not {text!r}")
+    return ks
 
 
 def _progress(t0: float) -> Any:
@@ -50,7 +71,7 @@ def _progress(t0: float) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from models.datasets import DatasetError, load
-    from models.evaluate import evaluate, table, write_report
+    from models.evaluate import evaluate, probe_summary, table, write_probes_plot, write_report
 
     t0 = time.monotonic()
     try:
@@ -68,12 +89,24 @@ def run(args: argparse.Namespace) -> int:
     unknown = [m for m in models if m not in BATCH]
     if unknown:
         raise CliError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(BATCH)}", 2)
+    if args.probes is not None and args.holdout != "family":
+        raise CliError("--probes reveals job sets of held-out families: it needs --holdout family", 2)
     say = _progress(t0)
+    evs = []
     try:
-        ev = evaluate(dataset, mode, k=args.folds, inner_k=args.inner_folds, seed=args.seed, models=models, holdout=args.holdout, progress=say)
+        for i, probes in enumerate(args.probes or [0]):
+            if args.probes is not None:
+                say(f"probes K={probes}")
+            evs.append(evaluate(
+                dataset, mode, k=args.folds, inner_k=args.inner_folds, seed=args.seed, models=models,
+                holdout=args.holdout, probes=probes, report_table=i == 0, progress=say,
+            ))  # fmt: skip
     except ValueError as exc:
         raise CliError(f"{args.dataset}: {exc}", 2) from exc
+    ev = evs[0]
     summary = ev.summary()
+    if args.probes is not None:
+        summary["by_probes"] = {str(e.probes): probe_summary(e) for e in evs}
     print(f"{ev.dataset}  mode={mode}  holdout={ev.holdout}  target={ev.target}  rows={ev.rows}  groups={ev.groups}")
     print(f"CV MAE in points ({ev.holdout} holdout, all rows; relative error), * = AIP's choice on all rows")
     print(table(ev))
@@ -87,8 +120,18 @@ def run(args: argparse.Namespace) -> int:
         f"90 % conformal intervals: coverage {summary['interval_coverage']}, mean width {summary['interval_width_mean']}"
     )
     print(f"selection {ev.selection_seconds:.2f} s, total {ev.seconds:.2f} s")
+    if args.probes is not None:
+        print(f"{'probes K':>9} {'scored':>7} {'MAE':>7} {'median':>7} {'identity':>9} {'MAE/median':>11} {'coverage':>9}")
+        for e in evs:
+            b = probe_summary(e)
+            print(
+                f"{e.probes:>9} {e.scored_rows:>7} {b['mae']:>7} {b['median_baseline_mae']:>7} {b['baseline_mae']!s:>9}"
+                f" {b['mae_over_median']!s:>11} {b['interval_coverage']!s:>9}"
+            )
     if args.report:
         files = write_report(ev, dataset.samples, Path(args.report))
+        if args.probes is not None:
+            files.append(write_probes_plot(evs, Path(args.report)))
         print(f"report: {', '.join(str(f) for f in files)}")
     if args.json:
         print(json.dumps(summary, allow_nan=False))

@@ -12,6 +12,7 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -295,6 +296,59 @@ class PacedSender:
             self.done.set()
 
 
+@dataclass(frozen=True)
+class Kill:
+    """One SIGKILL of :func:`worker_crash` and what the restarted worker came back with."""
+
+    learned_before: int  # observations the models had learned at the kill
+    no_solo_before: int  # job-windows held for a solo profile until the kill (the counter restarts)
+    saved_profiles: int  # solo profiles in the local checkpoint the kill left
+    ready_s: float  # kill to the restarted worker's web server answering
+    recovery_s: float  # kill to its first prediction
+    restored_profiles: int
+    restored_gpus: int
+    models_restored: int  # observations the restored models held (learned before the kill)
+
+
+def _kill_and_restart(worker: Any, settings: Settings, resume_timeout_s: float) -> Kill:
+    """SIGKILL ``worker``, restart it on a fresh web port, wait for its first prediction; what it restored."""
+    from aip.broker import free_port
+    from aip.faults.worker import wait_until
+
+    board = worker.get("/leaderboard") if worker.alive() else {}
+    learned_before = int(board.get(CRASH_GPU_MODEL, {}).get("observations", 0))
+    no_solo_before = int(worker.counter("aip_stream_stage_events_total", stage="stage1", kind="no_solo_profile"))
+    worker.kill()
+    saved_profiles = _checkpointed_profiles(settings)
+    killed_at = time.monotonic()
+    worker.web_port = free_port()
+    worker.start()
+    worker.wait_ready()
+    ready_s = time.monotonic() - killed_at
+    wait_until(
+        lambda: worker.counter("aip_stream_published_records_total", topic="predictions") > 0,
+        resume_timeout_s,
+        "predictions from the restarted worker",
+    )
+    recovery_s = time.monotonic() - killed_at
+
+    def stage1(kind: str) -> int:
+        return int(worker.counter("aip_stream_stage_events_total", stage="stage1", kind=kind))
+
+    board_now = worker.get("/leaderboard").get(CRASH_GPU_MODEL, {})
+    learned_here = worker.counter("aip_stream_stage_events_total", stage="stage2", kind="observations")
+    return Kill(
+        learned_before=learned_before,
+        no_solo_before=no_solo_before,
+        saved_profiles=saved_profiles,
+        ready_s=ready_s,
+        recovery_s=recovery_s,
+        restored_profiles=stage1("restored_profiles"),
+        restored_gpus=stage1("restored_gpus"),
+        models_restored=max(0, int(board_now.get("observations", 0) - learned_here)),
+    )
+
+
 def worker_crash(
     settings: Settings,
     workdir: Path,
@@ -309,7 +363,6 @@ def worker_crash(
     """SIGKILL the worker ``kills`` times at random moments while a simulated fleet streams in; restart it each time."""
     import random
 
-    from aip.broker import free_port
     from aip.faults.worker import wait_until
     from producers.sim import Simulator
     from transport import ensure_project_topics
@@ -329,59 +382,20 @@ def worker_crash(
     sender = PacedSender(settings, events, run_s).start()
     t0 = time.monotonic()
     moments = sorted(rng.uniform(0.15, 0.85) * run_s for _ in range(kills))
-    recoveries: list[float] = []
-    ready: list[float] = []  # kill to the restarted worker's web server answering
-    learned_before: list[int] = []
-    restored_profiles: list[int] = []
-    saved_profiles: list[int] = []
-    no_solo_before = 0
-    restored_gpus: list[int] = []
-    models_restored: list[int] = []
+    done: list[Kill] = []
     try:
         for moment in moments:
             wait_until(lambda m=moment: time.monotonic() - t0 >= m, run_s + 60, "the kill moment", interval_s=0.05)  # type: ignore[misc]
-            board = worker.get("/leaderboard") if worker.alive() else {}
-            learned_before.append(int(board.get(CRASH_GPU_MODEL, {}).get("observations", 0)))
-            no_solo_before += int(worker.counter("aip_stream_stage_events_total", stage="stage1", kind="no_solo_profile"))
-            worker.kill()
-            saved_profiles.append(_checkpointed_profiles(settings))
-            killed_at = time.monotonic()
-            progress(f"SIGKILL at {killed_at - t0:.1f} s ({sender.sent} of {len(events)} events sent); restarting")
-            worker.web_port = free_port()
-            worker.start()
-            worker.wait_ready()
-            ready.append(time.monotonic() - killed_at)
-            wait_until(
-                lambda: worker.counter("aip_stream_published_records_total", topic="predictions") > 0,
-                resume_timeout_s,
-                "predictions from the restarted worker",
-            )
-            recoveries.append(time.monotonic() - killed_at)
-            restored_profiles.append(
-                int(worker.counter("aip_stream_stage_events_total", stage="stage1", kind="restored_profiles"))
-            )
-            restored_gpus.append(int(worker.counter("aip_stream_stage_events_total", stage="stage1", kind="restored_gpus")))
-            board_now = worker.get("/leaderboard").get(CRASH_GPU_MODEL, {})
-            learned_here = worker.counter("aip_stream_stage_events_total", stage="stage2", kind="observations")
-            models_restored.append(max(0, int(board_now.get("observations", 0) - learned_here)))
+            done.append(_kill_and_restart(worker, settings, resume_timeout_s))
             progress(
-                f"predictions resumed {recoveries[-1]:.1f} s after the kill; restored {restored_gpus[-1]} GPUs, "
-                f"{restored_profiles[-1]} solo profiles, models with {models_restored[-1]} observations"
+                f"SIGKILL at {moment:.1f} s ({sender.sent} of {len(events)} events sent); predictions resumed "
+                f"{done[-1].recovery_s:.1f} s after it; restored {done[-1].restored_gpus} GPUs, "
+                f"{done[-1].restored_profiles} solo profiles, models with {done[-1].models_restored} observations"
             )
         wait_until(sender.done.is_set, run_s + 120, "the simulator to finish")
         if sender.error is not None:
             raise sender.error
-
-        def all_observations() -> bool:
-            obs.poll()
-            return set(expected) <= {o.observation_id for o in obs.records()}
-
-        try:
-            wait_until(all_observations, 120, "every expected observation")
-        except TimeoutError:
-            pass
-        wait_until(lambda: not obs.poll(1.0), 60, "the observations topic to go quiet")
-        got = obs.records()
+        got = _await_observations(obs, expected, 120, "every expected observation")
         ids = Counter(o.observation_id for o in got)
         by_id = {o.observation_id: o for o in got}
         missing = set(expected) - set(ids)
@@ -389,7 +403,9 @@ def worker_crash(
         extra = set(ids) - set(expected)
         stage2_dupes = worker.counter("aip_stream_stage_events_total", stage="stage2", kind="duplicates")
         # stage-1 windows whose job had no solo profile yet (the reference has such windows too)
-        no_solo = no_solo_before + int(worker.counter("aip_stream_stage_events_total", stage="stage1", kind="no_solo_profile"))
+        no_solo = sum(k.no_solo_before for k in done) + int(
+            worker.counter("aip_stream_stage_events_total", stage="stage1", kind="no_solo_profile")
+        )
         wait_until(lambda: worker.get("/leaderboard").get(CRASH_GPU_MODEL), 60, "the leaderboard")
         learned = int(worker.get("/leaderboard")[CRASH_GPU_MODEL].get("observations", 0))
         lost = len(missing)
@@ -399,11 +415,11 @@ def worker_crash(
             "sent": len(events),
             "received": len(expected) - len(missing),
             "lost": lost,
-            "recovery_s": round(max(recoveries), 1) if recoveries else None,
+            "recovery_s": round(max(k.recovery_s for k in done), 1) if done else None,
             "observations_missing": len(missing),
             "no_solo_profile_windows": no_solo,
-            "recovery_each_s": [round(r, 1) for r in recoveries],
-            "web_ready_each_s": [round(r, 1) for r in ready],
+            "recovery_each_s": [round(k.recovery_s, 1) for k in done],
+            "web_ready_each_s": [round(k.ready_s, 1) for k in done],
             "observations_expected": len(expected),
             "observations_published": sum(ids.values()),
             "observations_duplicated": sum(v - 1 for v in ids.values() if v > 1),
@@ -411,11 +427,11 @@ def worker_crash(
             "differing_examples": [_diff(expected[i], [o for o in got if o.observation_id == i]) for i in differing[:3]],
             "observations_unexpected": len(extra),
             "duplicates_skipped_stage2": int(stage2_dupes),
-            "learned_before_kills": learned_before,
-            "restored_gpus": restored_gpus,
-            "restored_solo_profiles": restored_profiles,
-            "checkpointed_solo_profiles": saved_profiles,
-            "models_restored_observations": models_restored,
+            "learned_before_kills": [k.learned_before for k in done],
+            "restored_gpus": [k.restored_gpus for k in done],
+            "restored_solo_profiles": [k.restored_profiles for k in done],
+            "checkpointed_solo_profiles": [k.saved_profiles for k in done],
+            "models_restored_observations": [k.models_restored for k in done],
             "learned_final": learned,
             "unique_observations": len(ids),
         }
@@ -430,8 +446,9 @@ def worker_crash(
             learned <= len(ids), f"learned {learned} observations but only {len(ids)} distinct ones exist (learned twice)", result
         )
         check(
-            restored_profiles == saved_profiles,
-            f"solo profiles in the checkpoint {saved_profiles} but restored {restored_profiles} after the restarts",
+            result["restored_solo_profiles"] == result["checkpointed_solo_profiles"],
+            f"solo profiles in the checkpoint {result['checkpointed_solo_profiles']} but restored "
+            f"{result['restored_solo_profiles']} after the restarts",
             result,
         )
         return result
@@ -792,12 +809,23 @@ def _labelled(observations: Iterable[Observation]) -> int:
     return len({o.observation_id for o in observations if o.interference_pct is not None})
 
 
+def _learned_within(worker: Any, labelled: int, timeout_s: float) -> bool:
+    """Whether ``worker``'s models reach ``labelled`` learned observations within ``timeout_s`` (False: they did not)."""
+    from aip.faults.worker import wait_until
+
+    try:
+        return bool(wait_until(lambda: _learned(worker, FLEET_GPU_MODEL) >= labelled, timeout_s, "learning", interval_s=0.2))
+    except TimeoutError:
+        return False
+
+
 def _wait_learned_and_saved(workers: list[Any], obs: TopicReader, timeout_s: float) -> Any:
     """Wait until the observations topic is quiet, one worker learned every labelled observation and has saved
     its models and committed twice since; return that worker (the one serving stage 2)."""
     from aip.faults.worker import wait_until
 
-    wait_until(lambda: not obs.poll(1.0), timeout_s, "the observations topic to go quiet")
+    # quiet once it has records (a reader not yet assigned reads nothing either)
+    wait_until(lambda: not obs.poll(1.0) and bool(obs.records()), timeout_s, "the observations topic to go quiet")
     want = _labelled(obs.records())
     server = wait_until(
         lambda: next((w for w in workers if _learned(w, FLEET_GPU_MODEL) >= want), None),
@@ -831,7 +859,7 @@ def worker_failover(
     observations topic), every window of the second fleet yields its observation (against a reference
     stage 1 fed the fleet's events), nothing is learned twice, and both workers held the same solo profiles.
     """
-    from aip.faults.worker import wait_until
+    from aip.faults.worker import stop_all, wait_until
     from transport import ensure_project_topics
 
     ensure_project_topics(settings)
@@ -849,8 +877,11 @@ def worker_failover(
         survivor = next(w for w in workers if w is not dead)
         agree = profiles_agree(workers)
         profiles_dead, profiles_survivor = _profiles(dead), _profiles(survivor)
-        board_before = _board(dead, FLEET_GPU_MODEL)
+        # its leaderboard as it answers (a loaded machine can time a request out: _board is then empty)
+        board_before = wait_until(lambda: _board(dead, FLEET_GPU_MODEL), 30, "the stage-2 worker's leaderboard", interval_s=0.5)
         learned_before = int(board_before.get("observations", 0))
+        # what the survivor had learned itself (it may have served the observations partition before the group settled)
+        survivor_before = _learned(survivor, FLEET_GPU_MODEL)
         predictions_at_kill = survivor.counter("aip_stream_published_records_total", topic="predictions")
         dead.kill()
         killed_at = time.monotonic()
@@ -872,10 +903,7 @@ def worker_failover(
 
         records = _await_observations(obs, expected, resume_timeout_s, "every observation of the second fleet")
         labelled = _labelled(records)
-        try:
-            wait_until(lambda: _learned(survivor, FLEET_GPU_MODEL) >= labelled, 60, "the survivor to learn everything")
-        except TimeoutError:
-            pass
+        learned_all = _learned_within(survivor, labelled, 60)
         board_after = _board(survivor, FLEET_GPU_MODEL)
         learned_after = int(board_after.get("observations", 0))
         missing = set(expected) - {o.observation_id for o in records}
@@ -887,6 +915,7 @@ def worker_failover(
             "lost": len(missing),
             "recovery_s": round(recovery_s, 1),
             "learned_before": learned_before,
+            "survivor_learned_before": survivor_before,
             "learned_after": learned_after,
             "labelled_observations": labelled,
             "mae_before": selected_mae(board_before),
@@ -899,13 +928,20 @@ def worker_failover(
         }
         progress(str(result))
         check(
-            learned_after >= learned_before,
-            f"the survivor's models learned {learned_after} < {learned_before} before the kill",
+            learned_all,
+            f"the survivor learned {learned_after} of {labelled} labelled observations in 60 s after the second fleet "
+            f"({learned_before} learned by the dead worker, {result['rebuilt_observations']} rebuilt from the topic)",
             result,
         )
         check(
-            learned_after <= labelled,
-            f"learned {learned_after} but only {labelled} labelled observations exist (learned twice)",
+            learned_after == labelled,
+            f"learned {learned_after} but {labelled} labelled observations exist (learned twice)",
+            result,
+        )
+        check(
+            result["rebuilt_observations"] + survivor_before >= learned_before,
+            f"the survivor rebuilt {result['rebuilt_observations']} observations and had learned {survivor_before} itself, "
+            f"fewer than the {learned_before} the dead worker had learned",
             result,
         )
         check(not missing, f"{len(missing)} of {len(expected)} windows after the kill without an observation", result)
@@ -913,8 +949,7 @@ def worker_failover(
         return result
     finally:
         obs.close()
-        for w in workers:
-            w.stop()
+        stop_all(workers)
 
 
 def rebalance(
@@ -930,7 +965,7 @@ def rebalance(
     """Two workers; a third joins a third into a fleet's run, one of the first two leaves cleanly (SIGTERM) at
     two thirds.  Every window yields its observation (against a reference stage 1), the worker that ends up
     serving stage 2 learned every labelled observation once, and all remaining workers hold the same solo profiles."""
-    from aip.faults.worker import wait_until
+    from aip.faults.worker import stop_all, wait_until
     from transport import ensure_project_topics
 
     ensure_project_topics(settings)
@@ -940,7 +975,9 @@ def rebalance(
     obs = TopicReader(settings, "interference.observations")
     try:
         for name in ("a", "b"):
-            workers[name].start().wait_ready()
+            workers[name].start()
+        for name in ("a", "b"):
+            workers[name].wait_ready()
         events = _fleet(gpus, seed, START_TS, sim_s)
         expected = reference_observations(settings, events)
         sender = PacedSender(settings, events, run_s).start()
@@ -952,7 +989,7 @@ def rebalance(
             if what == "c joins":
                 workers["c"].start()
             else:
-                workers["a"].stop()
+                workers["a"].terminate()  # it leaves cleanly while the fleet goes on; stopped for good at the end
             progress(f"{what} at {moves[-1]['at_s']} s")
         wait_until(sender.done.is_set, run_s + 120, "the fleet")
         if sender.error is not None:
@@ -1000,8 +1037,7 @@ def rebalance(
         return result
     finally:
         obs.close()
-        for w in workers.values():
-            w.stop()
+        stop_all(workers.values())
 
 
 def _await_observations(obs: Any, expected: Iterable[str], timeout_s: float, what: str) -> list[Any]:

@@ -13,7 +13,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +147,11 @@ class WorkerProcess:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
+    def terminate(self) -> None:
+        """SIGTERM without waiting: the worker leaves its group cleanly while the caller goes on."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
     def stop(self, timeout_s: float = 30.0) -> int | None:
         if self.proc is None:
             return None
@@ -158,6 +163,15 @@ class WorkerProcess:
                 self.proc.kill()
                 self.proc.wait(10)
         return self.proc.returncode
+
+
+def stop_all(workers: Iterable[WorkerProcess], timeout_s: float = 30.0) -> None:
+    """Stop workers together: SIGTERM to each, then wait for each (a clean stop takes seconds)."""
+    workers = list(workers)
+    for w in workers:
+        w.terminate()
+    for w in workers:
+        w.stop(timeout_s)
 
 
 @contextlib.contextmanager

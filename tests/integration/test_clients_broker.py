@@ -20,6 +20,7 @@ from events import Alert, Prediction, WhatIf
 
 pytestmark = pytest.mark.integration
 START_TS = 1_700_000_000.0
+SIMULATED_S = 900  # of the fed worker's fleet (at 600 the extender test found no node scored from a prediction, once)
 
 
 def test_client_follows_the_predictions_topic(settings: Any) -> None:
@@ -112,14 +113,16 @@ def fed_worker(broker: Any, tmp_path_factory: Any) -> Iterator[Any]:
         broker=broker.address, topic_prefix=f"c{uuid.uuid4().hex[:10]}.", partitions=4, state_dir=str(tmp / "state")
     )
     ensure_project_topics(settings)
-    env = dict(os.environ, AIP_BROKER=broker.address, AIP_TOPIC_PREFIX=settings.topic_prefix, AIP_STATE_DIR=settings.state_dir)
+    # dynamic group membership: Tansu holds a static member's SyncGroup 3 s longer, and this worker never restarts
+    env = dict(os.environ, AIP_BROKER=broker.address, AIP_TOPIC_PREFIX=settings.topic_prefix, AIP_STATE_DIR=settings.state_dir,
+               AIP_GROUP_INSTANCE_ID="none")  # fmt: skip
     log = tmp / "worker.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "aip.cli", "worker", "--no-create-topics", "--web-port", str(free_port())],
         env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        sim = Simulator(gpus=4, gpu_model="v100", seed=5, start_ts=START_TS, duration_s=900, gpus_per_host=2)
+        sim = Simulator(gpus=4, gpu_model="v100", seed=5, start_ts=START_TS, duration_s=SIMULATED_S, gpus_per_host=2)
         with RecordProducer(settings) as p:
             for topic, record in sim.events():
                 p.send(topic, record)

@@ -34,12 +34,13 @@ def get(url: str, body: Any = None) -> tuple[int, Any]:
 
 @pytest.fixture
 def extender(settings: Any) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """`aip extender --port 0` following the test's topics from now on (it joins mid-stream)."""
+    """`aip extender --port 0 --max-age 120` with AIP_EXTENDER_FULL_SCALE_PCT=200, following the test's topics from
+    now on (it joins mid-stream)."""
     from transport import ensure_project_topics
 
     ensure_project_topics(settings)
-    env = dict(os.environ, AIP_BROKER=settings.broker, AIP_TOPIC_PREFIX=settings.topic_prefix)
-    proc = subprocess.Popen([sys.executable, "-m", "aip.cli", "extender", "--port", "0"], env=env,
+    env = dict(os.environ, AIP_BROKER=settings.broker, AIP_TOPIC_PREFIX=settings.topic_prefix, AIP_EXTENDER_FULL_SCALE_PCT="200")
+    proc = subprocess.Popen([sys.executable, "-m", "aip.cli", "extender", "--port", "0", "--max-age", "120"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
@@ -69,30 +70,33 @@ def test_extender_ranks_nodes_from_the_topics(settings: Any, extender: tuple[str
             return get(url + "/healthz")[1]["records_received"] > 0
 
         wait_for(positioned, timeout_s=30, what="the extender to follow the topics")
-        fleet = {"node-a": ("GPU-a", (40.0, 130.0)), "node-b": ("GPU-b", (5.0, 5.0)), "node-c": ("GPU-c", (20.0, 60.0))}
-        for host, (gpu, (newcomer, existing)) in fleet.items():
+        # node-e's prediction is 200 s old: kept by the default --max-age (300), not by 120
+        fleet = {"node-a": ("GPU-a", (40.0, 130.0), now), "node-b": ("GPU-b", (5.0, 5.0), now),
+                 "node-c": ("GPU-c", (20.0, 60.0), now), "node-e": ("GPU-e", (0.0, 0.0), now - 200)}  # fmt: skip
+        for host, (gpu, (newcomer, existing), ts) in fleet.items():
             p.send("jobs.lifecycle", ev(gpu, host, f"{gpu}-1", "A3C", "started", now - 100))
             p.send("jobs.lifecycle", ev(gpu, host, f"{gpu}-2", "GAN", "started", now - 90))
             p.send("interference.predictions", Prediction(
-                ts=now, gpu_uuid=gpu, environment="v100", job_id=f"{gpu}-1", job_type="A3C", job_set=["A3C", "GAN"],
-                mode="placement", interference_pct=12.0, model="knn", category="all", window_end=now - 20,
+                ts=ts, gpu_uuid=gpu, environment="v100", job_id=f"{gpu}-1", job_type="A3C", job_set=["A3C", "GAN"],
+                mode="placement", interference_pct=12.0, model="knn", category="all", window_end=ts - 20,
                 what_if=[WhatIf(job_type=LM, newcomer_pct=newcomer, existing_pct=existing)],
             ))  # fmt: skip
         p.flush(10)
-        wait_for(lambda: get(url + "/healthz")[1]["job_types"] == 1 and get(url + "/healthz")[1]["nodes"] == 4,
+        wait_for(lambda: get(url + "/healthz")[1]["job_types"] == 1 and get(url + "/healthz")[1]["nodes"] == 5,
                  timeout_s=30, what="the fleet's predictions")  # fmt: skip
 
-    nodes = ["node-a", "node-b", "node-c", "node-new"]
+    nodes = ["node-a", "node-b", "node-c", "node-e", "node-new"]
     for cache_capable in (True, False):
         code, answer = get(url + "/prioritize", kube_args(pod({"aip.io/job-type": LM}), nodes, node_cache_capable=cache_capable))
         assert code == 200
-        # 10 * (1 - cost / 250): costs 170, 10 and 80; no predictions: neutral 5
-        assert answer == [{"Host": "node-a", "Score": 3}, {"Host": "node-b", "Score": 10},
-                          {"Host": "node-c", "Score": 7}, {"Host": "node-new", "Score": 5}]  # fmt: skip
+        # 10 * (1 - cost / 200), half up: costs 170, 10 and 80 -> 1.5, 9.5, 6; aged out, no predictions: neutral 5
+        assert answer == [{"Host": "node-a", "Score": 2}, {"Host": "node-b", "Score": 10}, {"Host": "node-c", "Score": 6},
+                          {"Host": "node-e", "Score": 5}, {"Host": "node-new", "Score": 5}]  # fmt: skip
     code, result = get(url + "/filter", kube_args(pod({"aip.io/job-type": LM, "aip.io/max-slowdown-pct": "70"}), nodes))
-    assert code == 200 and result["NodeNames"] == ["node-b", "node-c", "node-new"] and list(result["FailedNodes"]) == ["node-a"]
+    assert code == 200 and result["NodeNames"] == ["node-b", "node-c", "node-e", "node-new"]
+    assert list(result["FailedNodes"]) == ["node-a"]
     code, vp = get(url + "/volcano/prioritize", volcano_prioritize(pod({"aip.io/job-type": LM}), nodes))
-    assert code == 200 and vp["nodeScore"] == {"node-a": 32.0, "node-b": 96.0, "node-c": 68.0, "node-new": 50.0}
+    assert code == 200 and vp["nodeScore"] == {"node-a": 15.0, "node-b": 95.0, "node-c": 60.0, "node-e": 50.0, "node-new": 50.0}
     _, vq = get(url + "/volcano/predicate", volcano_predicate(pod({"aip.io/job-type": LM, "aip.io/max-slowdown-pct": "70"}), "node-a"))
     assert vq["code"] == 2
     code, text = get(url + "/prioritize", {"Pod": "not a pod", "NodeNames": nodes})

@@ -7,12 +7,12 @@ import time
 import uuid
 from typing import Any
 
+import confluent_kafka as ck  # the dev extra (make setup): a missing one is an error, not a skip
 import pytest
 from conftest import wait_for
 
 from events import JobEvent, Prediction, WhatIf, decode, encode
 
-ck = pytest.importorskip("confluent_kafka")
 pytestmark = pytest.mark.integration
 
 T0 = 1_700_000_000.0

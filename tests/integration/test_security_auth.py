@@ -89,6 +89,7 @@ def env_for(broker: AuthBroker, tmp: Path, password: str, mechanism: str = "PLAI
         "AIP_TOPIC_PREFIX": f"s{uuid.uuid4().hex[:10]}.",
         "AIP_PARTITIONS": "2",
         "AIP_CONNECT_TIMEOUT_S": "10",
+        "AIP_GROUP_INSTANCE_ID": "none",  # dynamic membership: Tansu holds a static member's SyncGroup 3 s longer
         "AIP_SPOOL_DIR": str(tmp / "spool"),
         "AIP_STATE_DIR": str(tmp / "state"),
     }
@@ -197,25 +198,60 @@ WRONG_COMMANDS = {
 }
 
 
+WRONG_CREDENTIALS = {
+    "plain-wrong-password": ("PLAIN", "alice", WRONG),
+    "scram-another-users-password": ("SCRAM-SHA-512", "alice", OTHER),
+    "plain-unknown-user": ("PLAIN", "mallory", SECRET),
+}
+
+
+def assert_one_line(code: int, out: str, err: str, command: str, address: str, mechanism: str) -> None:
+    assert code == 1, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"aip {command}: error: ") and f"authentication failed at {address}" in lines[0]
+    assert "check AIP_SASL_USERNAME/AIP_SASL_PASSWORD" in lines[0] and mechanism in lines[0]
+    assert "Traceback" not in out + err
+    assert_no_password(out + err)
+
+
 @pytest.mark.parametrize("command", sorted(WRONG_COMMANDS))
-@pytest.mark.parametrize(
-    ("mechanism", "user", "password"),
-    [("PLAIN", "alice", WRONG), ("SCRAM-SHA-512", "alice", OTHER), ("PLAIN", "mallory", SECRET)],
-    ids=["plain-wrong-password", "scram-another-users-password", "plain-unknown-user"],
-)
+@pytest.mark.parametrize("case", list(WRONG_CREDENTIALS))
 def test_wrong_credentials_end_the_command_with_one_line(
-    auth_broker: AuthBroker, tmp_path: Path, command: str, mechanism: str, user: str, password: str
+    auth_broker: AuthBroker, tmp_path: Path, command: str, case: str, monkeypatch: Any, capsys: Any
 ) -> None:
+    """Every command with every wrong login, through ``aip.cli.main`` in this process (the commands share one
+    probe); :func:`test_wrong_credentials_end_the_process_with_one_line` runs each login as a process."""
+    import streams.app
+    from aip.cli import main
+
+    def no_worker(*args: Any, **kwargs: Any) -> None:  # the probe let it through: never a faust app in this process
+        raise AssertionError(f"aip worker got past the probe with wrong credentials ({case})")
+
+    monkeypatch.setattr(streams.app, "run_worker", no_worker)
+    mechanism, user, password = WRONG_CREDENTIALS[case]
+    env = env_for(auth_broker, tmp_path, password, mechanism, user) | {"AIP_WEB_PORT": str(free_port())}
+    for name in [n for n in os.environ if n.startswith("AIP_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        if name.startswith("AIP_"):
+            monkeypatch.setenv(name, value)
+    code = main(WRONG_COMMANDS[command])
+    out, err = capsys.readouterr()
+    assert_one_line(code, out, err, command, auth_broker.address, mechanism)
+
+
+# each wrong login once as a process, each command once: the exit status and nothing else on stderr
+PROCESS_CASES = list(zip(WRONG_CREDENTIALS, sorted(WRONG_COMMANDS), strict=True))
+
+
+@pytest.mark.parametrize(("case", "command"), PROCESS_CASES)
+def test_wrong_credentials_end_the_process_with_one_line(auth_broker: AuthBroker, tmp_path: Path, case: str, command: str) -> None:
+    mechanism, user, password = WRONG_CREDENTIALS[case]
     env = env_for(auth_broker, tmp_path, password, mechanism, user) | {"AIP_WEB_PORT": str(free_port())}
     result, seconds = aip(*WRONG_COMMANDS[command], env=env)
     print(f"{command} {mechanism} {user}: exit {result.returncode} after {seconds:.2f} s")  # reported, not asserted
-    assert result.returncode == 1, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert f"authentication failed at {auth_broker.address}" in lines[0]
-    assert "check AIP_SASL_USERNAME/AIP_SASL_PASSWORD" in lines[0] and mechanism in lines[0]
-    assert "Traceback" not in result.stdout + result.stderr
-    assert_no_password(result.stdout + result.stderr)
+    assert_one_line(result.returncode, result.stdout, result.stderr, command, auth_broker.address, mechanism)
 
 
 def test_wrong_password_raises_broker_unavailable_in_the_library(auth_broker: AuthBroker, tmp_path: Path) -> None:

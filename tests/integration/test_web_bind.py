@@ -1,10 +1,21 @@
-"""The worker's web server listens where AIP_WEB_HOST says: another container reaches it only when it is 0.0.0.0."""
+"""The worker's web server listens where AIP_WEB_HOST says: another container reaches it only when it is 0.0.0.0.
+
+"Another container" is a network namespace of its own (``ip netns``, iproute2: ``make setup``), joined to
+this one by a veth pair, as a container on a bridge is: it reaches this machine only at this side's
+address of the pair, never at 127.0.0.1.  Making one needs root (CAP_NET_ADMIN); without it the test fails
+saying so, it does not skip.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import socket
-import urllib.request
+import random
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,22 +27,56 @@ from transport import ensure_project_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+FETCH = """
+import sys, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=5) as r:
+        print("status", r.status, b"aip_stream" in r.read())
+except OSError as exc:
+    print("refused", type(exc).__name__, exc)
+"""
 
-def _external_address() -> str | None:
-    """This machine's address on its default route (what another container or host connects to)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+
+def _ip(*args: str) -> None:
+    result = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20)
+    if result.returncode != 0:
+        pytest.fail(f"`ip {' '.join(args)}` failed ({result.stderr.strip()}): this test makes a network namespace, "
+                    "which needs iproute2 (make setup installs it) and root (CAP_NET_ADMIN)")  # fmt: skip
+
+
+@contextlib.contextmanager
+def other_host() -> Iterator[tuple[str, str]]:
+    """A network namespace joined to this one by a veth pair: (its name, this side's address in the pair)."""
+    tag = uuid.uuid4().hex[:8]
+    name, here, there = f"aip-{tag}", f"va{tag}", f"vb{tag}"
+    net = f"10.{random.randrange(200, 250)}.{random.randrange(256)}.{4 * random.randrange(64)}"  # a /30 of our own
+    base = net.rsplit(".", 1)
+    near, far = f"{base[0]}.{int(base[1]) + 1}", f"{base[0]}.{int(base[1]) + 2}"
+    _ip("netns", "add", name)
+    try:
+        _ip("link", "add", here, "type", "veth", "peer", "name", there)
         try:
-            s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the outgoing interface
-            address = s.getsockname()[0]
-        except OSError:
-            return None
-    return None if address.startswith("127.") else address
+            _ip("link", "set", there, "netns", name)
+            _ip("addr", "add", f"{near}/30", "dev", here)
+            _ip("link", "set", here, "up")
+            _ip("-n", name, "addr", "add", f"{far}/30", "dev", there)
+            _ip("-n", name, "link", "set", there, "up")
+            yield name, near
+        finally:
+            subprocess.run(["ip", "link", "del", here], capture_output=True, timeout=20)
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
 
 
-def test_worker_web_server_is_reachable_on_a_non_loopback_address_only_when_bound_to_all(settings: Any, tmp_path: Path) -> None:
-    address = _external_address()
-    if address is None:
-        pytest.skip("this machine has no non-loopback IPv4 address")
+def fetch_from(namespace: str, url: str) -> str:
+    """What a client in ``namespace`` gets for ``url``: "status 200 True" or "refused ..."."""
+    result = subprocess.run(["ip", "netns", "exec", namespace, sys.executable, "-c", FETCH, url],
+                            capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_worker_web_server_is_reachable_from_another_host_only_when_bound_to_all(settings: Any, tmp_path: Path) -> None:
     ensure_project_topics(settings)
     ports = {}
     workers = []
@@ -41,12 +86,31 @@ def test_worker_web_server_is_reachable_on_a_non_loopback_address_only_when_boun
         workers.append(w)
         ports[host] = w.web_port
     try:
-        for w in workers:
-            w.wait_ready()
-        with urllib.request.urlopen(f"http://{address}:{ports['0.0.0.0']}/metrics", timeout=5) as r:
-            assert b"aip_stream" in r.read()
-        with pytest.raises(OSError):
-            urllib.request.urlopen(f"http://{address}:{ports['127.0.0.1']}/metrics", timeout=5)
+        with other_host() as (namespace, address):
+            for w in workers:
+                w.wait_ready()
+            assert fetch_from(namespace, f"http://{address}:{ports['0.0.0.0']}/metrics") == "status 200 True"
+            refused = fetch_from(namespace, f"http://{address}:{ports['127.0.0.1']}/metrics")
+            assert refused.startswith("refused") and "Connection refused" in refused, refused
+            # and on this machine itself, both answer at 127.0.0.1 (the refusal above is the bind's, not the port's)
+            for port in ports.values():
+                assert fetch_from_here(f"http://127.0.0.1:{port}/metrics") == "status 200 True"
     finally:
-        for w in workers:
-            w.stop()
+        stop_together(workers)
+
+
+def stop_together(workers: list[WorkerProcess]) -> None:
+    """SIGTERM to every worker first, then wait: their shutdowns overlap."""
+    for w in workers:
+        if w.alive():
+            w.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    for w in workers:
+        try:
+            w.proc.wait(30)  # type: ignore[union-attr]
+        except subprocess.TimeoutExpired:
+            w.kill()
+
+
+def fetch_from_here(url: str) -> str:
+    result = subprocess.run([sys.executable, "-c", FETCH, url], capture_output=True, text=True, timeout=30)
+    return result.stdout.strip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -100,11 +101,74 @@ def test_worker_web_port_is_reachable_from_other_containers() -> None:
     assert "ENV AIP_WEB_HOST=0.0.0.0" in (ROOT / "Dockerfile").read_text()
     port = int(worker["environment"]["AIP_WEB_PORT"])
     assert str(port) in [str(p) for p in worker["expose"]]
-    scrape = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
+    scrape = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
     targets = [c for job in scrape["scrape_configs"] for c in job.get("dns_sd_configs", [])]
     assert any(t["names"] == ["worker"] and t["port"] == port for t in targets), "Prometheus scrapes every worker replica"
     prometheus = COMPOSE["services"]["prometheus"]
-    assert any("deploy/prometheus.yml" in v for v in prometheus["volumes"])
+    assert any(v.startswith("./deploy/prometheus/prometheus.yml:") for v in prometheus["volumes"])
+
+
+def _mounts(service: dict[str, Any]) -> dict[str, str]:
+    """Container path -> host path (relative to the repository) of a service's bind mounts."""
+    out = {}
+    for v in service.get("volumes", []):
+        source, target = v.split(":")[:2]
+        out[target] = source.removeprefix("./")
+    return out
+
+
+def _host_path(mounts: dict[str, str], container_path: str) -> Path | None:
+    for target, source in mounts.items():
+        if container_path == target or container_path.startswith(target.rstrip("/") + "/"):
+            return ROOT / source / container_path[len(target) :].lstrip("/")
+    return None
+
+
+def test_prometheus_in_compose_loads_the_rules_and_scrapes_every_component() -> None:
+    prometheus = COMPOSE["services"]["prometheus"]
+    assert prometheus["profiles"] == ["monitoring"]
+    mounts = _mounts(prometheus)
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    for rule_file in config["rule_files"]:
+        path = _host_path(mounts, rule_file)
+        assert path is not None and path.is_file(), f"{rule_file} is not mounted from the repository"
+        assert path.name == "aip-rules.yml"
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert {"aip-worker", "aip-extender", "aip-producer"} <= set(jobs)
+    rules = (ROOT / "deploy" / "prometheus" / "aip-rules.yml").read_text()
+    assert 'job="aip-worker"' in rules, "the worker-down rule names the workers' scrape job"
+    extender = COMPOSE["services"]["extender"]
+    assert jobs["aip-extender"]["static_configs"][0]["targets"] == [f"extender:{extender['environment']['AIP_EXTENDER_PORT']}"]
+    producer = COMPOSE["services"]["producer"]
+    assert jobs["aip-producer"]["dns_sd_configs"][0]["port"] == int(producer["environment"]["AIP_METRICS_PORT"])
+
+
+def test_grafana_is_provisioned_with_the_prometheus_datasource_and_the_dashboard() -> None:
+    grafana = COMPOSE["services"]["grafana"]
+    assert grafana["profiles"] == ["monitoring"] and "prometheus" in grafana["depends_on"]
+    mounts = _mounts(grafana)
+    provisioning = _host_path(mounts, "/etc/grafana/provisioning")
+    assert provisioning is not None and provisioning.is_dir()
+    datasources = [d for f in (provisioning / "datasources").glob("*.yml") for d in yaml.safe_load(f.read_text())["datasources"]]
+    prometheus_port = COMPOSE["services"]["prometheus"]["ports"][0].split(":")[-1].strip('"')
+    assert any(d["type"] == "prometheus" and d["url"] == f"http://prometheus:{prometheus_port}" for d in datasources)
+    uids = {d["uid"] for d in datasources}
+    providers = [p for f in (provisioning / "dashboards").glob("*.yml") for p in yaml.safe_load(f.read_text())["providers"]]
+    dashboards = []
+    for provider in providers:
+        folder = _host_path(mounts, provider["options"]["path"])
+        assert folder is not None and folder.is_dir(), provider
+        dashboards.extend(folder.glob("*.json"))
+    assert dashboards, "no dashboard JSON where the provider looks"
+    home = _host_path(mounts, grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"])
+    assert home in dashboards
+    for path in dashboards:
+        dashboard = json.loads(path.read_text())
+        used = {p["datasource"]["uid"] for p in dashboard["panels"]} | {
+            t["datasource"]["uid"] for p in dashboard["panels"] for t in p["targets"]
+        }
+        assert used <= uids, f"{path.name} refers to datasources not provisioned: {used - uids}"
+        assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
 
 
 def test_observations_keep_the_history_models_are_rebuilt_from() -> None:

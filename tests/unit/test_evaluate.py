@@ -252,3 +252,85 @@ def test_observed_mode_uses_everything_and_is_not_worse_than_placement() -> None
     assert observed.mae <= 1.15 * placement.mae
     assert observed.mae < 0.5 * paper.mae
     assert all("placement" in c for c in observed.outer_choices)  # a view with the solo profiles, every fold
+
+
+# --------------------------------------------------------------------------- probes (issue 25 item 2)
+
+
+@pytest.mark.parametrize("probes", [1, 3])
+def test_revealed_probes_never_leak_a_test_row_and_never_split_a_group(monkeypatch, probes) -> None:  # type: ignore[no-untyped-def]
+    """K job sets of each held-out family move to training whole (both rows of a pair); every fit and CV of the
+    outer fold sees its training rows only; the scored rows are the rest; the probes of K are among those of K + 1."""
+    import models.evaluate as ev_mod
+
+    ds = _pairs(5)
+    groups = [s.group for s in ds.samples]
+    plain = holdout_folds(ds.samples, 5, 0, "family")
+    folds = holdout_folds(ds.samples, 5, 0, "family", probes)
+    more = holdout_folds(ds.samples, 5, 0, "family", probes + 1)
+    assert 2 <= len(more) <= len(folds) <= len(plain)  # a fold left without test rows is dropped
+
+    def base(te: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return next(f for f in plain if set(te.tolist()) <= set(f[1].tolist()))
+
+    for tr, te in folds:
+        tr0, te0 = base(te)
+        tr1 = next((a for a, b in more if set(b.tolist()) <= set(te0.tolist())), tr)
+        revealed = sorted(set(tr.tolist()) - set(tr0.tolist()))
+        assert set(revealed) <= set(te0.tolist()) and not set(tr.tolist()) & set(te.tolist())
+        assert set(te.tolist()) | set(revealed) == set(te0.tolist())  # the rest is scored
+        rg = {groups[i] for i in revealed}
+        assert not rg & {groups[i] for i in te}  # a revealed group moved whole
+        seen = set().union(*(ds.samples[j].families for j in tr0))
+        held = set().union(*(ds.samples[j].families for j in te0)) - seen
+        for fam in held:  # K job sets of each held-out family (or all of them but the fold keeps test rows)
+            own = {groups[i] for i in te0 if fam in ds.samples[i].families}
+            assert len(rg & own) >= min(probes, len(own))
+        assert set(tr.tolist()) <= set(tr1.tolist())  # nested: K's probes among K + 1's
+    # everything an outer fold fits or cross-validates sees its training rows (probes included) only
+    rid = {id(s): i for i, s in enumerate(ds.samples)}
+    log: list[frozenset[int]] = []
+    real_fit, real_cv = ev_mod.fit_candidate, ev_mod.cross_validate
+    monkeypatch.setattr(ev_mod, "fit_candidate", lambda n, c, train, m, seed=0: log.append(frozenset(rid[id(s)] for s in train)) or real_fit(n, c, train, m, seed))
+    monkeypatch.setattr(ev_mod, "cross_validate", lambda samples, *a, **kw: log.append(frozenset(rid[id(s)] for s in samples)) or real_cv(samples, *a, **kw))
+    marks: list[int] = []
+    ev = ev_mod.evaluate(
+        ds, "placement", models=("DecisionTree",), holdout="family", probes=probes, report_table=False,
+        progress=lambda m: marks.append(len(log)) if m.startswith("outer fold") else None,
+    )  # fmt: skip
+    start = 0
+    for (tr, te), end in zip(folds, marks, strict=True):
+        for rows in log[start:end]:
+            assert rows <= set(tr.tolist()) and not rows & set(te.tolist())
+        start = end
+    assert ev.scored_rows == sum(len(te) for _, te in folds) == len(ev.actual) < len(ds.samples)
+    assert ev.mae > 0.7 * ev.median_baseline_mae  # type: ignore[operator]  # a leak would read the pair id
+
+
+def test_cli_probes_json_and_report(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    ds_lines = ["environment,job_type,co_job_types,job_family,co_job_families,interference_pct,solo_S,other_solo_S,solo_M"]
+    rng = np.random.default_rng(4)
+    fams = [f"net{f}" for f in range(4)]
+    for a in range(8):
+        for b in range(a, 8):
+            for job, other in ((a, b), (b, a)):
+                y = 0.6 * (10 * other) + (30.0 if job // 2 == 0 else 0.0) + rng.normal(0, 1)  # net0 a sensitive victim
+                ds_lines.append(
+                    f"h200,{fams[job // 2]}_bs{2 ** (job % 2)},{fams[other // 2]}_bs{2 ** (other % 2)},"
+                    f"{fams[job // 2]},{fams[other // 2]},{y:.2f},{10 * job},{10 * other},100"
+                )
+    data = tmp_path / "obs.csv"
+    data.write_text("\n".join(ds_lines) + "\n")
+    argv = ["evaluate", str(data), "--holdout", "family", "--models", "ExtraTrees,LinearRegression", "--json"]
+    assert main([*argv, "--probes", "0,2", "--report", str(tmp_path / "r")]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(out["by_probes"]) == {"0", "2"}
+    for k in ("0", "2"):
+        assert {"mae", "median_baseline_mae", "interval_coverage", "scored_rows"} <= set(out["by_probes"][k])
+    assert out["by_probes"]["0"]["mae"] == out["mae"]  # the top-level figures are the first K's
+    assert out["by_probes"]["2"]["scored_rows"] < out["by_probes"]["0"]["scored_rows"] == out["rows"]
+    assert (tmp_path / "r" / "probes.png").stat().st_size > 0 and "Probes" in (tmp_path / "r" / "summary.md").read_text()
+    assert main([*argv[:-1], "--probes", "0"]) == 0  # K = 0 alone: today's family holdout
+    capsys.readouterr()
+    assert main(["evaluate", str(data), "--probes", "2"]) == 2  # probes need --holdout family
+    assert "--holdout family" in capsys.readouterr().err

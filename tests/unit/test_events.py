@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from typing import get_args
@@ -10,6 +11,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
 from records import RECORD_TYPES, TOP_LEVEL, job_event, records_of, sample
 
 from events import (
@@ -23,11 +25,13 @@ from events import (
     Prediction,
     RecordError,
     Topics,
+    WhatIf,
     decode,
     decode_obj,
     encode,
     to_dict,
 )
+from events.jsonschema import schema_of
 from events.records import Category, Version
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -154,13 +158,26 @@ def test_schema_version_is_checked() -> None:
     assert get_args(Version) == (SCHEMA_VERSION,)
 
 
+LATER_OPTIONAL = ("interval_pct", "regime", "window_end")
+"""Prediction's fields added after version 1: the interval and the attribution (its regime, the window it is of)."""
+
+
 def test_records_written_without_a_newer_optional_field_still_decode() -> None:
-    """Old producers' records (no ``interval_pct``, no attribution fields) read with those fields as None."""
-    obj = to_dict(Prediction(ts=1.7e9, gpu_uuid="G", environment="v100", job_id="j", job_type="t", job_set=["t"],
-                             mode="observed", interference_pct=3.0, model="m", category="all"))  # fmt: skip
-    for name in ("interval_pct", "regime", "window_end"):
+    """Old producers' records (no ``interval_pct``, no attribution fields) read with those fields as None,
+    every other field as written."""
+    full = Prediction(ts=1.7e9, gpu_uuid="G", environment="v100", job_id="j", job_type="t", job_set=["t"],
+                      mode="observed", interference_pct=3.0, model="m", category="all", interval_pct=[1.0, 5.0],
+                      regime="seen", window_end=1.7e9 - 5, what_if=[WhatIf(job_type="u", newcomer_pct=2.0,
+                      existing_pct=1.0, interval_pct=[0.0, 4.0])])  # fmt: skip
+    obj = to_dict(full)
+    for name in LATER_OPTIONAL:
         del obj[name]
-    assert decode(Prediction, json.dumps(obj)).interval_pct is None
+    del obj["what_if"][0]["interval_pct"]
+    old = decode(Prediction, json.dumps(obj))
+    assert all(getattr(old, name) is None for name in LATER_OPTIONAL) and old.what_if[0].interval_pct is None
+    expected = msgspec.structs.replace(full, what_if=[msgspec.structs.replace(full.what_if[0], interval_pct=None)],
+                                       **dict.fromkeys(LATER_OPTIONAL))  # fmt: skip
+    assert old == expected
 
 
 def test_unknown_fields_are_ignored_for_forward_compatibility() -> None:
@@ -256,6 +273,20 @@ def test_a_bad_field_is_named_in_a_one_line_error(cls: type, data: st.DataObject
         assert _one_line_naming(str(exc), name), str(exc)
     else:  # a value its field happens to accept (a long string where no length is bounded, ...)
         assert to_dict(record)[name] == obj[name]
+        # ... and that its field really accepts, by the published JSON Schema (another validator) ...
+        assert field_schema_errors(cls, name, obj[name]) == [], f"decoded `{name}` = {str(obj[name])[:40]} that the schema refuses"
+        assert decode(cls, encode(record)) == record  # ... and by encode's own check
+
+
+@functools.cache
+def _field_validator(cls: type, name: str) -> Draft202012Validator:
+    schema = schema_of(cls)
+    return Draft202012Validator({"$defs": schema.get("$defs", {}), **schema["properties"][name]})
+
+
+def field_schema_errors(cls: type, name: str, value: object) -> list[str]:
+    """What the published JSON Schema (jsonschema, not msgspec) finds wrong with ``value`` as ``cls``'s field ``name``."""
+    return [e.message for e in _field_validator(cls, name).iter_errors(value)]
 
 
 def _is_json(value: bytes | None) -> bool:

@@ -33,12 +33,33 @@ def test_a_reader_that_does_not_know_the_field_still_reads_the_record() -> None:
     assert decode(Prediction, json.dumps(payload).encode()).interval_pct == [1.0, 2.0]
 
 
-@pytest.mark.parametrize("bad", [[1.0], [1.0, 2.0, 3.0], ["a", 2.0], 5.0])
-def test_malformed_interval_is_refused(bad) -> None:  # type: ignore[no-untyped-def]
-    payload = json.loads(encode(_prediction()))
-    payload["interval_pct"] = bad
+BAD = [[1.0], [1.0, 2.0, 3.0], ["a", 2.0], 5.0, [float("nan"), 2.0], [1.0, float("inf")], [-float("inf"), 0.0],
+       ["1e400", 2.0], [5.0, 4.0], [0.0, -1e-9]]  # fmt: skip
+BAD_IDS = ["one", "three", "string", "scalar", "nan", "inf", "-inf", "beyond-a-float", "lo>hi", "lo>hi-by-a-hair"]
+
+
+@pytest.mark.parametrize("bad", BAD, ids=BAD_IDS)
+@pytest.mark.parametrize("where", ["prediction", "what_if"])
+def test_malformed_interval_is_refused(bad, where: str) -> None:  # type: ignore[no-untyped-def]
+    payload = json.loads(encode(_prediction(what_if=[WhatIf(job_type="C", newcomer_pct=9.0, existing_pct=3.0)])))
+    target = payload if where == "prediction" else payload["what_if"][0]
+    target["interval_pct"] = bad
+    text = json.dumps(payload).replace('"1e400"', "1e400")  # a JSON number no float holds
+    # nan and inf go as the literals the stdlib writes (NaN, Infinity): not JSON, refused either way
+    with pytest.raises(RecordError, match=r"interval_pct|not valid JSON"):
+        decode(Prediction, text.encode())
+
+
+@pytest.mark.parametrize("bad", [[float("nan"), 2.0], [1.0, float("inf")], [5.0, 4.0]], ids=["nan", "inf", "lo>hi"])
+def test_a_malformed_interval_is_not_published(bad) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(RecordError, match="interval_pct"):
-        decode(Prediction, json.dumps(payload).encode())
+        encode(_prediction(interval_pct=bad))
+    with pytest.raises(RecordError, match="interval_pct"):
+        encode(_prediction(what_if=[WhatIf(job_type="C", newcomer_pct=9.0, existing_pct=3.0, interval_pct=bad)]))
+
+
+def test_a_point_interval_is_valid() -> None:
+    assert decode(Prediction, encode(_prediction(interval_pct=[7.0, 7.0]))).interval_pct == [7.0, 7.0]
 
 
 def test_best_gpu_upper_risk_prefers_the_sure_gpu() -> None:

@@ -216,3 +216,88 @@ def test_keep_alive_survives_a_refused_request_with_a_body(server: ExtenderServe
         assert second.status == 200 and json.loads(second.read()) == [{"Host": "node-b", "Score": 10}]
     finally:
         conn.close()
+
+
+# ------------------------------------------------------------------ kube-scheduler's own bodies
+def test_kube_schedulers_own_extender_args_are_read_and_answered_in_its_shapes(server: ExtenderServer) -> None:
+    """The ExtenderArgs of kube-scheduler's types_test.go, verbatim (its pod has no job type: neutral), and as that
+    test also decodes it, lowercased (Go's encoding/json matches field names case-insensitively)."""
+    from extender_payloads import EXTENDER_ARGS_JSON, EXTENDER_FILTER_RESULT_JSON, HOST_PRIORITY_JSON
+
+    for body in (EXTENDER_ARGS_JSON, EXTENDER_ARGS_JSON.lower()):
+        code, answer = call(server, "/prioritize", raw=body.encode())
+        assert code == 200 and answer == [{"Host": "node1", "Score": 5}]  # NodeNames, when both are given
+        assert [list(h) for h in answer] == [list(json.loads(HOST_PRIORITY_JSON))]  # HostPriority's keys, in order
+        code, result = call(server, "/filter", raw=body.encode())
+        assert code == 200 and list(result) == list(json.loads(EXTENDER_FILTER_RESULT_JSON))  # ExtenderFilterResult's
+        assert result["NodeNames"] == ["node1"] and result["FailedNodes"] == {} and result["Error"] == ""
+
+
+# ------------------------------------------------------------------ the score's full scale
+# cost of each node's best GPU for LM: node-a 20 (GPU-a2: 12 + 8), node-b 0 (idle), node-c 200 (150 + 50)
+# score = 10 * (1 - min(cost, full scale) / full scale), rounded half up; Volcano gets it x 10 unrounded
+FULL_SCALE_CASES = {
+    "100": ({"node-a": 8, "node-b": 10, "node-c": 0}, {"node-a": 80.0, "node-b": 100.0, "node-c": 0.0}),
+    "250": ({"node-a": 9, "node-b": 10, "node-c": 2}, {"node-a": 92.0, "node-b": 100.0, "node-c": 20.0}),
+    "400": ({"node-a": 10, "node-b": 10, "node-c": 5}, {"node-a": 95.0, "node-b": 100.0, "node-c": 50.0}),
+    "1000": ({"node-a": 10, "node-b": 10, "node-c": 8}, {"node-a": 98.0, "node-b": 100.0, "node-c": 80.0}),
+}
+
+
+@pytest.mark.parametrize("full_scale", sorted(FULL_SCALE_CASES))
+def test_aip_extender_full_scale_pct_sets_the_cost_that_scores_0(full_scale: str) -> None:
+    """``AIP_EXTENDER_FULL_SCALE_PCT`` (read by Settings, as ``aip extender`` reads it) moves every score."""
+    from config import Settings
+
+    settings = Settings.from_env({"AIP_EXTENDER_FULL_SCALE_PCT": full_scale})
+    assert settings.extender_full_scale_pct == float(full_scale)
+    client = SchedulerClient(clock=lambda: T0 + 5, history_complete=True)
+    feed(client)
+    kube, volcano = FULL_SCALE_CASES[full_scale]
+    with ExtenderServer(Scorer(client, full_scale_pct=settings.extender_full_scale_pct), "127.0.0.1", 0) as srv:
+        _, answer = call(srv, "/prioritize", kube_args(pod(ASK), sorted(kube)))
+        assert {h["Host"]: h["Score"] for h in answer} == kube
+        _, vp = call(srv, "/volcano/prioritize", volcano_prioritize(pod(ASK), sorted(volcano)))
+        assert vp["nodeScore"] == pytest.approx(volcano)
+
+
+@pytest.mark.parametrize("bad", ["0", "-10"])
+def test_a_full_scale_that_is_not_positive_is_refused(bad: str) -> None:
+    from config import Settings, SettingsError
+
+    try:
+        full_scale = Settings.from_env({"AIP_EXTENDER_FULL_SCALE_PCT": bad}).extender_full_scale_pct
+    except SettingsError:
+        return
+    with pytest.raises(ValueError, match="full_scale_pct"):
+        Scorer(SchedulerClient(), full_scale_pct=full_scale)
+
+
+# ------------------------------------------------------------------ --max-age
+def test_predictions_older_than_max_age_are_no_longer_used() -> None:
+    """``aip extender --max-age S`` (``SchedulerClient(max_age_s=S)``): a node whose predictions are older than S
+    seconds is scored neutral and passes every filter, until a new prediction comes."""
+    now = [T0 + 5]
+    client = SchedulerClient(clock=lambda: now[0], history_complete=True, max_age_s=60.0)
+    feed(client)  # predictions at T0
+    limited = pod({**ASK, "aip.io/max-slowdown-pct": "50"})
+    with ExtenderServer(Scorer(client), "127.0.0.1", 0) as srv:
+
+        def scores() -> dict[str, int]:
+            return {h["Host"]: h["Score"] for h in call(srv, "/prioritize", kube_args(pod(ASK), NODES))[1]}
+
+        def failed() -> list[str]:
+            return sorted(call(srv, "/filter", kube_args(limited, NODES))[1]["FailedNodes"])
+
+        assert scores() == {"node-a": 9, "node-b": 10, "node-c": 2, "node-d": 5} and failed() == ["node-c"]
+        now[0] = T0 + 60.0  # 60 s old: still used
+        assert scores() == {"node-a": 9, "node-b": 10, "node-c": 2, "node-d": 5} and failed() == ["node-c"]
+        now[0] = T0 + 60.5  # older than 60 s: node-a and node-c neutral; node-b is idle by its lifecycle, not a prediction
+        assert scores() == {"node-a": 5, "node-b": 10, "node-c": 5, "node-d": 5} and failed() == []
+        assert call(srv, "/healthz")[1]["job_types"] == 0
+        client.update(Prediction(
+            ts=T0 + 60.0, gpu_uuid="GPU-c1", environment="v100", job_id="j6", job_type="GAN", job_set=["GAN", "Transformer"],
+            mode="placement", interference_pct=10.0, model="knn", category="all", window_end=T0 + 50,
+            what_if=[WhatIf(job_type=LM, newcomer_pct=150.0, existing_pct=50.0)],
+        ))  # fmt: skip
+        assert scores()["node-c"] == 2 and failed() == ["node-c"]  # fresh again

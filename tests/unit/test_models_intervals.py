@@ -1,4 +1,4 @@
-"""Live 90 % intervals (models.api, models.intervals): rolling prequential residuals and conformal CV offsets."""
+"""Live 90 % intervals (models.environment, models.intervals): rolling prequential residuals and conformal CV offsets."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import shutil
 
 import numpy as np
 
-from models.api import Config, EnvironmentModels
 from models.datasets import Sample
+from models.environment import Config, EnvironmentModels
 
 SMALL = Config(
     batch_models=("LinearRegression",), online_models=("river.LinearRegression",), refit_rows=300, refit_every=200, folds=3
@@ -35,7 +35,7 @@ def test_live_intervals_cover_about_90_percent_and_survive_save_load(tmp_path) -
     inside, widths = [], []
     for i in range(400, 800):
         smp = _sample(rng, i)
-        r = em._predict_sample(smp, "observed")
+        r = em.predict_sample(smp, "observed")
         assert r is not None and r.interval_pct is not None
         lo, hi = r.interval_pct
         assert lo <= r.interference_pct <= hi
@@ -45,11 +45,12 @@ def test_live_intervals_cover_about_90_percent_and_survive_save_load(tmp_path) -
     assert 0.84 <= float(np.mean(inside)) <= 0.96
     assert 12.0 <= float(np.mean(widths)) <= 24.0
     # new job sets get the conformal offsets of the last refit's out-of-fold residuals
-    assert em._intervals and all(math.isfinite(lo) and lo < 0 < hi for lo, hi in em._intervals.values())
+    offsets = [c.record.offsets for c in em.candidates.values() if c.record.offsets is not None]
+    assert offsets and all(math.isfinite(lo) and lo < 0 < hi for lo, hi in offsets)
     em.save(tmp_path / "state" / "h")
     loaded = EnvironmentModels.load(tmp_path / "state" / "h")
     probe = _sample(rng, 900)
-    assert loaded._predict_sample(probe, "observed") == em._predict_sample(probe, "observed")
+    assert loaded.predict_sample(probe, "observed") == em.predict_sample(probe, "observed")
     shutil.rmtree(tmp_path / "state")
 
 

@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from models import parallel
-from models.api import Config, run_refit
 from models.datasets import Sample
+from models.environment import Config, run_refit
 from models.selection import cross_validate
 
 

@@ -1,4 +1,4 @@
-"""The AIP selector (models.api.EnvironmentModels): learning, selection, refits, drift, persistence."""
+"""The AIP selector (models.environment.EnvironmentModels): learning, selection, refits, drift, persistence."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from events import CATEGORIES, Leaderboard
 from models import persist
-from models.api import Config, EnvironmentModels, PredictionResult
 from models.datasets import BUILTIN
+from models.environment import Config, EnvironmentModels, PredictionResult
 from models.live import slot
 from models.selection import grouped_folds
 
@@ -70,7 +70,7 @@ def test_learn_select_refit_and_leaderboard(stream) -> None:  # type: ignore[no-
             assert r.expected_error_pct == min(e.cv_mae for e in lb.entries if e.mode == mode and e.cv_mae is not None)
         else:  # the environment's choice, unless the slot has enough measurements for its own
             key = slot(stream[350].job_type, stream[350].co_job_types)
-            own = em.baselines.measured(key) >= em.config.jobset_min
+            own = em.measurements.measured(key) >= em.config.jobset_min
             assert own or (served.model, served.category, served.error_pct) == (r.model, r.category, r.expected_error_pct)
     # placement is learnable on job sets the selector never saw: beats predicting the training mean there
     trained = {" + ".join(sorted((o.job_type, *o.co_job_types))) for o in stream[:300]}
@@ -91,15 +91,19 @@ def test_jobset_selection_falls_back_until_enough(stream) -> None:  # type: igno
     for o in stream[:100]:
         if o not in same:
             em.learn(o)
-    assert em._choice("observed", key) is not None and em._choice("observed", key)[0] == "new"
+    assert em.selector.choice("observed", key) is not None and em.selector.choice("observed", key)[0] == "new"
     for o in ((same or [target]) * 4)[:4]:  # one short of jobset_min
         em.learn(o)
-    assert em.baselines.measured(key) == 4
-    assert em._choice("observed", key) == ("seen", em._selected["seen"]["observed"])
+    assert em.measurements.measured(key) == 4
+    assert em.selector.choice("observed", key) == ("seen", em.selector.selected["seen"]["observed"])
     for o in (same or [target]) * 5:
         em.learn(o)
-    regime, (err, _cat, _name) = em._choice("observed", key)  # type: ignore[misc]
-    assert regime == "seen" and err == min(e.mean for k, e in em._slot_errors[key].items() if k[0] == "observed" and e.n >= 2)
+    regime, (err, _cat, _name) = em.selector.choice("observed", key)  # type: ignore[misc]
+    assert regime == "seen" and err == min(
+        e.get()
+        for k, c in em.candidates.items()
+        if k.mode == "observed" and c.servable and (e := c.record.slots.get(key)) and e.n >= 2
+    )
 
 
 def test_drift_requests_a_refit(data_dir) -> None:  # type: ignore[no-untyped-def]

@@ -90,10 +90,15 @@ def test_unsupported_per_process_utilisation_leaves_the_fields_null() -> None:
     _, obs = run(
         events(solo_util=unsupported, co_util=unsupported, unavailable=["processes.mem_util_pct", "processes.sm_util_pct"])
     )
-    assert len(obs) == 6
+    assert sorted(o.job_id for o in obs) == ["a"] * 3 + ["b"] * 3
+    # the rest of each observation is intact: both jobs ran at 200 W, a at 100 W alone, lm's profile at 120 W
+    e_pct = {"a": 100.0, "b": (200.0 / 120.0 - 1.0) * 100.0}
+    reference = by_job(run(events())[1])
     for o in obs:
         assert o.proc_sm_util_pct is None and o.proc_mem_util_pct is None and o.sm_share_pct is None
-        assert o.E_pct == pytest.approx(100.0) or o.job_id == "b"  # the rest of the observation is intact
+        assert o.E_pct == pytest.approx(e_pct[o.job_id])
+        same = next(r for r in reference[o.job_id] if r.window_start == o.window_start)
+        assert (o.T_pct, o.interference_pct, o.samples) == (same.T_pct, same.interference_pct, same.samples)
 
 
 def test_a_share_needs_every_job_measured_and_a_pid_of_its_own() -> None:

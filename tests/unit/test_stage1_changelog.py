@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 from events.topics import METRICS
 from producers.sim import Simulator
 from streams import changelog
-from streams.stage1 import Stage1
+from streams.checkpoint import TopicPartition
+from streams.stage1 import HeldWindow, Stage1
 from streams.state import Stage1State
 
 
@@ -19,9 +21,8 @@ def _events() -> list[tuple[str, Any]]:
 
 def _apply(state: Stage1State, offset: int, topic: str, record: Any) -> list[Any]:
     """What the worker does per event (Streams.handle_input), all GPUs in input partition 0."""
-    state.gpu_partition[record.gpu_uuid] = 0
-    state.positions[f"{topic}:0"] = offset
-    state.touched.add(record.gpu_uuid)
+    state.read_from(record.gpu_uuid, 0)
+    assert state.offsets.store(TopicPartition(topic, 0), offset)
     stage1 = state.stage1
     return stage1.on_metric(record) if topic == METRICS else stage1.on_job(record)
 
@@ -44,7 +45,8 @@ def test_the_next_owner_continues_the_partition_as_if_nothing_moved(tmp_path: Pa
     for env, jt in old.stage1.profiles.known():  # what interference.profiles carries
         new.stage1.merge_profile(old.stage1.profiles.record(env, jt))
     assert asyncio.run(new.restore_partition(0)) == 3
-    assert new.positions == old.positions and new.replay_until == old.positions
+    assert new.positions == old.positions
+    assert not any(new.offsets.store(tp, offset) for tp, offset in old.positions.items())  # applied: replays
     assert {g: s.to_dict() for g, s in new.stage1.gpus.items()} == {g: s.to_dict() for g, s in old.stage1.gpus.items()}
     both = [[], []]
     for i, (topic, record) in enumerate(events[cut:], start=cut):
@@ -70,9 +72,9 @@ def test_a_worker_keeps_its_own_state_when_the_changelog_is_not_beyond_it(tmp_pa
 
 
 def test_lost_partitions_are_forgotten_and_held_windows_move_with_their_gpu(tmp_path: Path) -> None:
-    window = {"environment": "v100", "job_type": "new-type", "gpu_uuid": "GPU-x", "window_start": 1.7e9, "window_end": 1.7e9 + 10,
-              "job_id": "j", "co_job_types": ["other"], "co_job_ids": ["k"], "window_means": {"E": 1.0},
-              "throughput_steps_per_s": 1.0, "samples": 10}  # fmt: skip
+    window = HeldWindow(environment="v100", job_type="new-type", gpu_uuid="GPU-x", window_start=1.7e9, window_end=1.7e9 + 10,
+                        job_id="j", co_job_types=["other"], co_job_ids=["k"], window_means={"E": 1.0},
+                        throughput_steps_per_s=1.0, samples=10)  # fmt: skip
     log: list[tuple[bytes, bytes, int]] = []
     old = _state(tmp_path, "old", send=lambda k, v, p: log.append((k, v, p)))
     old.assign({0})
@@ -80,7 +82,7 @@ def test_lost_partitions_are_forgotten_and_held_windows_move_with_their_gpu(tmp_
     old.stage1._hold(window)
     old.gpu_partition["GPU-x"] = 0
     old.touched.add("GPU-x")
-    old.positions["gpu.metrics:0"] = 5
+    old.offsets.store(TopicPartition("gpu.metrics", 0), 5)
     old.publish_changelog()
     old.assign(set())  # the partition went elsewhere
     assert "GPU-x" not in old.stage1.gpus and old.stage1.held_count() == 0 and not old.positions
@@ -110,6 +112,24 @@ def test_a_changelog_short_of_the_committed_offset_is_read_again_until_it_reache
 
     new = _state(tmp_path, "new", read=read, catch_up_s=10.0)
     new.enabled = True
-    asyncio.run(new.restored({0: {"gpu.metrics:0": 600}}))
+    asyncio.run(new.restored({0: {TopicPartition("gpu.metrics", 0): 600}}))
     assert len(reads) == 2 and new.positions == old.positions and new.ready(0)
     assert new.stage1.counters["changelog_behind"] == 0
+
+
+def test_records_of_the_dict_era_still_fold_and_the_wire_format_is_unchanged() -> None:
+    """Held job-windows were 15-key dicts and positions ``"topic:partition"`` strings: both still read the same."""
+    held = {"window_start": 1.7e9, "window_end": 1.7e9 + 10, "gpu_uuid": "GPU-x", "environment": "v100", "job_id": "j",
+            "job_type": "new-type", "co_job_types": ["other"], "co_job_ids": ["k"], "window_means": {"E": 1.0, "R": None},
+            "throughput_steps_per_s": 1.0, "samples": 10, "proc_sm_util_pct": 45.0, "proc_mem_util_pct": None,
+            "sm_share_pct": None, "rw_source": "pcie_kbps"}  # fmt: skip
+    gpu = (b"gpu:GPU-x", json.dumps({"state": {}, "held": [held]}).encode())
+    positions = (b"positions", json.dumps({"positions": {"gpu.metrics:3": 41, "jobs.lifecycle:3": 7}, "window_s": 10.0}).encode())
+    state = changelog.fold([gpu, positions])
+    (window,) = state.gpus["GPU-x"].held
+    assert window == HeldWindow(**held) and window.to_builtins() == held
+    assert state.positions == {TopicPartition("gpu.metrics", 3): 41, TopicPartition("jobs.lifecycle", 3): 7}
+    key, value = changelog.gpu_record("GPU-x", {}, [window])
+    assert (key, json.loads(value)) == (gpu[0], json.loads(gpu[1]))
+    _, value = changelog.positions_record(state.positions, 10.0, "w")
+    assert json.loads(value)["positions"] == {"gpu.metrics:3": 41, "jobs.lifecycle:3": 7}

@@ -13,6 +13,7 @@ from test_streams import BASE, feed, observations, scenario
 from config import Settings
 from events import encode
 from streams.app import create_app
+from streams.checkpoint import TopicPartition
 from streams.stage1 import LateEvent, Stage1
 from streams.stage2 import Stage2
 from streams.windows import GpuState, Job, close_limit
@@ -113,7 +114,8 @@ def test_worker_marks_lifecycle_partitions_with_unapplied_records(tmp_path: Path
             return highwater.get(tp.partition)
 
     streams.app._consumer = Consumer()  # type: ignore[assignment]
-    streams.positions = {"jobs.lifecycle:0": 9, "jobs.lifecycle:1": 4, "gpu.metrics:2": 100}
+    for topic, partition, offset in (("jobs.lifecycle", 0, 9), ("jobs.lifecycle", 1, 4), ("gpu.metrics", 2, 100)):
+        streams.state.offsets.store(TopicPartition(topic, partition), offset)
     pending = [p for p in range(4) if streams.lifecycle_pending(p)]
     assert pending == [1, 3]  # 0 caught up, 1 behind, 2 empty, 3 unknown
 
@@ -166,7 +168,7 @@ def test_events_already_in_the_checkpoint_are_replays_not_dead_letters(tmp_path:
     one = create_app(settings, web=False)
     events = _events(one, scenario())
     expected = [o for e in events for o in one.handle_input(e)[0]]
-    reference = Stage1(window_s=10.0, lateness_s=2.0)
+    reference = Stage1(window_s=10.0, lateness_s=2.0, every_window=True)  # the worker tells stage 2 of solo windows
     assert sorted(expected, key=lambda o: o.observation_id) == sorted(feed(reference, scenario()), key=lambda o: o.observation_id)
     one.checkpoint()  # every event applied; suppose the commit covered only the first half
     two = create_app(settings, web=False)

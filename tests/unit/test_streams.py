@@ -302,14 +302,22 @@ def test_stage2_predictions_say_their_regime_and_stay_in_range(tmp_path) -> None
     fresh = stage.on_observation(swapped).predictions
     assert fresh and {p.regime for p in fresh} == {"new"}
     preds += fresh
-    # a job type never measured here: no prediction, counted
+    # a job type never measured here, with its solo profile: placement mode predicts it from the profile and
+    # says so (regime novel, an interval); observed mode has nothing to carry over: withheld, counted
     novel = msgspec.structs.replace(last, job_id="j-new", job_type="gan", **later)
-    assert stage.on_observation(novel).predictions == []
-    assert stage.counters["predictions_withheld_novel"] == 2  # observed and placement
+    told = stage.on_observation(novel).predictions
+    assert [(p.mode, p.regime) for p in told] == [("placement", "novel")]
+    assert stage.counters["predictions_withheld_novel"] == 1  # observed
+    preds += told
     assert all(-100.0 <= p.interference_pct <= 20.0 for p in preds)
-    assert all(-100.0 <= w.newcomer_pct <= 20.0 for p in preds for w in p.what_if)
+    # every placement prediction answers for both known types, each newcomer bounded like the predictions
+    entries = [w for p in preds if p.mode == "placement" for w in p.what_if]
+    # (the novel job's own window knows its type too, from its solo profile)
+    assert entries and all({w.job_type for w in p.what_if} == {"resnet", "lm"} for p in preds[: -len(told)] if p.mode == "placement")
+    assert [{w.job_type for w in p.what_if} for p in told] == [{"resnet", "lm", "gan"}]
+    assert all(-100.0 <= w.newcomer_pct <= 20.0 for w in entries)
     assert stage.counters["predictions_clipped"] > 0  # measured slowdowns go above 20 %
-    assert stage.counters["predictions_seen"] + stage.counters["predictions_new"] == len(preds)
+    assert stage.counters["predictions_seen"] + stage.counters["predictions_new"] + stage.counters["predictions_novel"] == len(preds)
     # 90 % intervals once a served candidate has 10 scored residuals: around the prediction, bounded like it
     # (what-if entries are new job sets: no interval before a refit's out-of-fold residuals, as here)
     spans = [(p.interference_pct, *p.interval_pct) for p in preds if p.interval_pct is not None]
@@ -329,7 +337,7 @@ def test_stage2_without_persistence_still_runs(tmp_path) -> None:
 
 def test_what_if_entries_of_a_window_equal_the_questions_asked_one_by_one() -> None:
     from events import WhatIf
-    from models.api import EnvironmentModels
+    from models.environment import EnvironmentModels
     from models.synthetic import gavel_observations
     from streams.stage2 import what_if_entries
 
@@ -339,7 +347,7 @@ def test_what_if_entries_of_a_window_equal_the_questions_asked_one_by_one() -> N
         em.learn(o)
         known.setdefault(o.job_type, o.solo)
     em.refit_now()  # batch candidates serve too (one matrix each below)
-    assert any(key[0] == "placement" for key in em._batch)
+    assert any(k.mode == "placement" and c.kind == "batch" and c.servable for k, c in em.candidates.items())
     running = sorted(known)[:2]
     solos = [known[t] for t in running]
     entries = what_if_entries(em, known, running, solos)
@@ -350,5 +358,10 @@ def test_what_if_entries_of_a_window_equal_the_questions_asked_one_by_one() -> N
         if new is not None:
             interval = None if new.interval_pct is None else list(new.interval_pct)
             existing = sum(r.interference_pct for r in others if r is not None)
-            want.append(WhatIf(job_type=jt, newcomer_pct=new.interference_pct, existing_pct=existing, interval_pct=interval))
+            want.append(
+                WhatIf(job_type=jt, newcomer_pct=new.interference_pct, existing_pct=existing, interval_pct=interval,
+                       regime=new.regime)
+            )  # fmt: skip
     assert entries == want and len(entries) == len(known) > 2
+    # after a refit every entry carries its newcomer's 90 % interval (the out-of-fold residuals), around it
+    assert all(w.interval_pct is not None and w.interval_pct[0] <= w.newcomer_pct <= w.interval_pct[1] for w in entries)

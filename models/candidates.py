@@ -1,0 +1,513 @@
+"""The candidates of the live selection: one object per (mode, category, model), whatever its kind.
+
+A :class:`Candidate` holds its estimator (what serving needs) apart from its record (what learning keeps to
+judge it: per regime its prequential errors and residuals, per slot its exponentially weighted error, the
+last refit's CV score and conformal offsets).  The kinds differ only in what their estimator takes and when
+it learns:
+
+* :class:`OnlineCandidate`: a river learner on the mode x category's features, tested then trained on every
+  observation (the heavy ones on a stride);
+* :class:`BatchCandidate`: a model of the last refit, which learns only at refits; it is tested in one
+  vectorised pass over the observations of a while (:attr:`Candidate.batched`);
+* :class:`BaselineCandidate`: :class:`models.live.LastMeasured` or :class:`models.live.RollingMedian`, on
+  the slot rather than on features;
+* :class:`NewcomerCandidate`: a batch model of the last refit (placement mode) plus :class:`models.newcomer.Newcomer`
+  learning its residuals online: what was measured of a job type, as the job and as a co-runner, carried to its
+  job sets never measured.
+
+A new kind is one subclass and one entry in :data:`KINDS`.
+
+No Kafka, no faust.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+import msgspec
+import numpy as np
+
+from events import CATEGORIES, MODES, REGIMES
+from models.datasets import Sample
+from models.features import restrict
+from models.intervals import ResidualWindow
+from models.live import (
+    BASELINES,
+    LAST_MEASURED,
+    MEDIAN,
+    Ewm,
+    EwmState,
+    LastMeasured,
+    LastMeasuredState,
+    RollingMedian,
+    RollingMedianState,
+    slot,
+)
+from models.newcomer import Newcomer, roles
+from models.newcomer import dump as newcomer_dump
+from models.newcomer import load as newcomer_load
+from models.settings import Config
+from models.zoo import HEAVY_ONLINE, RiverModel, load_batch, make_online
+
+
+class CandidateKey(NamedTuple):
+    """One candidate: its mode, category and model."""
+
+    mode: str
+    category: str
+    model: str
+
+    def name_in(self, mode: str) -> str:
+        """The name it is served under in ``mode``: ``placement/<model>`` when observed mode serves placement's.
+
+        >>> CandidateKey("placement", "all", "KNN").name_in("observed"), CandidateKey("observed", "1", "KNN").name_in("observed")
+        ('placement/KNN', 'KNN')
+        """
+        return self.model if self.mode == mode else f"{self.mode}/{self.model}"
+
+
+class Views:
+    """A sample's slot and its features per mode and category, each computed on first use (a what-if needs one
+    of eight)."""
+
+    __slots__ = ("_cats", "_full", "sample", "slot")
+
+    def __init__(self, sample: Sample) -> None:
+        self.sample = sample
+        self.slot = slot(sample.job_type, sample.co_job_types)
+        self._full: dict[str, dict[str, float]] = {}
+        self._cats: dict[tuple[str, str], dict[str, float]] = {}
+
+    def full(self, mode: str) -> dict[str, float]:
+        """Every feature of ``mode`` (empty when the sample has none: no percent changes, no solo profile)."""
+        f = self._full.get(mode)
+        if f is None:
+            f = self._full[mode] = self.sample.features(mode, "all")
+        return f
+
+    def get(self, mode: str, category: str) -> dict[str, float]:
+        x = self._cats.get((mode, category))
+        if x is None:
+            full = self.full(mode)
+            x = self._cats[(mode, category)] = full if category == "all" or not full else restrict(full, category)
+        return x
+
+
+class CvScore(msgspec.Struct, frozen=True, array_like=True):
+    """A candidate's grouped-CV score at the last refit."""
+
+    mae: float | None
+    """None: not finite (the model failed on a fold)."""
+    relative_error: float | None
+    rows: int
+
+
+class MeanState(msgspec.Struct, array_like=True):
+    """A saved rolling mean: river's ``stats.Mean`` state and its window."""
+
+    n: float
+    mean: float
+    values: list[float]
+
+
+class RollingMean:
+    """river's ``utils.Rolling(stats.Mean, window)`` with ``n`` and None when empty (the prequential rolling MAE).
+
+    >>> r = RollingMean(2)
+    >>> for v in (1.0, 2.0, 6.0): r.update(v)
+    >>> r.n, r.get()
+    (2, 4.0)
+    """
+
+    __slots__ = ("rolling",)
+
+    def __init__(self, window: int, state: MeanState | None = None) -> None:
+        from river import stats, utils
+
+        self.rolling = utils.Rolling(stats.Mean, window_size=window)
+        if state is not None:  # exactly as saved (a fresh mean of the window would differ in the last bits)
+            self.rolling.obj = stats.Mean._from_state(state.n, state.mean)
+            self.rolling.window.extend(((v,), {}) for v in state.values)
+
+    def update(self, v: float) -> None:
+        self.rolling.update(v)
+
+    @property
+    def n(self) -> int:
+        return len(self.rolling.window)
+
+    def get(self) -> float | None:
+        return float(self.rolling.get()) if self.rolling.window else None
+
+    def state(self) -> MeanState:
+        mean = self.rolling.obj
+        return MeanState(mean.n, mean.get(), [args[0] for args, _ in self.rolling.window])
+
+
+class RecordState(msgspec.Struct):
+    errors: dict[str, MeanState] = {}
+    residuals: dict[str, list[float]] = {}
+    slots: dict[str, EwmState] = {}
+    cv: CvScore | None = None
+    offsets: tuple[float, float] | None = None
+
+
+class Record:
+    """How a candidate has done: what the selection judges it by (learning's bookkeeping, not serving's)."""
+
+    __slots__ = ("alpha", "cv", "errors", "offsets", "residuals", "slots")
+
+    def __init__(self, config: Config, state: RecordState | None = None) -> None:
+        s = state or RecordState()
+        w = config.window
+        self.errors = {r: RollingMean(w, s.errors.get(r)) for r in REGIMES}
+        """Per regime, the rolling mean absolute prequential error."""
+        self.residuals = {r: ResidualWindow(w, s.residuals.get(r, ())) for r in REGIMES}
+        """Per regime, the last ``window`` prequential residuals (the candidate's online interval)."""
+        self.alpha = 2.0 / (config.jobset_window + 1.0)
+        self.slots: dict[str, Ewm] = {k: Ewm(self.alpha, e) for k, e in s.slots.items()}
+        """Per slot with its own selection, the exponentially weighted error."""
+        self.cv: CvScore | None = s.cv
+        """Grouped-CV score at the last refit (batch models and the median)."""
+        self.offsets: tuple[float, float] | None = s.offsets
+        """Conformal 90 % offsets from the last refit's out-of-fold residuals."""
+
+    def state(self) -> RecordState:
+        return RecordState(
+            {r: m.state() for r, m in self.errors.items() if m.n},
+            {r: list(w.values) for r, w in self.residuals.items() if w.n},
+            {k: e.state() for k, e in self.slots.items()},
+            self.cv, self.offsets,
+        )  # fmt: skip
+
+
+class Candidate:
+    """A candidate of the selection: key, estimator, and its :class:`Record`."""
+
+    kind: ClassVar[str]
+    board_kind: ClassVar[str | None] = None
+    """Its kind on the leaderboard record (:data:`events.MODEL_KINDS`) where that is not :attr:`kind`."""
+    batched: ClassVar[bool] = False
+    """Tested in one vectorised pass over pending observations (it does not learn between refits)."""
+    lends: ClassVar[bool] = True
+    """Offered to observed mode from placement mode (``placement/<model>``): a model of the solo profiles. The
+    baselines are not: they do not read the mode's features, so observed mode has the same ones."""
+
+    __slots__ = ("estimator", "key", "phase", "record", "stride")
+
+    def __init__(self, key: CandidateKey, estimator: Any, config: Config, record: RecordState | None = None) -> None:
+        self.key = key
+        self.estimator = estimator
+        self.record = Record(config, record)
+        self.stride, self.phase = 1, 0
+
+    @property
+    def servable(self) -> bool:
+        return self.estimator is not None
+
+    @property
+    def listed(self) -> bool:
+        """On the leaderboard: it can serve, or was scored by the last refit."""
+        return self.servable or self.record.cv is not None
+
+    def due(self, n: int) -> bool:
+        """Tested and trained on the ``n``-th observation."""
+        return (n + self.phase) % self.stride == 0
+
+    def features(self, views: Views) -> Any:
+        """What the estimator takes for ``views``; None or empty: it cannot predict this sample."""
+        return views.get(self.key.mode, self.key.category)
+
+    def ready(self) -> bool:
+        """Its predictions count (an online learner that has learned nothing answers 0)."""
+        return True
+
+    def predict_one(self, x: Any) -> float | None:
+        return float(self.estimator.predict_one(x))
+
+    def predict_many(self, xs: Sequence[Any]) -> list[float | None]:
+        return [self.predict_one(x) for x in xs]
+
+    def predict_frame(self, frame: Any) -> np.ndarray:
+        """Predictions of a frame of the mode's full features (the vectorised test of a :attr:`batched` kind)."""
+        raise NotImplementedError
+
+    def learn(self, views: Views, y: float) -> None:
+        """Learn a labelled observation (after every candidate was tested on it)."""
+
+    # -- judging ------------------------------------------------------------------
+
+    def score(self, residual: float, regime: str, slot: str | None) -> None:
+        """One prequential ``residual`` (measured - predicted) in ``regime``; ``slot``: also its own error there."""
+        error = abs(residual)
+        self.record.errors[regime].update(error)
+        self.record.residuals[regime].update(residual)
+        if slot is not None:
+            e = self.record.slots.get(slot)
+            if e is None:
+                e = self.record.slots[slot] = Ewm(self.record.alpha)
+            e.update(error)
+
+    def error(self, regime: str, min_samples: int) -> float | None:
+        """The error it is judged by in ``regime`` (None: not enough evidence yet): on new job sets its CV error
+        where it has one, else its rolling prequential error once it has ``min_samples``."""
+        cv = self.record.cv
+        if regime == "new" and cv is not None:
+            return cv.mae
+        r = self.record.errors[regime]
+        return None if r.n < min_samples else r.get()
+
+    def offsets(self, regime: str, min_samples: int) -> tuple[float, float] | None:
+        """Its 90 % interval offsets in ``regime``: the refit's conformal ones on new job sets, else those of its
+        rolling prequential residuals once it has ``min_samples`` of them."""
+        if regime == "new" and self.record.offsets is not None:
+            return self.record.offsets
+        w = self.record.residuals[regime]
+        return w.offsets() if w.n >= min_samples else None
+
+    @classmethod
+    def starting(cls, config: Config, seed: int) -> list[Candidate]:
+        """The candidates of this kind from the first observation (none: they come from refits)."""
+        return []
+
+    def link(self, candidates: Mapping[CandidateKey, Candidate], *, refit: bool) -> None:
+        """After a refit (``refit``) or a load, with every candidate in place: a kind that builds on others'
+        estimators takes them here."""
+
+    # -- persistence ----------------------------------------------------------------
+
+    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
+        """Save the estimator under ``directory`` (``index``: this candidate's number); what :meth:`restore` reads."""
+        raise NotImplementedError
+
+    @classmethod
+    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: Config) -> Any:
+        """The estimator :meth:`dump` saved."""
+        raise NotImplementedError
+
+
+class RiverFile(msgspec.Struct, tag="river"):
+    path: str
+
+
+class BatchDir(msgspec.Struct, tag="batch"):
+    path: str
+
+
+class NewcomerState(msgspec.Struct, tag="newcomer"):
+    base: tuple[str, str, str] | None
+    """The key of the batch candidate whose residuals it learns (None: no refit yet)."""
+    model: dict[str, Any]
+    """:func:`models.newcomer.dump`."""
+
+
+EstimatorState = RiverFile | BatchDir | LastMeasuredState | RollingMedianState | NewcomerState
+
+
+class OnlineCandidate(Candidate):
+    """A river learner (:class:`models.zoo.RiverModel`) of one mode x category; heavy ones learn on a stride."""
+
+    kind = "online"
+    __slots__ = ()
+
+    def ready(self) -> bool:
+        return bool(self.estimator.n)
+
+    def learn(self, views: Views, y: float) -> None:
+        x = self.features(views)
+        if x:
+            self.estimator.learn_one(x, y)
+
+    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
+        path = f"online/{index}.pkl"
+        self.estimator.save(directory / path, key)
+        return RiverFile(path)
+
+    @classmethod
+    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: Config) -> Any:
+        assert isinstance(state, RiverFile)
+        return RiverModel.load(directory / state.path, key)
+
+    @classmethod
+    def starting(cls, config: Config, seed: int) -> list[Candidate]:
+        out: list[Candidate] = [
+            cls(CandidateKey(mode, cat, name), make_online(name, seed), config)
+            for mode in MODES
+            for cat in CATEGORIES
+            for name in config.online_models
+        ]
+        heavy = [c for c in out if c.key.model in HEAVY_ONLINE]
+        for i, c in enumerate(heavy):  # staggered: about two heavy updates per observation
+            c.stride, c.phase = max(1, config.heavy_stride), i
+        return out
+
+
+class BatchCandidate(Candidate):
+    """A batch model of the last refit (None when the last refit did not fit it: not servable)."""
+
+    kind = "batch"
+    batched = True
+    __slots__ = ()
+
+    def predict_many(self, xs: Sequence[Any]) -> list[float | None]:
+        return [float(v) for v in self.estimator.predict_rows(xs)]
+
+    def predict_frame(self, frame: Any) -> np.ndarray:
+        """Predictions of a frame of the mode's full features (scoring pending observations)."""
+        return np.asarray(self.estimator.predict(frame), dtype=float)
+
+    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
+        if self.estimator is None:
+            return None
+        path = f"batch/{index}"
+        self.estimator.save(directory / path)
+        return BatchDir(path)
+
+    @classmethod
+    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: Config) -> Any:
+        assert state is None or isinstance(state, BatchDir)
+        return None if state is None else load_batch(directory / state.path)
+
+
+class BaselineCandidate(Candidate):
+    """A baseline (:class:`models.live.LastMeasured`, :class:`models.live.RollingMedian`) of one mode; it reads
+    the slot, not features, learns every labelled observation, and is tested where the mode has features."""
+
+    kind = "baseline"
+    lends = False
+    __slots__ = ()
+
+    @property
+    def listed(self) -> bool:
+        r = self.record
+        return r.cv is not None or any(m.n for m in r.errors.values())
+
+    def features(self, views: Views) -> Any:
+        return views.slot if views.full(self.key.mode) else None
+
+    def predict_one(self, x: Any) -> float | None:
+        return self.estimator.predict_one(x)  # type: ignore[no-any-return]
+
+    def learn(self, views: Views, y: float) -> None:
+        self.estimator.learn_one(views.slot, y)
+
+    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
+        return self.estimator.state()  # type: ignore[no-any-return]
+
+    @classmethod
+    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: Config) -> Any:
+        if isinstance(state, LastMeasuredState):
+            return LastMeasured.restore(state)
+        assert isinstance(state, RollingMedianState)
+        return RollingMedian.restore(state)
+
+    @classmethod
+    def starting(cls, config: Config, seed: int) -> list[Candidate]:
+        make = {LAST_MEASURED: lambda: LastMeasured(config.baseline_span), MEDIAN: lambda: RollingMedian(config.median_window)}
+        return [cls(CandidateKey(mode, "all", name), make[name](), config) for mode in MODES for name in BASELINES]
+
+
+class NewcomerEstimator:
+    """A feature model (``base``, a batch model of the last refit) plus :class:`models.newcomer.Newcomer` on its
+    residuals: ``base(x) + correction(job, co-runners)``."""
+
+    __slots__ = ("base", "base_key", "residuals")
+
+    def __init__(self, residuals: Newcomer, base: Any = None, base_key: CandidateKey | None = None) -> None:
+        self.residuals = residuals
+        self.base = base
+        self.base_key = base_key
+
+    def base_pct(self, views: Views) -> float:
+        return float(self.base.predict_rows([views.get(VIA_MODE, "all")])[0])
+
+    def predict(self, views: Views) -> float:
+        return self.base_pct(views) + self.residuals.predict_one(*roles(views.sample.job_type, views.sample.co_job_types))
+
+    def learn(self, views: Views, y: float) -> None:
+        residual = y - self.base_pct(views)
+        if np.isfinite(residual):
+            self.residuals.learn_one(*roles(views.sample.job_type, views.sample.co_job_types), residual)
+
+
+VIA_MODE = "placement"
+NEWCOMER = "Newcomer"
+NEWCOMER_BASES = ("ExtraTrees", "RandomForest", "HistGradientBoosting")
+"""The batch models of placement mode's ``all`` category the newcomer candidate builds on, in order of preference
+(the first the last refit fitted; else the one with the smallest CV error)."""
+
+
+def _cv_mae(c: Candidate) -> float:
+    cv = c.record.cv
+    return math.inf if cv is None or cv.mae is None else float(cv.mae)
+
+
+class NewcomerCandidate(Candidate):
+    """``Newcomer``, placement mode: a batch model of the last refit plus a :class:`models.newcomer.Newcomer` on
+    its residuals, learned from every labelled observation (test-then-train, like an online learner).  Shrunk
+    toward the feature model: a type's biases keep ``n / (n + prior)`` of its mean residual.  At a refit it takes
+    the new batch model and starts its residuals afresh (the new model has learned what the old residuals said).
+    Not servable before the first refit."""
+
+    kind = "newcomer"
+    board_kind = "online"  # on the leaderboard record (events.ModelKind): it learns every observation
+    __slots__ = ()
+
+    @property
+    def servable(self) -> bool:
+        return self.estimator.base is not None
+
+    def features(self, views: Views) -> Any:
+        return views if views.full(VIA_MODE) else None
+
+    def ready(self) -> bool:
+        return self.servable
+
+    def predict_one(self, x: Any) -> float | None:
+        return float(self.estimator.predict(x)) if self.servable else None
+
+    def learn(self, views: Views, y: float) -> None:
+        if self.servable and views.full(VIA_MODE):
+            self.estimator.learn(views, y)
+
+    def link(self, candidates: Mapping[CandidateKey, Candidate], *, refit: bool) -> None:
+        est: NewcomerEstimator = self.estimator
+        fitted = {k: c for k, c in candidates.items() if c.kind == "batch" and c.servable and k.mode == VIA_MODE and k.category == "all"}
+        key = est.base_key if not refit and est.base_key in fitted else None
+        for name in NEWCOMER_BASES if key is None else ():
+            if CandidateKey(VIA_MODE, "all", name) in fitted:
+                key = CandidateKey(VIA_MODE, "all", name)
+                break
+        if key is None and fitted:
+            key = min(fitted, key=lambda k: (_cv_mae(fitted[k]), k))
+        est.base, est.base_key = (None, None) if key is None else (fitted[key].estimator, key)
+        if refit:
+            r = est.residuals
+            est.residuals = Newcomer(r.rank, r.prior, r.lr, r.reg, r.init_scale, r.seed)
+
+    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
+        est: NewcomerEstimator = self.estimator
+        base = None if est.base_key is None else (est.base_key.mode, est.base_key.category, est.base_key.model)
+        return NewcomerState(base, newcomer_dump(est.residuals))
+
+    @classmethod
+    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: Config) -> Any:
+        assert isinstance(state, NewcomerState)
+        return NewcomerEstimator(newcomer_load(state.model), None, None if state.base is None else CandidateKey(*state.base))
+
+    @classmethod
+    def starting(cls, config: Config, seed: int) -> list[Candidate]:
+        if not config.newcomer:
+            return []
+        model = Newcomer(rank=config.newcomer_rank, prior=config.newcomer_prior, seed=seed)
+        return [cls(CandidateKey(VIA_MODE, "all", NEWCOMER), NewcomerEstimator(model), config)]
+
+
+KINDS: dict[str, type[Candidate]] = {
+    c.kind: c for c in (OnlineCandidate, BatchCandidate, BaselineCandidate, NewcomerCandidate)
+}
+"""Every kind of candidate, by :attr:`Candidate.kind` (what a save says each candidate is), in the order their
+:meth:`Candidate.starting` candidates are made."""

@@ -1,0 +1,417 @@
+"""The interface the stream hosts: all models of one environment (GPU model).
+
+The stream calls, per environment:
+
+* ``learn(obs)`` for every labelled observation (``interference_pct`` known);
+* ``predict(obs, mode)`` for an observation of a running co-location, in
+  ``observed`` mode (percent changes) or ``placement`` mode (solo profiles);
+* ``predict_placement(...)`` for what-if questions about a hypothetical job set;
+* ``refit_due()``, then ``task = refit_task()`` (a snapshot: a plain function
+  the stream runs in an executor), then ``apply_refit(task())`` on the event loop;
+* ``leaderboard()`` for the ``models.leaderboard`` record;
+* ``save(dir)`` / ``EnvironmentModels.load(dir)`` for local persistence.
+
+:class:`EnvironmentModels` is a facade over the pieces, each in its module:
+
+* the candidates (:mod:`models.candidates`): online learners (river) and the batch models of the last refit,
+  per mode x category, and two baselines, the last measured interference of this exact job set and the
+  median of recent measurements (:mod:`models.live`); each holds its estimator and its record;
+* the selection (:mod:`models.selector`), test-then-train over the candidates: each labelled observation is
+  first predicted by every candidate and only then learned.  Errors are kept per regime, ``seen`` (the job
+  and its co-runners, a *slot*, were measured before: the prequential rolling MAE, and per slot,
+  exponentially weighted, once the slot has ``jobset_min`` measurements) and ``new`` (a slot never measured:
+  batch models and the median are judged by their grouped-CV error, online learners by their prequential
+  error on first observations of a slot);
+* refits (:mod:`models.refit`), a pure function of the recent history;
+* the saved state (:mod:`models.state`), msgspec Structs.
+
+A prediction is served by the candidate with the smallest error of its regime, says which regime it was in,
+and is bounded to ``[-100, max_pct]``.  Observed mode's candidates include placement mode's models (served as
+``placement/<model>``): it knows the solo profiles too, so it is never served worse than placement mode by the
+error both are judged by.  An ADWIN detector per mode on the served prediction's error (computed before
+learning) requests a refit when it fires.
+
+This module never imports kafka or faust.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from events import CATEGORIES, MODES, PARAMETERS, Leaderboard, LeaderboardEntry, Observation, ServedModel
+from models import persist
+from models.candidates import KINDS, Candidate, CandidateKey, Views
+from models.datasets import Sample
+from models.features import observed_features as _observed_features
+from models.live import MEDIAN, Measurements, clip_pct
+from models.refit import RefitResult, run_refit
+from models.selector import Choice, Selector
+from models.settings import Config
+from models.state import FORMAT, CandidateState, EnvironmentState
+
+PlacementAsk = tuple[str, Mapping[str, float | None], Sequence[str], Sequence[Mapping[str, float | None]]]
+"""A what-if: (job type, its solo profile, the co-runners' job types, their solo profiles)."""
+
+__all__ = ["Config", "EnvironmentModels", "PlacementAsk", "PredictionResult", "RefitResult", "run_refit"]
+
+
+@dataclass(frozen=True)
+class PredictionResult:
+    interference_pct: float
+    model: str
+    category: str
+    mode: str
+    expected_error_pct: float | None
+    regime: str = "seen"
+    """``seen``: this job set was measured before; ``new``: never, but each of its types was; ``novel``: one of its
+    types was never measured here (placement mode, predicted from its solo profile)."""
+    clipped: bool = False
+    """The model's output was outside ``[-100, max_pct]`` and was bounded."""
+    interval_pct: tuple[float, float] | None = None
+    """90 % interval (bounded like the prediction): conformal from the last refit's out-of-fold residuals for a
+    batch model or the median on a new job set, else from the candidate's rolling prequential residuals in this
+    regime; None until there are enough residuals."""
+
+
+class Plan(NamedTuple):
+    """How one prediction will be served."""
+
+    regime: str
+    choice: Choice
+    candidate: Candidate
+    x: Any
+    """What the candidate's estimator takes."""
+    mode: str
+
+
+def profiled(sample: Sample, measured: Iterable[str]) -> bool:
+    """Every type of ``sample`` not in ``measured`` comes with a solo profile (some finite value of it).
+
+    >>> profiled(Sample("new", ("old",), 0.0, "", solo={"throughput": 3.0}, co_solos=({},)), {"old"})
+    True
+    >>> profiled(Sample("new", ("old",), 0.0, "", solo={"throughput": None}, co_solos=({},)), {"old"})
+    False
+    """
+    known = set(measured)
+    profiles = ((sample.job_type, sample.solo), *zip(sample.co_job_types, sample.co_solos, strict=False))
+    have = {t for t, p in profiles if any(v is not None and math.isfinite(v) for v in p.values())}
+    return all(t in known or t in have for t in (sample.job_type, *sample.co_job_types))
+
+
+def observed_features(obs: Observation, category: str = "all") -> dict[str, float]:
+    """Percent changes of the category's parameters (missing ones left out)."""
+    return _observed_features({p: obs.pct(p) for p in PARAMETERS}, category)
+
+
+def sample_of(obs: Observation) -> Sample:
+    """The observation as a :class:`models.datasets.Sample` (target NaN when unlabelled)."""
+    y = math.nan if obs.interference_pct is None else float(obs.interference_pct)
+    co = tuple(obs.co_job_types)
+    return Sample(
+        obs.job_type, co, y, " + ".join(sorted((obs.job_type, *co))), obs.environment,
+        {p: obs.pct(p) for p in PARAMETERS}, dict(obs.solo), tuple(dict(s) for s in obs.co_solo),
+    )  # fmt: skip
+
+
+class EnvironmentModels:
+    """The AIP selector of one environment: candidates, prequential scoring, selection, refits, drift, persistence."""
+
+    def __init__(self, environment: str, *, seed: int = 0, config: Config | None = None) -> None:
+        self.environment = environment
+        self.seed = seed
+        self.config = config or Config()
+        self.observations = 0
+        self.last_refit: float | None = None
+        self.refit_seconds: float | None = None
+        self.refits = 0
+        self.drift_events = 0
+        self.clipped = 0
+        """Served predictions that were bounded to ``[-100, max_pct]``."""
+        self.withheld_novel = 0
+        """Predictions not made because a job type of the slot was never measured here (see :meth:`predict`)."""
+        self.history: deque[Sample] = deque(maxlen=self.config.history)
+        self.selector = Selector(self.config, seed)
+        self._since_refit = 0
+        self._drift = False
+        self._refit_in_flight = False
+        self._drift_detectors = {mode: self._new_detector() for mode in MODES}
+
+    @staticmethod
+    def _new_detector() -> Any:
+        from river import drift
+
+        return drift.ADWIN(delta=0.002, clock=16)
+
+    @property
+    def measurements(self) -> Measurements:
+        """What this environment has measured (slots, job types, the range of the slowdowns)."""
+        return self.selector.measurements
+
+    @property
+    def candidates(self) -> Mapping[CandidateKey, Candidate]:
+        return self.selector.candidates
+
+    @property
+    def selection_seconds(self) -> float | None:
+        return self.selector.selection_seconds
+
+    # ------------------------------------------------------------------ learning
+
+    def learn(self, obs: Observation) -> None:
+        """Test-then-train: every candidate predicts ``obs``, is scored, then learners learn it.  No-op when unlabelled."""
+        if obs.interference_pct is None or not math.isfinite(obs.interference_pct):
+            return
+        self.learn_sample(sample_of(obs))
+
+    def learn_sample(self, sample: Sample) -> None:
+        y = sample.target
+        views = Views(sample)
+        # drift: the error of what predict() serves for this sample, before anything learns it
+        for served in self._predict_many([(views, mode) for mode in MODES]):
+            if served is not None:
+                det = self._drift_detectors[served.mode]
+                before = det.estimation
+                det.update(abs(served.interference_pct - y))
+                if det.drift_detected and det.estimation > before:  # the error rose (a fall is learning, not drift)
+                    self._drift = True
+                    self.drift_events += 1
+        self.selector.learn_one(views, y, self.observations)
+        self.observations += 1
+        self._since_refit += 1
+        self.history.append(sample)
+
+    def score_pending(self) -> int:
+        """Score the batch candidates on the observations that arrived since the last pass; return how many."""
+        return self.selector.score_pending()
+
+    # ------------------------------------------------------------------ serving
+
+    def _plan(self, views: Views, mode: str) -> Plan | None:
+        """How ``views`` is served in ``mode``; None: nothing to serve."""
+        if self.observations == 0 or mode not in MODES or not views.full(mode):
+            return None
+        sample = views.sample
+        novel = self.measurements.novel((sample.job_type, *sample.co_job_types))
+        if novel and not (self.config.predict_novel and mode == "placement" and profiled(sample, self.measurements.types)):
+            return None  # a job type never measured here, and no solo profile of it: nothing carries over (docs/MODELS.md)
+        choice = self.selector.choice(mode, views.slot)
+        if choice is None:
+            return None
+        regime, chosen = choice
+        regime = "novel" if novel else regime  # served by new job sets' choice, and says it is novel
+        cand = self.selector.candidate(mode, chosen)
+        x = cand.features(views)
+        return Plan(regime, chosen, cand, x, mode) if x else None
+
+    def _predict_many(self, asks: Sequence[tuple[Views, str]]) -> list[PredictionResult | None]:
+        """Each (views, mode) predicted by the candidate serving it, in one ``predict_many`` per candidate (for a
+        batch candidate one matrix and one ``predict``: the what-if entries of a GPU window)."""
+        plans = [self._plan(*ask) for ask in asks]
+        raw: list[float | None] = [None] * len(plans)
+        rows: dict[CandidateKey, list[tuple[int, Plan]]] = {}
+        for i, plan in enumerate(plans):
+            if plan is not None:
+                rows.setdefault(plan.candidate.key, []).append((i, plan))
+        for items in rows.values():
+            preds = items[0][1].candidate.predict_many([p.x for _, p in items])
+            for (i, _), v in zip(items, preds, strict=True):
+                raw[i] = v
+        return [None if p is None or r is None else self._result(p, r) for p, r in zip(plans, raw, strict=True)]
+
+    def _result(self, plan: Plan, raw: float) -> PredictionResult:
+        m = self.measurements
+        value, extrapolated = float(raw), False
+        if plan.regime == "new" and m.labels and not m.lo <= value <= m.hi:
+            # a job set never measured, predicted outside every slowdown measured here: extrapolation
+            value, extrapolated = min(max(value, m.lo), m.hi), True
+        value, clipped = clip_pct(value, self.config.max_pct)
+        err = plan.choice.error
+        return PredictionResult(
+            value, plan.choice.name, plan.choice.category, plan.mode, None if math.isnan(err) else float(err),
+            plan.regime, clipped or extrapolated, self._interval(plan, value),
+        )  # fmt: skip
+
+    def _interval(self, plan: Plan, value: float) -> tuple[float, float] | None:
+        """``value``'s 90 % interval (see :attr:`PredictionResult.interval_pct`); a novel type's: the new-job-set
+        interval widened to at least the spread of every slowdown measured here around their median (the median's
+        offsets): what was measured of other types bounds nothing about this one."""
+        offsets = plan.candidate.offsets("new" if plan.regime == "novel" else plan.regime, self.config.min_samples)
+        if plan.regime == "novel":
+            med = self.candidates.get(CandidateKey(plan.mode, "all", MEDIAN))
+            wide = None if med is None else med.offsets("new", self.config.min_samples)
+            if wide is not None:
+                offsets = wide if offsets is None else (min(offsets[0], wide[0]), max(offsets[1], wide[1]))
+        if offsets is None:
+            return None
+        lo, hi = clip_pct(value + offsets[0], self.config.max_pct)[0], clip_pct(value + offsets[1], self.config.max_pct)[0]
+        return (min(lo, value), max(hi, value))
+
+    def predict_samples(self, asks: Sequence[tuple[Sample, str]]) -> list[PredictionResult | None]:
+        """Each (sample, mode) as :meth:`predict` answers it."""
+        results = self._predict_many([(Views(s), mode) for s, mode in asks])
+        self.clipped += sum(1 for r in results if r is not None and r.clipped)
+        if self.observations:
+            self.withheld_novel += sum(
+                1 for r, (s, _) in zip(results, asks, strict=True) if r is None and self.measurements.novel((s.job_type, *s.co_job_types))
+            )  # fmt: skip
+        return results
+
+    def predict_sample(self, sample: Sample, mode: str) -> PredictionResult | None:
+        return self.predict_samples([(sample, mode)])[0]
+
+    def predict(self, obs: Observation, mode: str) -> PredictionResult | None:
+        """The selected model's prediction for ``obs``.  None before any labelled observation, and where the job
+        or a co-runner is of a type never measured in this environment (a *novel* type: its solo profile may be
+        known, but no candidate has seen it share a GPU; a scheduler ranks such GPUs by load instead)."""
+        return self.predict_sample(sample_of(obs), mode)
+
+    def predict_placement(
+        self,
+        job_type: str,
+        job_solo: Mapping[str, float | None],
+        co_job_types: Sequence[str],
+        co_solos: Sequence[Mapping[str, float | None]],
+    ) -> PredictionResult | None:
+        """What-if: the slowdown of ``job_type`` if co-located with ``co_job_types``."""
+        return self.predict_placements([(job_type, job_solo, co_job_types, co_solos)])[0]
+
+    def predict_placements(self, asks: Sequence[PlacementAsk]) -> list[PredictionResult | None]:
+        """:meth:`predict_placement` of each (job type, solo profile, co-runners' types, their solo profiles), in
+        one ``predict`` per batch candidate."""
+        samples = [
+            Sample(jt, tuple(co), math.nan, "", self.environment, {}, dict(solo), tuple(co_solos))
+            for jt, solo, co, co_solos in asks
+        ]  # fmt: skip
+        return self.predict_samples([(s, "placement") for s in samples])
+
+    # ------------------------------------------------------------------ refits
+
+    def refit_due(self) -> bool:
+        if self._refit_in_flight or len(self.history) < self.config.refit_min_rows:
+            return False
+        if len({s.job_set for s in list(self.history)[-self.config.refit_rows :]}) < 2:
+            return False
+        return self._drift or self.last_refit is None or self._since_refit >= self.config.refit_every
+
+    def refit_task(self) -> Callable[[], RefitResult]:
+        """A snapshot of the recent history; the returned function touches no live state."""
+        rows = list(self.history)[-self.config.refit_rows :]
+        config, seed = self.config, self.seed
+        self._refit_in_flight = True
+        return lambda: run_refit(rows, config, seed)
+
+    def apply_refit(self, result: RefitResult | None) -> None:
+        self._refit_in_flight = False
+        if result is None:
+            return
+        self.selector.apply(result)
+        self.last_refit = result.finished_at
+        self.refit_seconds = result.seconds
+        self.refits += 1
+        self._since_refit = 0
+        self._drift = False
+        self._drift_detectors = {mode: self._new_detector() for mode in MODES}
+
+    def refit_now(self) -> RefitResult:
+        """Refit synchronously (offline use and tests)."""
+        result = self.refit_task()()
+        self.apply_refit(result)
+        return result
+
+    # ------------------------------------------------------------------ reporting
+
+    def served(self) -> list[ServedModel]:
+        """What each mode serves, per regime, with the error it is judged by."""
+        out = []
+        for regime, by_mode in self.selector.selected.items():
+            for mode in MODES:
+                c = by_mode.get(mode)
+                if c is not None:
+                    out.append(ServedModel(mode=mode, regime=regime, model=c.name, category=c.category, error_pct=c.error))
+        return out
+
+    def selected(self) -> dict[str, str]:
+        """``"<mode>:<category>"`` -> the candidate with the smallest error on measured job sets."""
+        out = {}
+        for mode in MODES:
+            for cat in CATEGORIES:
+                b = self.selector.best("seen", mode, cat)
+                if b is not None:
+                    out[f"{mode}:{cat}"] = b.name
+        return out
+
+    def leaderboard(self) -> Leaderboard:
+        entries = []
+        for key in sorted(k for k, c in self.candidates.items() if c.listed):
+            c = self.candidates[key]
+            seen, new, cv = c.record.errors["seen"], c.record.errors["new"], c.record.cv
+            entries.append(
+                LeaderboardEntry(
+                    model=key.model, category=key.category, mode=key.mode, kind=c.board_kind or c.kind,
+                    samples=seen.n, mae=seen.get(),
+                    relative_error=cv.relative_error if cv else None,
+                    cv_mae=cv.mae if cv else None, cv_samples=cv.rows if cv else None,
+                    new_mae=new.get(), new_samples=new.n if new.n else None,
+                )
+            )  # fmt: skip
+        return Leaderboard(
+            ts=time.time(), environment=self.environment, entries=entries, selected=self.selected(),
+            observations=self.observations, last_refit=self.last_refit, selection_seconds=self.selection_seconds,
+            served=self.served(),
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ persistence
+
+    def save(self, directory: Path, *, key_dir: Path | None = None) -> None:
+        """Write everything to ``directory``; river files are signed with the key in ``key_dir``
+        (default: ``directory``'s parent, the state directory)."""
+        directory = Path(directory)
+        key = persist.state_key(Path(key_dir) if key_dir else directory.parent)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.score_pending()
+        candidates = [
+            CandidateState((c.key.mode, c.key.category, c.key.model), c.kind, c.record.state(), c.dump(directory, i, key))
+            for i, c in enumerate(self.candidates.values())
+        ]  # fmt: skip
+        state = EnvironmentState(
+            FORMAT, self.environment, self.seed, self.config, self.observations, self.last_refit,
+            self.refit_seconds, self.refits, self._since_refit, self.clipped, self.measurements.state(),
+            sorted(self.selector.own_slots), candidates, list(self.history)[-self.config.refit_rows :],
+        )  # fmt: skip
+        persist.write_state(directory / "state.json", state)
+
+    @classmethod
+    def load(cls, directory: Path, *, key_dir: Path | None = None) -> EnvironmentModels:
+        """Resume from :meth:`save`; raises :class:`models.persist.SignatureError` on a file this state dir did not
+        sign, and ``msgspec.ValidationError`` on a state of another format."""
+        directory = Path(directory)
+        key = persist.state_key(Path(key_dir) if key_dir else directory.parent)
+        state = persist.read_state(directory / "state.json", EnvironmentState)
+        if state.format != FORMAT:
+            raise ValueError(f"{directory}: state format {state.format}, not {FORMAT}")
+        self = cls(state.environment, seed=state.seed, config=state.config)
+        self.observations, self.last_refit, self.refit_seconds = state.observations, state.last_refit, state.refit_seconds
+        self.refits, self._since_refit, self.clipped = state.refits, state.since_refit, state.clipped
+        sel = self.selector
+        sel.measurements = Measurements.restore(state.measurements)
+        sel.own_slots = set(state.own_slots)
+        for cs in state.candidates:
+            kind = KINDS[cs.kind]
+            ck = CandidateKey(*cs.key)
+            estimator = kind.restore(cs.estimator, directory, key, self.config)
+            c = sel.candidates.get(ck)
+            if c is None:
+                c = sel.candidates[ck] = kind(ck, estimator, self.config, cs.record)
+            else:  # made by its kind's starting(): keeps its place (the heavy learners' stagger)
+                c.estimator, c.record = estimator, type(c.record)(self.config, cs.record)
+        self.history.extend(state.history)
+        for c in sel.candidates.values():
+            c.link(sel.candidates, refit=False)
+        sel.select()
+        return self

@@ -1,0 +1,121 @@
+"""A refit, as a pure function of the recent history: grouped CV of every batch model x category x mode (and of
+the median baseline), then the best fitted on every row (:func:`run_refit`).  The stream runs it off the event
+loop; :meth:`models.environment.EnvironmentModels.apply_refit` takes its :class:`RefitResult`.
+
+This module never imports kafka or faust.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from events import MODES
+from models.candidates import CandidateKey, CvScore
+from models.datasets import Sample
+from models.intervals import conformal_offsets
+from models.live import MEDIAN, median_cv_mae
+from models.parallel import Fits
+from models.selection import COST_ORDER, cross_validate, grouped_folds
+from models.settings import Config
+
+
+class Refitted(NamedTuple):
+    """What a refit says of one candidate."""
+
+    cv: CvScore | None
+    """Its grouped-CV score (every batch model, and the median baseline)."""
+    offsets: tuple[float, float] | None
+    """Conformal 90 % offsets (lo, hi) from its out-of-fold residuals (None: not finite)."""
+    model: Any = None
+    """Fitted on every row: per mode x category the ``final_fits`` best batch models by CV; else None."""
+
+
+@dataclass(frozen=True)
+class RefitResult:
+    """What a refit computed off the event loop; applied by :meth:`EnvironmentModels.apply_refit`."""
+
+    candidates: dict[CandidateKey, Refitted]
+    seconds: float
+    rows: int
+    """Rows of the refit: the final fits use all of them."""
+    cv_rows: dict[str, int] = field(default_factory=dict)
+    """Per mode, the rows cross-validation trained on (``refit_cv_rows`` when capped, else ``rows``)."""
+    pool_fallbacks: int = 0
+    """Batches of fits that ran in-process because a pool worker died or the pool timed out."""
+    finished_at: float = field(default_factory=time.time)
+
+    @property
+    def scores(self) -> dict[CandidateKey, CvScore]:
+        return {k: r.cv for k, r in self.candidates.items() if r.cv is not None}
+
+    @property
+    def fitted(self) -> dict[CandidateKey, Any]:
+        return {k: r.model for k, r in self.candidates.items() if r.model is not None}
+
+
+def best_by_cv(scores: Mapping[CandidateKey, CvScore], keep: int | None, models: Iterable[str]) -> list[CandidateKey]:
+    """Per mode x category, the ``keep`` batch models (all when None) with the smallest finite CV MAE.
+
+    >>> s = {CandidateKey("m", "1", n): CvScore(e, None, 1) for n, e in (("a", 3.0), ("b", 1.0), ("c", None))}
+    >>> best_by_cv(s, 1, ["a", "b", "c"])
+    [CandidateKey(mode='m', category='1', model='b')]
+    """
+    allowed = set(models)
+    groups: dict[tuple[str, str], list[tuple[float, str]]] = {}
+    for (mode, cat, name), score in scores.items():
+        if name in allowed and score.mae is not None:
+            groups.setdefault((mode, cat), []).append((score.mae, name))
+    out: list[CandidateKey] = []
+    for (mode, cat), ranked in sorted(groups.items()):
+        out.extend(CandidateKey(mode, cat, name) for _, name in sorted(ranked)[:keep])
+    return out
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+def run_refit(samples: Sequence[Sample], config: Config, seed: int) -> RefitResult:
+    """Grouped CV of every batch model x category x mode (and of the median), then fit the best on all rows.
+
+    The fits run on ``config.workers`` processes (:mod:`models.parallel`); the call stays a plain function."""
+    from models.selection import feature_frames, final_fit
+
+    t0 = time.perf_counter()
+    modes = [m for m in MODES if any(s.features(m, "all") for s in samples[:50])]
+    frames = {mode: feature_frames(samples, mode) for mode in modes}
+    workers = config.workers if len(samples) >= config.pool_min_rows else 1
+    with Fits(workers, config.pool_timeout_s) as fits:
+        cv = cross_validate(
+            samples, modes, models=config.batch_models, k=config.folds, seed=seed, fits=fits,
+            max_rows=config.refit_cv_rows, frames=frames,
+        )  # fmt: skip
+        scores = {CandidateKey(s.mode, s.category, s.model): CvScore(_finite(s.mae), s.relative_error, s.samples) for s in cv}
+        keys = best_by_cv(scores, config.final_fits, config.batch_models)
+        calls = [(mode, cat, sorted(str(c) for c in frames[mode][cat].columns), name, seed) for mode, cat, name in keys]
+        calls.sort(key=lambda c: COST_ORDER.index(c[3]) if c[3] in COST_ORDER else len(COST_ORDER))
+        fitted = fits.run(final_fit, calls)
+    folds = grouped_folds([s.group for s in samples], config.folds, seed)
+    if folds:
+        med = CvScore(_finite(median_cv_mae([s.target for s in samples], folds)), None, len(samples))
+        for mode in modes:
+            scores[CandidateKey(mode, "all", MEDIAN)] = med
+    cv_rows = {mode: max((s.trained for s in cv if s.mode == mode), default=0) for mode in modes}
+    y = np.array([s.target for s in samples], dtype=float)
+    intervals = {CandidateKey(s.mode, s.category, s.model): conformal_offsets(y - s.oof) for s in cv if len(s.oof) == len(y)}
+    if folds:
+        med_oof = np.zeros(len(y))
+        for train, test in folds:
+            med_oof[test] = np.median(y[train])
+        for mode in modes:
+            intervals[CandidateKey(mode, "all", MEDIAN)] = conformal_offsets(y - med_oof)
+    models = {CandidateKey(c[0], c[1], c[3]): m for c, m in zip(calls, fitted, strict=True)}
+    finite = {k: v for k, v in intervals.items() if math.isfinite(v[0]) and math.isfinite(v[1])}
+    refitted = {k: Refitted(scores.get(k), finite.get(k), models.get(k)) for k in {**scores, **finite, **models}}
+    return RefitResult(refitted, time.perf_counter() - t0, len(samples), cv_rows, fits.fallbacks)

@@ -1,0 +1,211 @@
+"""The AIP selection over candidates, test-then-train, in the shape of river's ``model_selection.GreedyRegressor``.
+
+Each candidate (:class:`models.candidates.Candidate`) carries its own record; :meth:`Selector.learn_one` first
+tests every candidate due on the observation (its prediction before learning, scored into its record in the
+observation's regime), and only then trains them.  Batch candidates, which do not learn between refits, are
+tested later in one vectorised pass (:meth:`Selector.score_pending`): the same errors, computed cheaper.
+
+Errors are kept per regime: ``seen`` (the slot, job and co-runners, was measured before) and ``new``.
+:meth:`Selector.best` is the candidate with the smallest error of its regime (``best_model``); a slot with
+``jobset_min`` measurements has its own (:meth:`Selector.choice`).
+
+No Kafka, no faust.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from events import MODES, REGIMES
+from models.candidates import KINDS, BatchCandidate, Candidate, CandidateKey, Views
+from models.live import LAST_MEASURED, MEDIAN, Measurements, clip_pct
+from models.refit import RefitResult
+from models.settings import Config
+
+VIA = "placement"
+"""The mode whose models observed mode also weighs (served as ``placement/<model>``, see :meth:`Selector.best`)."""
+FALLBACK = {"seen": LAST_MEASURED, "new": MEDIAN}
+"""What a regime serves before any candidate has enough evidence in it (the median only once anything is measured)."""
+
+
+class Choice(NamedTuple):
+    """A selection: the error it is judged by, and the candidate's category and served name."""
+
+    error: float
+    category: str
+    name: str
+
+
+@dataclass
+class Pending:
+    """A labelled observation waiting for the batch candidates' vectorised test."""
+
+    views: Views
+    target: float
+    regime: str
+    slot: str | None
+    """Its slot where the slot keeps its own errors."""
+
+
+class Selector:
+    """The candidates of one environment, their test-then-train scoring, and the selection among them."""
+
+    def __init__(self, config: Config, seed: int) -> None:
+        self.config = config
+        self.candidates: dict[CandidateKey, Candidate] = {}
+        for kind in KINDS.values():
+            for c in kind.starting(config, seed):
+                self.candidates[c.key] = c
+        self.measurements = Measurements()
+        self.own_slots: set[str] = set()
+        """Slots that keep their own errors (the first ``max_jobsets`` measured twice)."""
+        self.pending: list[Pending] = []
+        self.selected: dict[str, dict[str, Choice]] = {regime: {} for regime in REGIMES}
+        self.stale = set(REGIMES)
+        """Regimes whose errors changed since their last selection (``new`` changes rarely: first observations
+        of a slot and refits)."""
+        self.selection_seconds: float | None = None
+
+    # ------------------------------------------------------------------ test-then-train
+
+    def _own_slot(self, key: str) -> str | None:
+        if key not in self.own_slots and len(self.own_slots) < self.config.max_jobsets:
+            self.own_slots.add(key)
+        return key if key in self.own_slots else None
+
+    def _score(self, c: Candidate, pred: float | None, y: float, regime: str, own: str | None) -> None:
+        if pred is not None:
+            c.score(y - clip_pct(pred, self.config.max_pct)[0], regime, own)
+            self.stale.add(regime)
+
+    def learn_one(self, views: Views, y: float, n: int) -> None:
+        """Test every candidate due on the ``n``-th observation, then train them; the batch ones are tested later."""
+        key = views.slot
+        seen = self.measurements.measured(key) > 0
+        regime, own = ("seen", self._own_slot(key)) if seen else ("new", None)
+        due = [c for c in self.candidates.values() if c.due(n) and not c.batched]
+        for c in due:
+            x = c.features(views)
+            if x and c.ready():
+                self._score(c, c.predict_one(x), y, regime, own)
+        for c in due:
+            c.learn(views, y)
+        self.measurements.update(key, y, (views.sample.job_type, *views.sample.co_job_types))
+        if any(c.batched and c.servable for c in self.candidates.values()):
+            self.pending.append(Pending(views, y, regime, own))
+            if len(self.pending) >= self.config.score_batch_every:
+                self.score_pending()
+        self.select()
+
+    def score_pending(self) -> int:
+        """Test the batch candidates on the observations that arrived since the last pass; return how many.
+
+        Batch models do not learn between refits, so predicting an observation now gives what it would
+        have given on arrival: the prequential error, in one vectorised call per candidate."""
+        import pandas as pd
+
+        pending, self.pending = self.pending, []
+        batch = [c for c in self.candidates.values() if c.batched and c.servable]
+        if not pending or not batch:
+            return 0
+        for mode in MODES:
+            rows = [i for i, p in enumerate(pending) if p.views.full(mode)]
+            if not rows:
+                continue
+            frame = pd.DataFrame([pending[i].views.full(mode) for i in rows])
+            for c in batch:
+                if c.key.mode != mode:
+                    continue
+                use = [j for j, i in enumerate(rows) if c.features(pending[i].views)]
+                if not use:
+                    continue
+                preds = c.predict_frame(frame.iloc[use] if len(use) < len(rows) else frame)
+                for j, pred in zip(use, preds, strict=True):
+                    p = pending[rows[j]]
+                    self._score(c, float(pred), p.target, p.regime, p.slot)
+        self.select()
+        return len(pending)
+
+    # ------------------------------------------------------------------ refits
+
+    def apply(self, result: RefitResult) -> None:
+        """The refit's batch candidates replace the last ones (records kept by key), with its CV scores and offsets."""
+        self.score_pending()  # what arrived during the refit is scored by the models it was predicted with
+        for key in result.candidates:
+            if key not in self.candidates:
+                self.candidates[key] = BatchCandidate(key, None, self.config)
+        for c in self.candidates.values():
+            r = result.candidates.get(c.key)
+            c.record.cv, c.record.offsets = (r.cv, r.offsets) if r is not None else (None, None)
+            if c.batched:
+                c.estimator = None if r is None else r.model
+        for c in self.candidates.values():
+            c.link(self.candidates, refit=True)
+        self.stale.update(REGIMES)  # other candidates, other CV errors
+        self.select()
+
+    # ------------------------------------------------------------------ selection
+
+    def rivals(self, mode: str, *, wider: bool = False) -> list[Candidate]:
+        """The candidates that may serve ``mode``; ``wider``: with placement mode's that observed mode weighs."""
+        out = [c for c in self.candidates.values() if c.servable and c.key.mode == mode]
+        if wider and mode == "observed":
+            out += [c for c in self.candidates.values() if c.servable and c.key.mode == VIA and c.lends]
+        return out
+
+    def best(self, regime: str, mode: str, category: str | None = None, *, wider: bool = False) -> Choice | None:
+        """The candidate with the smallest error of ``mode``'s in ``regime`` (``best_model``).  ``wider``: observed
+        mode also weighs placement mode's models (named ``placement/<model>``): the solo profiles are part of what
+        it knows about a running co-location, so what it serves is never judged worse than placement's."""
+        best: Choice | None = None
+        for c in self.rivals(mode, wider=wider):
+            if category is not None and c.key.category != category:
+                continue
+            e = c.error(regime, self.config.min_samples)
+            choice = Choice(e, c.key.category, c.key.name_in(mode)) if e is not None else None
+            if choice is not None and (best is None or choice < best):
+                best = choice
+        return best
+
+    def select(self) -> None:
+        """Per stale regime and mode, the best candidate."""
+        t0 = time.perf_counter()
+        for regime in REGIMES:
+            if regime not in self.stale:
+                continue
+            self.stale.discard(regime)
+            for mode in MODES:
+                best = self.best(regime, mode, wider=True)
+                if best is not None:
+                    self.selected[regime][mode] = best
+                else:
+                    self.selected[regime].pop(mode, None)
+        self.selection_seconds = time.perf_counter() - t0
+
+    def choice(self, mode: str, key: str) -> tuple[str, Choice] | None:
+        """(regime, choice) serving slot ``key`` (a :func:`models.live.slot`) in ``mode``."""
+        measured = self.measurements.measured(key)
+        if measured == 0:
+            choice = self.selected["new"].get(mode)
+            if choice is None and self.measurements.labels:  # nothing judged on new job sets yet
+                choice = Choice(math.nan, "all", FALLBACK["new"])
+            return None if choice is None else ("new", choice)
+        if measured >= self.config.jobset_min:
+            best: Choice | None = None
+            for c in self.rivals(mode, wider=True):
+                e = c.record.slots.get(key)
+                if e is not None and e.n >= self.config.min_samples:
+                    own = Choice(e.get(), c.key.category, c.key.name_in(mode))
+                    if best is None or own < best:
+                        best = own
+            if best is not None:
+                return "seen", best
+        return "seen", self.selected["seen"].get(mode) or Choice(math.nan, "all", FALLBACK["seen"])
+
+    def candidate(self, mode: str, choice: Choice) -> Candidate:
+        """The candidate ``choice`` names in ``mode``."""
+        src, _, model = choice.name.rpartition("/")
+        return self.candidates[CandidateKey(src or mode, choice.category, model)]

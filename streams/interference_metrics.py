@@ -1,0 +1,274 @@
+"""Interference per GPU as Prometheus series, fed from what stage 2 publishes (docs/OPERATIONS.md lists them).
+
+:class:`InterferenceMetrics` keeps the latest state of every (GPU, job) stage 2 heard of
+and renders it at scrape time.  Labels are bounded: environment, GPU UUID, job type
+(and the served model, mode and regime where a prediction has them); never a job id,
+so two jobs of one type on one GPU share a series (the larger value is shown).
+
+A job's series go away when a newer window of its GPU no longer lists it, and a GPU's
+when its last window is more than ``horizon_s`` of event time behind the newest window
+of its environment (it went idle, solo, or away) or was received more than
+``stale_after_s`` of wall time ago (its observations stopped reaching this worker).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+
+from events import Alert, Observation, Prediction
+
+ENV_GPU = ["environment", "gpu_uuid"]
+HORIZON_WINDOWS = 6
+"""A GPU whose last window is this many windows of event time behind its environment's newest is gone."""
+
+
+@dataclass
+class JobState:
+    """The latest of one job on one GPU."""
+
+    environment: str
+    job_type: str
+    co_job_types: tuple[str, ...]
+    window_start: float
+    value_pct: float | None = None  # the rate the alert hysteresis judged: measured, else the observed prediction
+    source: str = ""
+    measured_pct: float | None = None
+    predicted: dict[str, tuple[float, str, str]] = field(default_factory=dict)  # mode -> (pct, model, regime)
+    raised: bool = False
+
+
+@dataclass
+class GpuState:
+    environment: str
+    window_start: float
+    window_end: float
+    received_s: float
+    what_if: dict[str, float] = field(default_factory=dict)  # job type -> newcomer + existing slowdown, %
+
+
+def alert_value(obs: Observation, predictions: Iterable[Prediction]) -> tuple[float | None, str]:
+    """The value stage 2's alert hysteresis judges for this observation, and its source (as in
+    :meth:`streams.stage2.Stage2.on_observation`): the measured rate, else the observed-mode prediction."""
+    if obs.interference_pct is not None:
+        return obs.interference_pct, "measured"
+    for p in predictions:
+        if p.mode == "observed":
+            return p.interference_pct, "predicted"
+    return None, ""
+
+
+def max_by(rows: Iterable[tuple[tuple[str, ...], float]]) -> dict[tuple[str, ...], float]:
+    """The largest value per label tuple.
+
+    >>> max_by([(("a",), 1.0), (("a",), 3.0), (("b",), 2.0)])
+    {('a',): 3.0, ('b',): 2.0}
+    """
+    out: dict[tuple[str, ...], float] = {}
+    for labels, value in rows:
+        if labels not in out or value > out[labels]:
+            out[labels] = value
+    return out
+
+
+class InterferenceMetrics:
+    """A prometheus_client collector of per-GPU interference (register it in a worker's registry)."""
+
+    def __init__(
+        self,
+        threshold_pct: float,
+        clear_pct: float,
+        *,
+        horizon_s: float = 60.0,
+        stale_after_s: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.threshold_pct = threshold_pct
+        self.clear_pct = clear_pct
+        self.horizon_s = horizon_s
+        self.stale_after_s = stale_after_s
+        self.clock = clock
+        self.jobs: dict[tuple[str, str], JobState] = {}  # (gpu, job id) -> latest
+        self.gpus: dict[str, GpuState] = {}
+        self.newest_end: dict[str, float] = {}  # environment -> newest window end seen
+        self.predictions: Counter[tuple[str, str, str]] = Counter()  # (environment, mode, regime)
+        self.error_sum: dict[tuple[str, str, str], float] = {}  # |predicted - measured|, points
+        self.error_count: Counter[tuple[str, str, str]] = Counter()
+
+    # ------------------------------------------------------------------ input
+    def observe(self, obs: Observation, predictions: Iterable[Prediction], alerts: Iterable[Alert]) -> None:
+        """Stage 2's outputs for one observation (``predictions`` and ``alerts`` as published)."""
+        predictions = list(predictions)
+        env, gpu = obs.environment, obs.gpu_uuid
+        for p in predictions:
+            served: tuple[str, str, str] = (env, p.mode, p.regime or "")
+            self.predictions[served] += 1
+            if p.measured_pct is not None:
+                self.error_sum[served] = self.error_sum.get(served, 0.0) + abs(p.interference_pct - p.measured_pct)
+                self.error_count[served] += 1
+        g = self.gpus.get(gpu)
+        if g is None or obs.window_start > g.window_start or g.environment != env:
+            current = {obs.job_id, *obs.co_job_ids}
+            for gone in [k for k in self.jobs if k[0] == gpu and k[1] not in current]:
+                del self.jobs[gone]
+            g = self.gpus[gpu] = GpuState(env, obs.window_start, obs.window_end, self.clock())
+        else:
+            g.received_s = self.clock()
+        self.newest_end[env] = max(self.newest_end.get(env, obs.window_end), obs.window_end)
+        job = self.jobs.get((gpu, obs.job_id))
+        if job is None:
+            job = self.jobs[(gpu, obs.job_id)] = JobState(env, obs.job_type, tuple(sorted(obs.co_job_types)), obs.window_start)
+        for a in alerts:  # the hysteresis state, exactly as on the alerts topic
+            job.raised = a.state == "raised"
+        if obs.window_start < job.window_start:
+            return  # an older window than the one shown: the alert state above was all it changes
+        job.window_start = obs.window_start
+        job.co_job_types = tuple(sorted(obs.co_job_types))
+        value, source = alert_value(obs, predictions)
+        if value is not None:
+            job.value_pct, job.source = value, source
+        job.measured_pct = obs.interference_pct
+        for p in predictions:
+            job.predicted[p.mode] = (p.interference_pct, p.model, p.regime or "")
+            if p.mode == "placement" and obs.window_start >= g.window_start:
+                g.what_if = {w.job_type: w.newcomer_pct + w.existing_pct for w in p.what_if}
+
+    def prune(self) -> None:
+        """Forget GPUs gone quiet (event time behind their environment, or nothing received for a while)."""
+        now = self.clock()
+        gone = {
+            gpu
+            for gpu, g in self.gpus.items()
+            if g.window_end < self.newest_end.get(g.environment, g.window_end) - self.horizon_s
+            or now - g.received_s > self.stale_after_s
+        }
+        for gpu in gone:
+            del self.gpus[gpu]
+        for key in [k for k in self.jobs if k[0] in gone]:
+            del self.jobs[key]
+
+    def raised_gpus(self) -> set[str]:
+        """GPUs with at least one job in raised state (what the interference alert rule fires on)."""
+        self.prune()
+        return {gpu for (gpu, _), j in self.jobs.items() if j.raised}
+
+    # ----------------------------------------------------------------- output
+    def collect(self) -> Iterator[Any]:
+        self.prune()
+        labels: tuple[str, ...]
+        threshold = GaugeMetricFamily("aip_alert_threshold_percent", "interference at which an alert is raised, %")
+        threshold.add_metric([], self.threshold_pct)
+        yield threshold
+        clear = GaugeMetricFamily("aip_alert_clear_percent", "interference below which a raised alert clears, %")
+        clear.add_metric([], self.clear_pct)
+        yield clear
+
+        value = GaugeMetricFamily(
+            "aip_gpu_interference_percent",
+            "latest slowdown of the GPU's jobs of this type, as the alerts topic judges it (measured, else the observed"
+            " prediction), %",
+            labels=[*ENV_GPU, "job_type", "source"],
+        )
+        best: dict[tuple[str, ...], tuple[float, str]] = {}
+        for (gpu, _), j in self.jobs.items():
+            labels = (j.environment, gpu, j.job_type)
+            if j.value_pct is not None and (labels not in best or j.value_pct > best[labels][0]):
+                best[labels] = (j.value_pct, j.source)
+        for labels, (v, source) in sorted(best.items()):
+            value.add_metric([*labels, source], v)
+        yield value
+
+        measured = GaugeMetricFamily(
+            "aip_gpu_interference_measured_percent",
+            "latest measured slowdown of the GPU's jobs of this type (from their progress reports), %",
+            labels=[*ENV_GPU, "job_type"],
+        )
+        for labels, v in sorted(
+            max_by(
+                ((j.environment, gpu, j.job_type), j.measured_pct)
+                for (gpu, _), j in self.jobs.items()
+                if j.measured_pct is not None
+            ).items()
+        ):
+            measured.add_metric(list(labels), v)
+        yield measured
+
+        predicted = GaugeMetricFamily(
+            "aip_gpu_interference_predicted_percent",
+            "latest predicted slowdown of the GPU's jobs of this type, by mode, with the served model and regime, %",
+            labels=[*ENV_GPU, "job_type", "mode", "model", "regime"],
+        )
+        for labels, v in sorted(
+            max_by(
+                ((j.environment, gpu, j.job_type, mode, model, regime), pct)
+                for (gpu, _), j in self.jobs.items()
+                for mode, (pct, model, regime) in j.predicted.items()
+            ).items()
+        ):
+            predicted.add_metric(list(labels), v)
+        yield predicted
+
+        raised = GaugeMetricFamily(
+            "aip_gpu_interference_alerts_raised",
+            "jobs on the GPU whose interference alert is raised (the alerts topic's hysteresis state)",
+            labels=ENV_GPU,
+        )
+        counts: Counter[tuple[str, str]] = Counter()
+        for (gpu, _), j in self.jobs.items():
+            counts[(j.environment, gpu)] += int(j.raised)
+        for labels, n in sorted(counts.items()):
+            raised.add_metric(list(labels), float(n))
+        yield raised
+
+        jobs = GaugeMetricFamily("aip_gpu_colocated_jobs", "co-located jobs stage 2 last saw on the GPU", labels=ENV_GPU)
+        jobs_of: Counter[tuple[str, str]] = Counter((j.environment, gpu) for (gpu, _), j in self.jobs.items())
+        for labels, n in sorted(jobs_of.items()):
+            jobs.add_metric(list(labels), float(n))
+        yield jobs
+
+        pairs = GaugeMetricFamily(
+            "aip_job_set_interference_percent",
+            "largest latest slowdown of a job type next to these co-runner types (joined by +) on any GPU now, %",
+            labels=["environment", "job_type", "co_job_types"],
+        )
+        for labels, v in sorted(
+            max_by(
+                ((j.environment, j.job_type, "+".join(j.co_job_types)), j.value_pct)
+                for j in self.jobs.values()
+                if j.value_pct is not None
+            ).items()
+        ):
+            pairs.add_metric(list(labels), v)
+        yield pairs
+
+        what_if = GaugeMetricFamily(
+            "aip_gpu_whatif_cost_percent",
+            "predicted cost of adding one job of this type to the GPU: its own slowdown plus the summed slowdown of the"
+            " jobs there, %",
+            labels=[*ENV_GPU, "job_type"],
+        )
+        for gpu, g in sorted(self.gpus.items()):
+            for jt, cost in sorted(g.what_if.items()):
+                what_if.add_metric([g.environment, gpu, jt], cost)
+        yield what_if
+
+        count = CounterMetricFamily(
+            "aip_predictions", "predictions published, by environment, mode and regime", labels=["environment", "mode", "regime"]
+        )
+        for labels, n in sorted(self.predictions.items()):
+            count.add_metric(list(labels), float(n))
+        yield count
+
+        error = SummaryMetricFamily(
+            "aip_served_error_points",
+            "absolute error of each published prediction whose job's slowdown was measured, points of interference rate",
+            labels=["environment", "mode", "regime"],
+        )
+        for labels, n in sorted(self.error_count.items()):
+            error.add_metric(list(labels), count_value=n, sum_value=self.error_sum[labels])
+        yield error
