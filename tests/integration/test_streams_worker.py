@@ -222,7 +222,7 @@ def test_host_batches_and_an_older_per_gpu_producer_feed_one_worker(worker: Work
     new = list(Simulator(gpus=6, gpu_model="p100", seed=21, start_ts=t0, duration_s=600, gpus_per_host=3).events())
     old = list(Simulator(gpus=2, gpu_model="p100", seed=22, start_ts=t0, duration_s=600).events())
     s = worker.settings
-    reference = Stage1(s.window_s, s.lateness_s, s.lifecycle_hold_s, progress_hold_s=s.progress_hold_s)
+    reference = Stage1(s.window_s, s.lateness_s, s.lifecycle_hold_s, progress_hold_s=s.progress_hold_s, every_window=True)
     expected = set()
     for topic, record in sorted(new + old, key=lambda e: e[1].ts):
         out = reference.on_metric(record) if topic == "gpu.metrics" else reference.on_job(record)
