@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from events import Alert, DeadLetter, JobEvent, Leaderboard, MetricSample, Observation, Prediction
+from events import Alert, DeadLetter, HostMetrics, JobEvent, Leaderboard, MetricSample, Observation, Prediction
 
 
 def fmt_ts(ts: float | None) -> str:
@@ -29,6 +29,8 @@ def render(record: Any) -> str:
     >>> render(JobEvent(ts=1e9, kind="started", job_id="j1", job_type="resnet", gpu_uuid="GPU-0", host="h"))
     '01:46:40.000 started  j1 (resnet) on GPU-0 host h'
     """
+    if isinstance(record, HostMetrics):  # one line per GPU, as per-GPU records
+        return "\n".join(render(s) for s in record.samples)
     if isinstance(record, MetricSample):
         procs = len(record.processes) if record.processes is not None else "-"
         return (

@@ -1,6 +1,6 @@
 """The wire contract: one record per topic, validation, and the JSON codec."""
 
-from events.codec import b64, decode, decode_obj, encode, to_dict
+from events.codec import MetricsRecord, Rejected, b64, decode, decode_obj, decode_on_topic, encode, metric_samples, to_dict
 from events.records import (
     ALERT_SOURCES,
     ALERT_STATES,
@@ -15,6 +15,7 @@ from events.records import (
     Alert,
     DeadLetter,
     GpuProcess,
+    HostMetrics,
     JobEvent,
     Leaderboard,
     LeaderboardEntry,
@@ -45,14 +46,17 @@ __all__ = [
     "Alert",
     "DeadLetter",
     "GpuProcess",
+    "HostMetrics",
     "JobEvent",
     "Leaderboard",
     "LeaderboardEntry",
     "MetricSample",
+    "MetricsRecord",
     "Observation",
     "Prediction",
     "ProfileSource",
     "RecordError",
+    "Rejected",
     "ServedModel",
     "SoloProfile",
     "Topics",
@@ -60,7 +64,9 @@ __all__ = [
     "b64",
     "decode",
     "decode_obj",
+    "decode_on_topic",
     "encode",
+    "metric_samples",
     "profile_key",
     "to_dict",
 ]

@@ -8,12 +8,13 @@ from __future__ import annotations
 import base64
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, NamedTuple, TypeVar
 
 import msgspec
 import msgspec.inspect
+from msgspec import Meta
 
-from events.records import RecordError
+from events.records import MAX_GPUS_PER_HOST, HostMetrics, MetricSample, RecordError, Str, Ts, Version
 
 T = TypeVar("T")
 
@@ -108,6 +109,100 @@ def _check_json(data: bytes | bytearray | memoryview) -> None:
         raise RecordError(f"not valid JSON: {exc}") from None
     except RecursionError:
         raise RecordError("not valid JSON: nested too deeply") from None
+
+
+def _as_bytes(data: bytes | bytearray | memoryview | str | None) -> bytes | bytearray | None:
+    if isinstance(data, str):
+        return data.encode("utf-8", "surrogatepass")
+    return bytes(data) if isinstance(data, memoryview) else data
+
+
+class _HostMetricsView(msgspec.Struct, frozen=True, gc=False):
+    """:class:`HostMetrics` with each sample left undecoded, to read a batch sample by sample (same fields)."""
+
+    ts: Ts
+    host: Str
+    samples: Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=MAX_GPUS_PER_HOST)]
+    producer_id: Str | None = None
+    schema_version: Version = 1
+
+
+BATCH_MARK = b'"samples"'
+"""Only a :class:`HostMetrics` has this key (a MetricSample that carries it as an unknown field is still read as one)."""
+
+
+class Rejected(NamedTuple):
+    """One sample of a batch that cannot be used: its own JSON and why."""
+
+    payload: bytes
+    error: str
+
+
+class MetricsRecord(NamedTuple):
+    """What one ``gpu.metrics`` record holds: its valid samples, the rejected ones, and whether it was a batch."""
+
+    samples: list[MetricSample]
+    rejected: list[Rejected]
+    batched: bool
+
+
+def metric_samples(data: bytes | bytearray | memoryview | str | None) -> MetricsRecord:
+    """The per-GPU samples of one ``gpu.metrics`` record: a :class:`MetricSample`, or a :class:`HostMetrics`.
+
+    A batch whose envelope (``ts``, ``host``, ``samples``, ...) is invalid raises :class:`RecordError`, as an
+    invalid per-GPU record does; an invalid sample inside a valid envelope is returned in ``rejected``
+    and the others are kept.
+
+    >>> one = b'{"ts": 1.7e9, "host": "h", "gpu_uuid": "GPU-1", "gpu_index": 0, "gpu_model": "v100", "seq": 0}'
+    >>> bad = one.replace(b'"seq": 0', b'"seq": -1')
+    >>> out = metric_samples(b'{"ts": 1.7e9, "host": "h", "samples": [' + one + b", " + bad + b"]}")
+    >>> [s.gpu_uuid for s in out.samples], [r.error for r in out.rejected], out.batched
+    (['GPU-1'], ['samples[1]: Expected `int` >= 0 - at `$.seq`'], True)
+    >>> metric_samples(one).batched
+    False
+    """
+    data = _as_bytes(data)
+    if data is None or BATCH_MARK not in data:
+        return MetricsRecord([decode(MetricSample, data)], [], False)
+    try:
+        return MetricsRecord(list(_decoder(HostMetrics).decode(data).samples), [], True)  # one call for a valid batch
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        pass
+    try:
+        view = decode(_HostMetricsView, data)
+    except RecordError as not_a_batch:
+        try:
+            return MetricsRecord([decode(MetricSample, data)], [], False)
+        except RecordError:
+            raise not_a_batch from None
+    samples: list[MetricSample] = []
+    rejected: list[Rejected] = []
+    for i, raw in enumerate(view.samples):
+        try:
+            sample = decode(MetricSample, bytes(raw))
+        except RecordError as exc:
+            rejected.append(Rejected(bytes(raw), f"samples[{i}]: {exc}"))
+            continue
+        if sample.host != view.host:
+            rejected.append(Rejected(bytes(raw), f"samples[{i}]: host {sample.host!r} is not the batch's host {view.host!r}"))
+            continue
+        samples.append(sample)
+    return MetricsRecord(samples, rejected, True)
+
+
+def decode_on_topic(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> T | HostMetrics:
+    """:func:`decode`, except that where ``cls`` is :class:`MetricSample` a :class:`HostMetrics` batch is read too
+    (whole: any invalid sample fails it; stage 1 reads batches with :func:`metric_samples`)."""
+    data = _as_bytes(data)
+    if cls is MetricSample and data is not None and BATCH_MARK in data:
+        try:
+            return decode(HostMetrics, data)
+        except RecordError as not_a_batch:
+            try:
+                return decode(cls, data)
+            except RecordError:
+                raise not_a_batch from None
+    return decode(cls, data)
 
 
 def decode_obj(cls: type[T], obj: Any) -> T:

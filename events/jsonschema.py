@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from events.topics import RECORD_OF
+from events.topics import BATCH_OF, RECORD_OF
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -31,9 +31,18 @@ def schema_of(cls: type) -> dict[str, Any]:
     return {"$schema": DIALECT, **top, **({"$defs": defs} if defs else {})}
 
 
+def either_schema(title: str, classes: tuple[type, ...]) -> dict[str, Any]:
+    """A record of any of ``classes`` (their required fields tell them apart), each defined in ``$defs``."""
+    (refs, defs) = msgspec.json.schema_components(classes)
+    return {"$schema": DIALECT, "title": title, "anyOf": list(refs), "$defs": defs}
+
+
 def topic_schemas() -> dict[str, dict[str, Any]]:
-    """Base topic name -> the schema of its record."""
-    return {topic: schema_of(cls) for topic, cls in RECORD_OF.items()}
+    """Base topic name -> the schema of its record (of either record, on a topic that also carries batches)."""
+    return {
+        topic: either_schema(topic, (cls, BATCH_OF[topic])) if topic in BATCH_OF else schema_of(cls)
+        for topic, cls in RECORD_OF.items()
+    }
 
 
 def write(directory: Path) -> list[Path]:
@@ -46,7 +55,7 @@ def write(directory: Path) -> list[Path]:
     return paths
 
 
-__all__ = ["schema_of", "topic_schemas", "write"]
+__all__ = ["either_schema", "schema_of", "topic_schemas", "write"]
 
 if __name__ == "__main__":  # pragma: no cover
     for p in write(Path(sys.argv[1] if len(sys.argv) > 1 else "schemas")):

@@ -110,7 +110,10 @@ class GpuProcess(Record, frozen=True):
 
 
 class MetricSample(Record, frozen=True):
-    """One NVML sample of one GPU (or MIG instance).  Topic ``gpu.metrics``, key ``gpu_uuid``.
+    """One NVML sample of one GPU (or MIG instance).  Topic ``gpu.metrics``, key ``host``.
+
+    Producers send a host's samples of one tick together, as one :class:`HostMetrics`; a
+    MetricSample alone on the topic (older producers, ``aip produce --per-gpu``) is read the same.
 
     ``seq`` counts samples per (producer, gpu_uuid) from 0 so consumers detect gaps
     and duplicates; ``producer_id`` tells producer restarts apart.  ``unavailable`` names
@@ -149,7 +152,43 @@ class MetricSample(Record, frozen=True):
 
     @property
     def key(self) -> str:
-        return self.gpu_uuid
+        """The host, as :class:`JobEvent`'s: a GPU's samples and job events share a partition."""
+        return self.host
+
+
+MAX_GPUS_PER_HOST = MAX_LIST_LEN
+"""Samples in one :class:`HostMetrics` (GPUs and MIG instances of one host)."""
+
+
+def samples_of_host(batch: HostMetrics) -> None:
+    """Every sample of a :class:`HostMetrics` is of its host (the key its partition was chosen by)."""
+    for i, sample in enumerate(batch.samples):
+        if sample.host != batch.host:
+            raise RecordError(f"samples[{i}]: host {sample.host!r} is not the batch's host {batch.host!r}")
+
+
+class HostMetrics(Record, frozen=True):
+    """The samples of all GPUs of one host at one sampling tick.  Topic ``gpu.metrics``, key ``host``.
+
+    One record instead of one per GPU: a consumer pays its per-message cost once per host and
+    tick.  ``ts`` is the tick (its latest sample's ``ts``); each sample keeps its own ``ts``, ``seq``
+    and ``producer_id``.  It shares ``gpu.metrics`` with per-GPU :class:`MetricSample` records: a
+    record with ``samples`` is a batch.  A reader that finds one invalid sample in a batch keeps
+    the others (stage 1 dead-letters that sample's payload alone, with the reason).
+    """
+
+    ts: Ts
+    host: Str
+    samples: Annotated[list[MetricSample], Meta(min_length=1, max_length=MAX_GPUS_PER_HOST)]
+    producer_id: Str | None = None
+    schema_version: Version = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        samples_of_host(self)
+
+    @property
+    def key(self) -> str:
+        return self.host
 
 
 def progress_has_steps(event: JobEvent) -> None:
@@ -165,7 +204,7 @@ def interval_ordered(interval: list[float] | None) -> None:
 
 
 class JobEvent(Record, frozen=True):
-    """A job's lifecycle on one GPU.  Topic ``jobs.lifecycle``, key ``gpu_uuid``.
+    """A job's lifecycle on one GPU.  Topic ``jobs.lifecycle``, key ``host`` (as the GPU's samples).
 
     ``progress`` carries the cumulative ``steps`` and the mean ``step_time_s``
     since the previous progress event.
@@ -191,7 +230,7 @@ class JobEvent(Record, frozen=True):
 
     @property
     def key(self) -> str:
-        return self.gpu_uuid
+        return self.host
 
 
 class Observation(Record, frozen=True):

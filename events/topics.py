@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from events.records import Alert, DeadLetter, JobEvent, Leaderboard, MetricSample, Observation, Prediction, SoloProfile
+from events.records import (
+    Alert,
+    DeadLetter,
+    HostMetrics,
+    JobEvent,
+    Leaderboard,
+    MetricSample,
+    Observation,
+    Prediction,
+    SoloProfile,
+)
 
 METRICS = "gpu.metrics"
 LIFECYCLE = "jobs.lifecycle"
@@ -35,6 +45,8 @@ RECORD_OF: dict[str, type] = {
     PROFILES: SoloProfile,
 }
 ALL = tuple(RECORD_OF)
+BATCH_OF: dict[str, type] = {METRICS: HostMetrics}
+"""Topics that also carry batches of their record: ``gpu.metrics`` one :class:`HostMetrics` per host and tick."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The NVML sampler: one MetricSample per GPU (and per MIG instance) per interval.
+"""The NVML sampler: one MetricSample per GPU (and per MIG instance) per interval, published as one HostMetrics.
 
 The NVML module is an argument (``nvml=``); the default is nvidia-ml-py's
 ``pynvml``.  Calls (DESIGN.md's mapping): ``nvmlDeviceGetPowerUsage`` (mW),
@@ -36,6 +36,7 @@ from typing import Any
 
 from events import GpuProcess, MetricSample
 from events.topics import LIFECYCLE, METRICS
+from producers.batching import host_metrics
 from producers.gpm import GpmReader
 from producers.metrics import ProducerMetrics
 
@@ -323,13 +324,20 @@ def run_sampler(
     tracker: Any = None,
     max_rounds: int | None = None,
     clock: Callable[[], float] = time.monotonic,
+    per_gpu: bool = False,
 ) -> int:
-    """Sample every ``interval_s`` until ``stop`` is set; publish samples (and discovered job events). Returns rounds."""
+    """Sample every ``interval_s`` until ``stop`` is set; publish each round's samples as one :class:`HostMetrics`
+    (with ``per_gpu``: one MetricSample each, for consumers older than batches), then the job events
+    discovered in it. Returns rounds."""
     rounds = 0
     next_t = clock()
     while not stop.is_set() and (max_rounds is None or rounds < max_rounds):
-        for s in sampler.sample():
-            publish(METRICS, s)
+        samples = sampler.sample()
+        if samples and not per_gpu:
+            publish(METRICS, host_metrics(samples))
+        for s in samples:
+            if per_gpu:
+                publish(METRICS, s)
             if tracker is not None:
                 for ev in tracker.update(s):
                     publish(LIFECYCLE, ev)

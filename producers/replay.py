@@ -1,5 +1,7 @@
 """Replay recorded ``gpu.metrics`` and ``jobs.lifecycle`` lines (as written by ``aip tail --json``).
 
+A recorded :class:`HostMetrics` batch is loaded as its samples (``aip produce replay`` batches them again).
+
 >>> import json, tempfile
 >>> line = {"_topic": "jobs.lifecycle", "ts": 1.7e9, "kind": "started", "job_id": "j", "job_type": "t",
 ...         "gpu_uuid": "GPU-1", "host": "h", "schema_version": 1}
@@ -18,8 +20,8 @@ from typing import Any
 
 import msgspec
 
-from events import RecordError, decode_obj
-from events.topics import LIFECYCLE, METRICS, RECORD_OF
+from events import HostMetrics, RecordError, decode_obj
+from events.topics import BATCH_OF, LIFECYCLE, METRICS, RECORD_OF
 
 REPLAYABLE = (METRICS, LIFECYCLE)
 
@@ -42,12 +44,13 @@ def load(path: str | Path) -> tuple[list[tuple[str, Any]], int]:
             if topic not in REPLAYABLE or "_error" in obj:
                 skipped += 1
                 continue
+            fields = {k: v for k, v in obj.items() if not k.startswith("_")}
             try:
-                record = decode_obj(RECORD_OF[topic], {k: v for k, v in obj.items() if not k.startswith("_")})
+                record = decode_obj(BATCH_OF[topic] if topic in BATCH_OF and "samples" in fields else RECORD_OF[topic], fields)
             except RecordError:
                 skipped += 1
                 continue
-            out.append((topic, record))
+            out.extend((topic, s) for s in record.samples) if isinstance(record, HostMetrics) else out.append((topic, record))
     out.sort(key=lambda item: item[1].ts)
     return out, skipped
 

@@ -28,7 +28,18 @@ from faust.sensors import Monitor
 from faust.types import TP
 
 from config import Settings
-from events import JobEvent, MetricSample, Observation, RecordError, SoloProfile, Topics, decode, encode
+from events import (
+    JobEvent,
+    MetricSample,
+    MetricsRecord,
+    Observation,
+    RecordError,
+    SoloProfile,
+    Topics,
+    decode,
+    encode,
+    metric_samples,
+)
 from events.topics import LIFECYCLE, METRICS
 from streams import changelog, views
 from streams.checkpoint import Checkpoint, TopicPartition
@@ -50,7 +61,8 @@ InputRecord = MetricSample | JobEvent
 
 
 def decode_input(topic: str, value: bytes | None) -> list[InputRecord] | None:
-    """The stage-1 records of one input message of base topic ``topic`` (None: not an input topic).
+    """The stage-1 records of one per-GPU input message of base topic ``topic`` (None: not an input topic);
+    a host's batch of samples is read by :func:`events.metric_samples` (``Streams.on_host_metrics``).
 
     Raises :class:`events.RecordError` for a message that is not a valid record.
     """
@@ -404,7 +416,13 @@ class Streams:
         self.metrics.consumed_message(base, m.partition, m.offset)
         replay = not self.state.offsets.store(self._tp(base, m.partition)[1], m.offset)
         try:
-            records = decode_input(base, event.value)
+            if base == METRICS:
+                batch = metric_samples(event.value)
+                if batch.batched:  # a host's samples: each on its own (a bad one costs only itself)
+                    return self.on_host_metrics(event, batch, replay), None
+                records: list[InputRecord] | None = list(batch.samples)
+            else:
+                records = decode_input(base, event.value)
             if records is None:
                 return [], f"unexpected topic {event.message.topic}"
             out: list[Observation] = []
@@ -426,6 +444,37 @@ class Streams:
         except Exception as exc:  # a bug on one record must not stop the worker
             log.exception("stage 1 failed on %s p%s@%s", event.message.topic, event.message.partition, event.message.offset)
             return [], f"stage 1 error: {type(exc).__name__}: {exc}"
+
+    def on_host_metrics(self, event: Any, record: MetricsRecord, replay: bool) -> list[Observation]:
+        """Stage 1 for each sample of a host's batch, as for per-GPU records, except that a sample that cannot
+        be used (invalid, late, or failing stage 1) is dead-lettered alone, its own JSON as the payload."""
+        m = event.message
+        errors = [(r.payload, f"invalid {METRICS} record: {r.error}") for r in record.rejected]
+        pending = self.lifecycle_pending(m.partition)
+        out: list[Observation] = []
+        for sample in record.samples:
+            self.state.read_from(sample.gpu_uuid, m.partition)
+            try:
+                out.extend(self.stage1.on_metric(sample, pending))
+            except LateEvent as exc:
+                if replay:
+                    self.stage1.counters["replayed_late"] += 1
+                else:
+                    errors.append((encode(sample), str(exc)))
+            except Exception as exc:  # a bug on one sample must not cost the others
+                log.exception("stage 1 failed on a sample of %s p%s@%s", m.topic, m.partition, m.offset)
+                errors.append((encode(sample), f"stage 1 error: {type(exc).__name__}: {exc}"))
+        for payload, error in errors:
+            self.dead_letter_soon(event, payload, error, "stage1")
+        return out
+
+    def dead_letter_soon(self, event: Any, payload: bytes, error: str, stage: str) -> None:
+        """Buffer a dead letter for part of ``event`` (``payload``); flushed before the input offsets are committed."""
+        m = event.message
+        record = dead_letter(self.topics.base(m.topic), m.partition, m.offset, payload, error, m.key, stage, now=self.clock())
+        self.metrics.dead_letters[dead_letter_reason(error)] += 1
+        self.out["deadletter"].send_soon(key=None if record.key is None else record.key.encode(), value=encode(record))
+        self.metrics.published["deadletter"] += 1
 
     def _register(self, with_stage2: bool = True, with_views: bool = True) -> None:
         app = self.app

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import msgspec
 import msgspec.inspect as mi
 from hypothesis import strategies as st
 
@@ -12,6 +13,7 @@ from events import (
     Alert,
     DeadLetter,
     GpuProcess,
+    HostMetrics,
     JobEvent,
     Leaderboard,
     LeaderboardEntry,
@@ -59,14 +61,21 @@ def records_of(cls: type) -> st.SearchStrategy[Any]:
         progress = {"kind": st.just("progress"), "steps": st.integers(0, 2**40), "step_time_s": st.floats(0.0, 1e9)}
         others = st.builds(cls, **{**fields, "kind": st.sampled_from(["started", "finished"])})
         return others | st.builds(cls, **{**fields, **progress})
+    if cls is HostMetrics:  # every sample of the batch's host
+        return st.builds(
+            lambda host, ts, samples, producer_id: HostMetrics(
+                ts=ts, host=host, samples=[msgspec.structs.replace(x, host=host) for x in samples], producer_id=producer_id
+            ),
+            fields["host"], fields["ts"], st.lists(records_of(MetricSample), min_size=1, max_size=3), fields["producer_id"],
+        )  # fmt: skip
     return st.builds(cls, **fields)
 
 
 RECORD_TYPES = [
-    MetricSample, JobEvent, Observation, Prediction, Alert, Leaderboard, DeadLetter, SoloProfile,
+    MetricSample, HostMetrics, JobEvent, Observation, Prediction, Alert, Leaderboard, DeadLetter, SoloProfile,
     GpuProcess, WhatIf, LeaderboardEntry, ProfileSource,
 ]  # fmt: skip
-TOP_LEVEL = [MetricSample, JobEvent, Observation, Prediction, Alert, Leaderboard, DeadLetter, SoloProfile]
+TOP_LEVEL = [MetricSample, HostMetrics, JobEvent, Observation, Prediction, Alert, Leaderboard, DeadLetter, SoloProfile]
 
 
 def now() -> float:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from config import Settings
-from events import RecordError, Topics, decode, encode
+from events import RecordError, Topics, decode_on_topic, encode
 from events.topics import COMPACTED, OBSERVATIONS
 from transport.tls import TlsSettingsError, client_context, handshake_error
 
@@ -535,7 +535,7 @@ def decode_message(
     if cls is None:
         return Received(topic, partition, offset, timestamp_ms, key, value, error=f"unknown topic {topic}")
     try:
-        return Received(topic, partition, offset, timestamp_ms, key, value, record=decode(cls, value))
+        return Received(topic, partition, offset, timestamp_ms, key, value, record=decode_on_topic(cls, value))
     except RecordError as exc:
         return Received(topic, partition, offset, timestamp_ms, key, value, error=str(exc))
 

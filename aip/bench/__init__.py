@@ -11,6 +11,9 @@ import time
 from typing import Any
 
 PARTS = ("producers", "stage1", "e2e", "models", "accuracy", "placement", "faults")
+"""What ``aip bench all`` runs."""
+ALONE = ("fleet",)
+"""Parts run only when named (``fleet``: minutes of real time, N GPUs)."""
 
 
 class Progress:
@@ -26,12 +29,14 @@ class Progress:
             print(f"[bench {self.part} {time.monotonic() - self.t0:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-def run_part(part: str, quick: bool, progress: bool = True, plot_dir: str | None = None) -> dict[str, Any]:
-    """Run one part; ``plot_dir`` goes to the parts that draw (their ``run`` takes it)."""
+def run_part(part: str, quick: bool, progress: bool = True, plot_dir: str | None = None, **options: Any) -> dict[str, Any]:
+    """Run one part; ``plot_dir`` and ``options`` (``gpus``, ``workers``) go to the parts whose ``run`` takes them
+    (options left None are not passed)."""
     import importlib
     import inspect
 
     module = importlib.import_module(f"aip.bench.{part}")
-    extra = {"plot_dir": plot_dir} if plot_dir and "plot_dir" in inspect.signature(module.run).parameters else {}
+    takes = inspect.signature(module.run).parameters
+    extra = {k: v for k, v in {"plot_dir": plot_dir, **options}.items() if v is not None and k in takes}
     result: dict[str, Any] = module.run(quick=quick, progress=Progress(part, progress), **extra)
     return result

@@ -2,11 +2,14 @@
 
 Both consumers read the same simulated events (``producers.sim``) from the
 embedded broker in child processes pinned to one core; each reports the time
-from its first to its last event.
+from its first to its last event.  Stage 1 runs twice per round on the same fleet: fed per-GPU
+samples, and fed host-batched ones (:class:`events.HostMetrics`, one record per host and tick); both
+must publish the same observations, and ``stage1_batched_ratio`` is their GPU samples/s ratio.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import statistics
@@ -29,6 +32,7 @@ def _child(mode: str, broker: str, prefix: str, n: int, state_dir: str, client_i
 
     settings = Settings.from_env(broker=broker, topic_prefix=prefix, partitions=4, state_dir=state_dir, client_id=client_id)
     seen = {"n": 0, "t0": 0.0}
+    emitted: list[bytes] = []  # the id of every observation published: both paths must publish the same
     report: dict[str, Any] = {}
 
     def count(k: int) -> None:
@@ -37,7 +41,8 @@ def _child(mode: str, broker: str, prefix: str, n: int, state_dir: str, client_i
         seen["n"] += k
         if seen["n"] >= n:
             seconds = time.perf_counter() - seen["t0"]
-            print(json.dumps({"seconds": seconds, "events": seen["n"], **report}), flush=True)
+            digest = hashlib.sha256(b"\n".join(sorted(emitted))).hexdigest()[:16]
+            print(json.dumps({"seconds": seconds, "events": seen["n"], "observations_sha": digest, **report}), flush=True)
             os._exit(0)
 
     if mode == "passthrough":
@@ -61,6 +66,13 @@ def _child(mode: str, broker: str, prefix: str, n: int, state_dir: str, client_i
             await real_batch(events)
             count(len(events))
 
+        real_emit = streams.emit_observation
+
+        def emit(obs: Any) -> None:
+            emitted.append(obs.observation_id.encode())
+            real_emit(obs)
+
+        streams.emit_observation = emit  # type: ignore[method-assign]
         report["published"] = streams.metrics.published
         report["dead_letter_reasons"] = streams.metrics.dead_letters
         streams.stage1_event = one  # type: ignore[method-assign]
@@ -116,11 +128,26 @@ def state_mb_per_1000_gpus(gpus: int = 1000, duration_s: float = 90.0) -> float:
     return round(peak / 1e6 * 1000 / gpus, 2)
 
 
+BATCH_PROGRESS_S = 10
+"""Progress interval (s) of the jobs of the fleet the host-batched floor is measured on (see :func:`run`)."""
+BATCHED = f"{BATCH_PROGRESS_S}s"
+
+
 def run(quick: bool, progress: Any) -> dict[str, Any]:
+    """Stage 1 against a pass-through agent, and host-batched against per-GPU samples, over several rounds.
+
+    Two simulated fleets of the same GPUs: the simulator's own (jobs report progress every 2 s) for the
+    pass-through comparison, and one whose jobs report every :data:`BATCH_PROGRESS_S` s for
+    ``stage1_batched_ratio``.  Job events are one record each either way (batching is for GPU samples),
+    so on the first fleet they are about 0.8 records per GPU sample and bound the gain of batching:
+    ``stage1_batched_ratio_progress_2s`` reports it there.
+    """
     import tempfile
 
     from aip.broker import EmbeddedBroker, free_port
     from config import Settings
+    from events.topics import METRICS
+    from producers.batching import host_batches
     from producers.sim import Simulator
     from transport import RecordProducer, ensure_project_topics
 
@@ -128,47 +155,84 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
     with EmbeddedBroker(port=free_port()) as broker, tempfile.TemporaryDirectory() as tmp:
         if broker.process is not None:
             _keep_off_core_0(broker.process.pid)
-        events = list(Simulator(gpus, seed=1, start_ts=1_700_000_000.0, duration_s=sim_s).events())
-        n = len(events)
+        fleets = {
+            "2s": list(Simulator(gpus, seed=1, start_ts=1_700_000_000.0, duration_s=sim_s).events()),
+            f"{BATCH_PROGRESS_S}s": list(
+                Simulator(gpus, seed=1, start_ts=1_700_000_000.0, duration_s=sim_s, progress_interval_s=BATCH_PROGRESS_S).events()
+            ),
+        }
+        inputs = {(f, "per_gpu"): events for f, events in fleets.items()}
+        inputs |= {(f, "batched"): list(host_batches(events)) for f, events in fleets.items()}
+        samples = {f: sum(1 for topic, _r in events if topic == METRICS) for f, events in fleets.items()}
+        n = len(fleets["2s"])
         run_id = uuid.uuid4().hex[:8]
 
-        def produce(prefix: str) -> None:
+        def produce(prefix: str, records: list[tuple[str, Any]]) -> None:
             # each round its own topics: a stage-1 worker continues from the changelog and profiles it finds
             # under its prefix, so a round sharing them with the last would skip what that one applied
             settings = Settings(broker=broker.address, topic_prefix=prefix, partitions=4)
             ensure_project_topics(settings)
-            with RecordProducer(settings, linger_ms=20, batch_size=256_000) as p:
-                for topic, record in events:
+            with RecordProducer(settings, linger_ms=20, batch_size=256_000, max_request_size=8_000_000) as p:
+                for topic, record in records:
                     p.send(topic, record)
                 p.flush(60)
 
-        # The machine is shared and noisy: alternate the two consumers over several rounds
-        # and report the median of the per-round ratios (each round runs both back to back).
+        # The machine is shared and noisy: alternate the consumers over several rounds
+        # and report the median of the per-round ratios (each round runs all of them back to back).
         rounds = 3 if quick else 5
         t_pass: list[float] = []
-        t_stage: list[float] = []
-        published: list[dict[str, int]] = []
+        seconds: dict[tuple[str, str], list[float]] = {k: [] for k in inputs}
+        published: dict[tuple[str, str], list[dict[str, int]]] = {k: [] for k in inputs}
+        digests: dict[str, set[str]] = {f: set() for f in fleets}  # of each stage-1 child's observation ids
         for r in range(rounds):
-            prefix = f"b{run_id}r{r}."
-            progress(f"round {r + 1}/{rounds}: producing {gpus} simulated GPUs x {sim_s} s ({n} events)")
-            produce(prefix)
+            prefixes = {k: f"b{run_id}r{r}{k[0]}{k[1][0]}." for k in inputs}
+            progress(f"round {r + 1}/{rounds}: producing {gpus} simulated GPUs x {sim_s} s, per-GPU and host-batched")
+            for k, prefix in prefixes.items():
+                produce(prefix, inputs[k])
             progress(f"round {r + 1}/{rounds}: pass-through agent on one core")
-            t_pass.append(_run_child("passthrough", broker.address, prefix, n, f"{tmp}/p{r}", f"pass{r}")["seconds"])
-            progress(f"round {r + 1}/{rounds}: pass-through {n / t_pass[-1]:.0f} events/s; stage 1 on one core")
-            report = _run_child("stage1", broker.address, prefix, n, f"{tmp}/s{r}", f"stage{r}")
-            t_stage.append(report["seconds"])
-            published.append(report["published"])
-            progress(f"round {r + 1}/{rounds}: stage 1 {n / t_stage[-1]:.0f} events/s")
+            t_pass.append(
+                _run_child("passthrough", broker.address, prefixes["2s", "per_gpu"], n, f"{tmp}/p{r}", f"pass{r}")["seconds"]
+            )
+            progress(f"round {r + 1}/{rounds}: pass-through {n / t_pass[-1]:.0f} events/s")
+            for k, prefix in prefixes.items():
+                report = _run_child("stage1", broker.address, prefix, len(inputs[k]), f"{tmp}/{prefix}", f"stage{prefix}")
+                seconds[k].append(report["seconds"])
+                published[k].append(report["published"])
+                digests[k[0]].add(report["observations_sha"])
+                progress(
+                    f"round {r + 1}/{rounds}: stage 1, job progress every {k[0]}, {k[1]}: "
+                    f"{len(inputs[k]) / report['seconds']:.0f} records/s, {samples[k[0]] / report['seconds']:.0f} GPU samples/s"
+                )
     mem = state_mb_per_1000_gpus(200 if quick else 1000, 60.0 if quick else 90.0)
+    t_stage = seconds["2s", "per_gpu"]
     ratios = [p / st for p, st in zip(t_pass, t_stage, strict=True)]
+
+    def gain(fleet: str) -> list[float]:
+        return [a / b for a, b in zip(seconds[fleet, "per_gpu"], seconds[fleet, "batched"], strict=True)]
+
+    def observations(fleet: str) -> list[int]:
+        return [p.get("observations", 0) for v in ("per_gpu", "batched") for p in published[fleet, v]]
+
     return {
+        "stage1_gpu_samples_per_s": round(samples[BATCHED] / statistics.median(seconds[BATCHED, "per_gpu"])),
+        "stage1_batched_gpu_samples_per_s": round(samples[BATCHED] / statistics.median(seconds[BATCHED, "batched"])),
+        "stage1_batched_ratio": round(statistics.median(gain(BATCHED)), 3),
+        "stage1_batched_ratio_rounds": [round(x, 3) for x in gain(BATCHED)],
+        "stage1_batched_ratio_progress_2s": round(statistics.median(gain("2s")), 3),
+        "stage1_batched_records": {f: len(inputs[f, "batched"]) for f in fleets},
+        "stage1_per_gpu_records": {f: len(inputs[f, "per_gpu"]) for f in fleets},
+        "stage1_gpu_samples": samples[BATCHED],
+        # per-GPU and host-batched children of a fleet publish the same observations (count and ids)
+        "stage1_batched_observations_each": {f: observations(f) for f in fleets},
+        "stage1_batched_dead_letters_each": [p.get("deadletter", 0) for k in inputs for p in published[k]],
+        "stage1_batched_same_observations": all(len(set(observations(f))) == 1 and len(digests[f]) == 1 for f in fleets),
         "stage1_events_per_s": round(n / statistics.median(t_stage)),
         "passthrough_events_per_s": round(n / statistics.median(t_pass)),
         "stage1_ratio": round(statistics.median(ratios), 3),
         "stage1_ratio_rounds": [round(x, 3) for x in ratios],
         "stage1_events": n,
         # every round must publish the same (reading order differs; a backlog must not cost observations)
-        "stage1_observations_each": [p.get("observations", 0) for p in published],
-        "stage1_dead_letters_each": [p.get("deadletter", 0) for p in published],
+        "stage1_observations_each": [p.get("observations", 0) for p in published["2s", "per_gpu"]],
+        "stage1_dead_letters_each": [p.get("deadletter", 0) for p in published["2s", "per_gpu"]],
         "state_mb_per_1000_gpus": mem,
     }

@@ -8,15 +8,17 @@ import platform
 import time
 from typing import Any
 
-from aip.bench import PARTS, run_part
+from aip.bench import ALONE, PARTS, run_part
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("bench", help="run the benchmarks")
-    p.add_argument("part", nargs="?", default="all", choices=(*PARTS, "all"), help="which part (default all)")
+    p.add_argument("part", nargs="?", default="all", choices=(*PARTS, *ALONE, "all"), help="which part (default all; fleet only when named)")
     p.add_argument("--quick", action="store_true", help="about a minute per part")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.add_argument("--plot-dir", metavar="DIR", help="parts that draw (accuracy) write their PNG here")
+    p.add_argument("--gpus", type=int, help="fleet: GPUs of the one environment (default 10,000; --quick 2,000)")
+    p.add_argument("--workers", type=int, help="fleet: stream workers (default 2)")
     p.set_defaults(func=run)
 
 
@@ -25,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {"quick": args.quick, "machine": f"{platform.machine()} {platform.processor() or ''}".strip()}
     t0 = time.monotonic()
     for part in parts:
-        result.update(run_part(part, args.quick, plot_dir=args.plot_dir))
+        result.update(run_part(part, args.quick, plot_dir=args.plot_dir, gpus=args.gpus, workers=args.workers))
     result["bench_seconds"] = round(time.monotonic() - t0, 1)
     if args.json:
         print(json.dumps(result))

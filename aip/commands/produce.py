@@ -26,6 +26,7 @@ def register(sub: Any) -> None:
     )
     nv.add_argument("--duration", type=float, help="stop after this many seconds (default: run until Ctrl-C)")
     nv.add_argument("--no-discovery", action="store_true", help="do not turn unreported compute processes into job events")
+    _per_gpu_arg(nv)
     add_kafka_args(nv)
 
     sim = kinds.add_parser("sim", help="a simulated fleet calibrated on Gavel's and MISO's measurements")
@@ -45,6 +46,7 @@ def register(sub: Any) -> None:
     )
     sim.add_argument("--sim-duration", type=float, help="simulated seconds to run (overrides --duration)")
     sim.add_argument("--ground-truth", metavar="PATH", help="write the true interference of every co-location here (JSON lines)")
+    _per_gpu_arg(sim)
     add_kafka_args(sim)
 
     rp = kinds.add_parser("replay", help="re-publish a recording made with `aip tail --json`")
@@ -53,8 +55,28 @@ def register(sub: Any) -> None:
         "--speedup", type=float, default=0.0, help="recorded seconds per real second (default 0: as fast as possible)"
     )
     rp.add_argument("--retime", action="store_true", help="shift timestamps so that the recording starts now")
+    _per_gpu_arg(rp)
     add_kafka_args(rp)
     p.set_defaults(func=run)
+
+
+def _per_gpu_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--per-gpu",
+        action="store_true",
+        help="one gpu.metrics record per GPU sample, for stream workers older than host batches "
+        "(default: one record per host and tick with all its GPUs' samples)",
+    )
+
+
+def _records(events: Any, per_gpu: bool) -> Any:
+    from producers.batching import host_batches
+
+    return events if per_gpu else host_batches(events)
+
+
+def _samples(record: Any) -> int:
+    return len(getattr(record, "samples", None) or ()) or 1
 
 
 def _seconds(text: str) -> float:
@@ -133,12 +155,15 @@ def run_sim(args: argparse.Namespace) -> int:
         )
         pub = _publisher(settings, f"sim-{os.getpid()}")
         counts = {"gpu.metrics": 0, "jobs.lifecycle": 0}
+        samples = 0
         progress = _Progress()
         last_ts = sim.start_ts
         try:
-            for topic, record in paced(sim.events(), speedup, sim.start_ts):
+            for topic, record in paced(_records(sim.events(), args.per_gpu), speedup, sim.start_ts):
                 pub.publish(topic, record)
                 counts[topic] += 1
+                if topic == "gpu.metrics":
+                    samples += _samples(record)
                 last_ts = record.ts
                 progress(
                     lambda last_ts=last_ts: (
@@ -154,6 +179,7 @@ def run_sim(args: argparse.Namespace) -> int:
             "gpu_model": args.gpu_model,
             "sim_seconds": round(last_ts - sim.start_ts, 1),
             **counts,
+            "gpu_samples": samples,
         }
         if args.ground_truth:
             summary["ground_truth_rows"] = sim.write_ground_truth(args.ground_truth)
@@ -186,7 +212,7 @@ def run_nvml(args: argparse.Namespace) -> int:
         print(f"aip produce: sampling {len(sampler.devices)} devices every {interval_s:g} s", file=sys.stderr)
         rounds = 0
         try:
-            rounds = run_sampler(sampler, pub.publish, interval_s, stop, tracker=tracker)
+            rounds = run_sampler(sampler, pub.publish, interval_s, stop, tracker=tracker, per_gpu=args.per_gpu)
         except KeyboardInterrupt:
             stop.set()
         finally:
@@ -210,12 +236,13 @@ def run_replay(args: argparse.Namespace) -> int:
     with broker_errors(), sigterm_as_interrupt():
         pub = _publisher(settings, f"replay-{os.getpid()}")
         progress = _Progress()
-        n = 0
+        n = samples = 0
         try:
-            for topic, record in paced(records, args.speedup):
+            for topic, record in paced(_records(records, args.per_gpu), args.speedup):
                 pub.publish(topic, record)
                 n += 1
-                progress(lambda n=n: f"replayed {n}/{len(records)} records")
+                samples += _samples(record) if topic == "gpu.metrics" else 0
+                progress(lambda n=n: f"replayed {n} records ({len(records)} samples and job events)")
         except KeyboardInterrupt:
             pass
-        return _finish(pub, {"source": "replay", "records": n, "skipped_lines": skipped})
+        return _finish(pub, {"source": "replay", "records": n, "gpu_samples": samples, "skipped_lines": skipped})

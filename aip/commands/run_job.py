@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -58,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
         except PublisherError as exc:
             raise CliError(str(exc)) from None
     env = dict(os.environ)
+    # the wrapped script's progress events are keyed by host, as this host's GPU samples: the same name
     env |= {
+        "AIP_HOST": settings.host or socket.gethostname(),
         "AIP_BROKER": settings.broker,
         "AIP_TOPIC_PREFIX": settings.topic_prefix,
         "AIP_JOB_ID": job_id,

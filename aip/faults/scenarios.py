@@ -250,6 +250,10 @@ def _checkpointed_profiles(settings: Settings) -> int:
 
 
 CRASH_GPU_MODEL = "v100"
+GPUS_PER_HOST = 1
+"""Simulated GPUs per host in the worker-fault scenarios.  Both input topics are keyed by host, and these
+scenarios move partitions' GPUs between workers: with 8 GPUs to a host, an 8-GPU fleet would sit in one
+partition and a rebalance could move none of it."""
 START_TS = 1_700_000_000.0
 
 
@@ -364,7 +368,11 @@ def worker_crash(
     from transport import ensure_project_topics
 
     rng = random.Random(seed)
-    events = list(Simulator(gpus=gpus, gpu_model=CRASH_GPU_MODEL, seed=seed, start_ts=START_TS, duration_s=sim_s).events())
+    events = list(
+        Simulator(
+            gpus=gpus, gpu_model=CRASH_GPU_MODEL, seed=seed, start_ts=START_TS, duration_s=sim_s, gpus_per_host=GPUS_PER_HOST
+        ).events()
+    )
     expected = reference_observations(settings, events)
     ensure_project_topics(settings)
     worker = start_worker(settings, workdir, "worker-crash").start()
@@ -790,7 +798,11 @@ def profiles_agree(workers: list[Any], timeout_s: float = 30.0) -> bool:
 def _fleet(gpus: int, seed: int, start_ts: float, sim_s: float) -> list[tuple[str, Any]]:
     from producers.sim import Simulator
 
-    return list(Simulator(gpus=gpus, gpu_model=FLEET_GPU_MODEL, seed=seed, start_ts=start_ts, duration_s=sim_s).events())
+    return list(
+        Simulator(
+            gpus=gpus, gpu_model=FLEET_GPU_MODEL, seed=seed, start_ts=start_ts, duration_s=sim_s, gpus_per_host=GPUS_PER_HOST
+        ).events()
+    )
 
 
 def _labelled(observations: Iterable[Observation]) -> int:

@@ -50,9 +50,9 @@ def test_client_that_subscribes_mid_run_learns_the_job_set_from_the_predictions(
 
     ensure_project_topics(settings)
 
-    def ev(job_id: str, job_type: str, kind: str, ts: float, gpu: str = "GPU-a") -> JobEvent:
+    def ev(job_id: str, job_type: str, kind: str, ts: float, gpu: str = "GPU-a", host: str = "node-1") -> JobEvent:
         steps = {"steps": 10, "step_time_s": 0.1} if kind == "progress" else {}
-        return JobEvent(ts=ts, kind=kind, job_id=job_id, job_type=job_type, gpu_uuid=gpu, host="node-1", **steps)
+        return JobEvent(ts=ts, kind=kind, job_id=job_id, job_type=job_type, gpu_uuid=gpu, host=host, **steps)
 
     def pred(window_end: float) -> Prediction:
         return Prediction(
@@ -73,7 +73,7 @@ def test_client_that_subscribes_mid_run_learns_the_job_set_from_the_predictions(
             def positioned() -> bool:  # a marker on another GPU, sent until the client receives one
                 nonlocal marks
                 marks += 1
-                p.send("jobs.lifecycle", ev("m", "LM", "progress", t, gpu="GPU-marker"))
+                p.send("jobs.lifecycle", ev("m", "LM", "progress", t, gpu="GPU-marker", host="node-marker"))
                 p.flush(10)
                 return client.poll_once(0.3) > 0
 

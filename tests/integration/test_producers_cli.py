@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from events import HostMetrics, MetricSample
 from transport import RecordConsumer
 
 pytestmark = pytest.mark.integration
@@ -40,13 +41,27 @@ def test_produce_sim_publishes_metrics_and_the_whole_lifecycle(settings, tmp_pat
         items = c.read(until=lambda xs: len(xs) >= summary["sent"], timeout_s=30)
     assert not [i.error for i in items if i.error]
     assert len(items) == summary["sent"]
-    gpus = {i.record.gpu_uuid for i in items if i.topic.endswith("gpu.metrics")}
+    batches = [i.record for i in items if i.topic.endswith("gpu.metrics")]
+    assert {type(b) for b in batches} == {HostMetrics} and sorted({len(b.samples) for b in batches}) == [1, 2]
+    assert summary["gpu_samples"] == sum(len(b.samples) for b in batches) == 3 * 399  # no samples at tick 0
+    gpus = {s.gpu_uuid for b in batches for s in b.samples}
     kinds = Counter(i.record.kind for i in items if i.topic.endswith("jobs.lifecycle"))
     assert len(gpus) == 3 and kinds["started"] and kinds["progress"] and kinds["finished"]
     hosts = {i.record.host for i in items}
     assert summary["hosts"] == 2 and hosts == {"sim2-host00", "sim2-host01"}  # 3 GPUs, 2 per host
+    assert all(i.key == i.record.host.encode() for i in items)  # a GPU's samples and job events share the host key
     rows = [json.loads(x) for x in truth.read_text().splitlines()]
     assert rows and {r["gpu_uuid"] for r in rows} <= gpus
+
+
+def test_produce_sim_per_gpu_sends_one_record_per_sample(settings) -> None:
+    proc = aip(settings, "produce", "sim", "--gpus", "2", "--fast", "--duration", "30", "--per-gpu")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["gpu.metrics"] == summary["gpu_samples"] == 2 * 29
+    with RecordConsumer(settings, ["gpu.metrics"], from_beginning=True) as c:
+        items = c.read(until=lambda xs: len(xs) >= summary["gpu.metrics"], timeout_s=30)
+    assert len(items) == summary["gpu.metrics"] and {type(i.record) for i in items} == {MetricSample}
 
 
 CHILD = """
@@ -87,5 +102,6 @@ def test_run_job_reports_exit_status_and_passes_progress_through(settings) -> No
     assert kinds == {"started": 1, "progress": 2, "finished": 1}
     finished = next(e for e in events if e.kind == "finished")
     assert finished.exit_code == 3 and finished.job_id == "j1" and finished.gpu_uuid == "GPU-test"
+    assert len({e.host for e in events}) == 1 and all(i.key == events[0].host.encode() for i in items)  # the script's too
     progress = [e for e in events if e.kind == "progress"]
     assert all(e.batch_size == 64 and e.job_type == "ResNet-50 (batch size 64)" and e.step_time_s == 0.5 for e in progress)

@@ -170,17 +170,17 @@ def test_bad_records_are_dead_lettered_exactly_and_the_worker_keeps_going(worker
         encode(ev).replace(b'"step_time_s":0.1', b'"step_time_s":null'),  # progress without step time
         b"[]",
     ]
-    with RecordProducer(s) as p:
-        p.send("gpu.metrics", good)
+    with RecordProducer(s) as p:  # keyed by GPU, as producers before host batches
+        p.send("gpu.metrics", good, key=gpu)
         for value in bad_metrics:
             p.send_raw("gpu.metrics", value, key=gpu.encode())
         for value in bad_lifecycle:
             p.send_raw("jobs.lifecycle", value, key=gpu.encode())
         # late: far behind the watermark of this GPU once it moved on
-        p.send("gpu.metrics", sample(ts=START_TS + 6000, gpu_uuid=gpu, gpu_model="p100", seq=1))
-        p.send("jobs.lifecycle", job_event("started", ts=START_TS + 6000, gpu_uuid=gpu, job_id="late-job"))
+        p.send("gpu.metrics", sample(ts=START_TS + 6000, gpu_uuid=gpu, gpu_model="p100", seq=1), key=gpu)
+        p.send("jobs.lifecycle", job_event("started", ts=START_TS + 6000, gpu_uuid=gpu, job_id="late-job"), key=gpu)
         p.flush(10)
-        p.send("gpu.metrics", sample(ts=START_TS + 5001, gpu_uuid=gpu, gpu_model="p100", seq=2))
+        p.send("gpu.metrics", sample(ts=START_TS + 5001, gpu_uuid=gpu, gpu_model="p100", seq=2), key=gpu)
         p.flush(10)
     expected = len(bad_metrics) + len(bad_lifecycle) + 1
     items = consume(s, "aip.deadletter", lambda items: sum(1 for i in items if i.record and i.record.key == gpu) >= expected)
@@ -203,3 +203,59 @@ def test_bad_records_are_dead_lettered_exactly_and_the_worker_keeps_going(worker
     metrics = worker.get("/metrics")
     for reason in ("undecodable", "invalid_record", "late"):
         assert metric_values(metrics, "aip_stream_deadletters_total", reason=reason), reason
+
+
+def test_host_batches_and_an_older_per_gpu_producer_feed_one_worker(worker: WorkerProcess) -> None:
+    """A host-batched fleet (one bad sample added to one batch) and a fleet sent the old way (per-GPU records keyed
+    by GPU) on one worker: every window of both yields the observation a reference stage 1 finds, and the bad
+    sample alone is dead-lettered, with its own JSON as the payload."""
+    import base64
+    import json
+
+    from events import HostMetrics
+    from producers.batching import host_batches
+    from producers.sim import Simulator
+    from streams.stage1 import Stage1
+    from transport import RecordProducer
+
+    t0 = START_TS + 20_000
+    new = list(Simulator(gpus=6, gpu_model="p100", seed=21, start_ts=t0, duration_s=600, gpus_per_host=3).events())
+    old = list(Simulator(gpus=2, gpu_model="p100", seed=22, start_ts=t0, duration_s=600).events())
+    s = worker.settings
+    reference = Stage1(s.window_s, s.lateness_s, s.lifecycle_hold_s, progress_hold_s=s.progress_hold_s, every_window=True)
+    expected = set()
+    for topic, record in sorted(new + old, key=lambda e: e[1].ts):
+        out = reference.on_metric(record) if topic == "gpu.metrics" else reference.on_job(record)
+        expected |= {o.observation_id for o in out}
+    gpus = {r.gpu_uuid for _t, r in new + old}
+    assert len(expected) >= 20 and {o.split("|")[0] for o in expected} == gpus
+
+    batched = list(host_batches(new))
+    assert {type(r) for t, r in batched if t == "gpu.metrics"} == {HostMetrics}
+    i, spoilt = next((i, r) for i, (t, r) in enumerate(batched) if t == "gpu.metrics" and r.ts > t0 + 100)
+    body = json.loads(encode(spoilt))
+    bad = {**body["samples"][0], "gpu_uuid": "GPU-not-there", "sm_util_pct": 150.0}
+    body["samples"].insert(1, bad)
+    with RecordProducer(s) as p:
+        for k, (topic, record) in enumerate(batched):
+            if k == i:
+                p.send_raw(topic, json.dumps(body).encode(), key=spoilt.host.encode())
+            else:
+                p.send(topic, record)
+        for topic, record in old:
+            p.send(topic, record, key=record.gpu_uuid)
+        p.flush(30)
+
+    def mine(items: list[Any]) -> set[str]:
+        return {i.record.observation_id for i in items if i.record is not None and i.record.gpu_uuid in gpus}
+
+    items = consume(s, "interference.observations", lambda items: mine(items) >= expected, timeout_s=90)
+    assert mine(items) == expected
+    letters = [
+        i.record
+        for i in consume(s, "aip.deadletter", lambda _: False, timeout_s=2)
+        if i.record is not None and i.record.key == spoilt.host
+    ]
+    assert len(letters) == 1, [d.error for d in letters]
+    assert json.loads(base64.b64decode(letters[0].payload_b64)) == bad
+    assert letters[0].error == "invalid gpu.metrics record: samples[1]: Expected `float` <= 100.0 - at `$.sm_util_pct`"

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from records import TOP_LEVEL, records_of, sample
 
 from events import RECORD_OF, Topics
+from events.topics import BATCH_OF
 from transport import BrokerUnavailable, RecordConsumer, RecordProducer, ensure_project_topics
 
 pytestmark = pytest.mark.integration
@@ -24,7 +25,7 @@ def test_every_record_type_round_trips(settings) -> None:
     @given(batch=examples)
     def collect(batch) -> None:
         for record in batch:
-            base = next(name for name, cls in RECORD_OF.items() if cls is type(record))
+            base = next(name for name, cls in [*RECORD_OF.items(), *BATCH_OF.items()] if cls is type(record))
             sent.setdefault(base, []).append(record)
 
     collect()

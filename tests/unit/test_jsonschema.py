@@ -53,6 +53,20 @@ def test_invalid_records_are_rejected(cls: str, patch: dict[str, object]) -> Non
     assert not VALIDATORS[record_cls].is_valid(example)
 
 
+def test_the_metrics_topic_schema_takes_per_gpu_samples_and_host_batches() -> None:
+    from records import sample
+
+    from events import HostMetrics
+
+    validator = Draft202012Validator(topic_schemas()["gpu.metrics"])
+    one = sample(host="h", gpu_uuid="GPU-1")
+    batch = json.loads(encode(HostMetrics(ts=one.ts, host="h", samples=[one, sample(host="h", gpu_uuid="GPU-2")])))
+    assert validator.is_valid(json.loads(encode(one))) and validator.is_valid(batch)
+    assert not validator.is_valid({**batch, "samples": []})
+    assert not validator.is_valid({**batch, "samples": [{**batch["samples"][0], "sm_util_pct": 120.0}]})
+    assert not validator.is_valid({k: v for k, v in batch.items() if k != "host"})
+
+
 def test_write_one_file_per_topic(tmp_path) -> None:
     paths = write(tmp_path)
     assert sorted(p.name for p in paths) == sorted(f"{t}.schema.json" for t in RECORD_OF)
@@ -71,13 +85,17 @@ def test_the_profiles_schema_in_the_integration_guide_is_the_generated_one() -> 
 
 def _published(tmp_path) -> dict[type, list[object]]:
     """What the simulator, stage 1 and stage 2 publish for a short simulated fleet, by record class."""
+    from events import HostMetrics
+    from producers.batching import host_batches
     from producers.sim import Simulator
     from streams.deadletters import dead_letter
     from streams.stage1 import Stage1
     from streams.stage2 import Stage2
 
     start_ts = 1_700_000_000.0
-    events = [r for _t, r in Simulator(gpus=2, gpu_model="v100", seed=1, start_ts=start_ts, duration_s=400.0).events()]
+    stream = list(Simulator(gpus=2, gpu_model="v100", seed=1, start_ts=start_ts, duration_s=400.0).events())
+    events = [r for _t, r in stream]
+    batches = [r for _t, r in host_batches(stream) if isinstance(r, HostMetrics)]
     stage1 = Stage1(window_s=10.0, lateness_s=2.0)
     observations = [o for e in events for o in (stage1.on_metric(e) if hasattr(e, "power_w") else stage1.on_job(e))]
     stage2 = Stage2(clock=lambda: start_ts + 400.0, max_pct=20.0, state_dir=tmp_path)
@@ -85,6 +103,7 @@ def _published(tmp_path) -> dict[type, list[object]]:
     out: dict[type, list[object]] = {}
     for record in [
         *events,
+        *batches,
         *observations,
         *(stage1.profiles.record(env, job_type) for env, job_type in stage1.profiles.known()),
         *(p for o in outputs for p in o.predictions),

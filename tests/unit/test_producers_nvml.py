@@ -263,3 +263,17 @@ def test_mig_on_a_parent_without_gpm_lists_gpm_unavailable() -> None:
     parent = FakeGpu("GPU-parent", mig=[mig_instance("MIG-a", gpu_instance_id=1)])  # parent: no GPM
     by = {x.gpu_uuid: x for x in sampler(FakeNvml([parent])).sample()}
     assert by["MIG-a"].dram_bw_util_pct is None and set(GPM_FIELDS) <= set(by["MIG-a"].unavailable)
+
+
+def test_each_round_is_one_host_batch_unless_per_gpu() -> None:
+    from events import HostMetrics, MetricSample
+
+    s = sampler(fleet(3))
+    published: list = []
+    run_sampler(s, lambda t, r: published.append((t, r)), 0.0, threading.Event(), max_rounds=2)
+    assert [(t, type(r), len(r.samples)) for t, r in published] == [("gpu.metrics", HostMetrics, 3)] * 2
+    assert [x.gpu_index for x in published[0][1].samples] == [0, 1, 2] and published[0][1].host == "h1"
+    assert [x.seq for _t, r in published for x in r.samples] == [0, 0, 0, 1, 1, 1]
+    published.clear()
+    run_sampler(s, lambda t, r: published.append((t, r)), 0.0, threading.Event(), max_rounds=1, per_gpu=True)
+    assert [type(r) for _t, r in published] == [MetricSample] * 3

@@ -1,0 +1,242 @@
+"""``aip bench fleet``: one environment of N GPUs at 1 Hz of real time, host-batched, through W workers.
+
+Everything on this machine: the embedded broker, W ``aip worker`` processes (each with its own state
+directory, as on its own host) and a simulated fleet (``producers.sim``, one environment, 8 GPUs per
+host) sent as :class:`events.HostMetrics` records, paced at real time (not sped up).  Every
+``SAMPLE_EVERY_S`` the harness reads each worker's ``/metrics`` (consumer lag per topic, records
+consumed and published) and its CPU time and RSS (psutil); a consumer of ``interference.predictions``
+times each prediction from its window's end (the wall-clock time its last sample was due: the
+simulation's clock is the wall clock) to when it is read.
+
+``kept_up``: stage 1 consumed every batch sent, the lag of neither stage grew over the run's last
+half, and p99 from a window's last sample to its prediction is at most window + lateness + 5 s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+SAMPLE_EVERY_S = 5.0
+GPUS_PER_HOST = 8
+STAGES = {"stage1": ("gpu.metrics", "jobs.lifecycle"), "stage2": ("interference.observations",)}
+
+
+def grows(series: list[tuple[float, float]], tolerance: float) -> bool:
+    """Whether the lag rose over the last half of ``series`` ((t, records)): the lowest lag of its last quarter is
+    above the lowest of the quarter before by more than ``tolerance`` records.  Lows, not means: stage 2's input
+    comes in bursts (every window of the fleet closes at once), while a backlog that grows lifts the lows too.
+
+    >>> grows([(t, 10.0) for t in range(8)], 5.0), grows([(t, 10.0 * t) for t in range(8)], 5.0)
+    (False, True)
+    """
+    if len(series) < 4:
+        return False
+    half = series[len(series) // 2 :]
+    q = len(half) // 2
+    third, last = [v for _t, v in half[:q]], [v for _t, v in half[q:]]
+    return min(last) > min(third) + tolerance
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) of ``values``, nearest rank; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+class _Predictions(threading.Thread):
+    """Reads ``interference.predictions`` and keeps, per prediction, the seconds since its window ended."""
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(name="aip-bench-fleet-predictions", daemon=True)
+        self.settings = settings
+        self.latencies_s: list[float] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        from transport import RecordConsumer
+
+        with RecordConsumer(self.settings, ["interference.predictions"], from_beginning=True) as consumer:
+            while not self.stop.is_set():
+                for item in consumer.poll(timeout_s=0.5):
+                    if item.record is not None and item.record.window_end is not None:
+                        self.latencies_s.append(time.time() - item.record.window_end)
+
+
+class _Sender(threading.Thread):
+    """Sends the fleet host-batched and paced at real time; counts batches and samples sent."""
+
+    def __init__(self, settings: Any, sim: Any) -> None:
+        super().__init__(name="aip-bench-fleet-sender", daemon=True)
+        self.settings, self.sim = settings, sim
+        self.batches = self.samples = self.job_events = 0
+        self.error: BaseException | None = None
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        from producers.batching import host_batches
+        from producers.pacing import paced
+        from transport import RecordProducer
+
+        try:
+            with RecordProducer(self.settings, linger_ms=20, max_request_size=8_000_000) as p:
+                for topic, record in paced(host_batches(self.sim.events()), 1.0, self.sim.start_ts):
+                    if self.stop.is_set():
+                        break
+                    p.send(topic, record)
+                    if topic == "gpu.metrics":
+                        self.batches += 1
+                        self.samples += len(record.samples)
+                    else:
+                        self.job_events += 1
+                p.flush(60)
+        except BaseException as exc:  # reported by the harness
+            self.error = exc
+
+
+def _snapshot(workers: list[Any]) -> dict[str, Any]:
+    """Lag per stage (records, summed over workers), consumed and published counts, CPU seconds and RSS per worker."""
+    import psutil
+
+    from aip.faults.worker import metric_values
+
+    out: dict[str, Any] = {"lag": dict.fromkeys(STAGES, 0.0), "consumed": {}, "observations": 0.0, "cpu_s": [], "rss_mb": []}
+    for w in workers:
+        try:
+            text = w.get("/metrics", timeout_s=5.0)
+        except OSError:
+            text = ""
+        for stage, topics in STAGES.items():
+            out["lag"][stage] += sum(sum(metric_values(text, "aip_stream_consumer_lag_records", topic=t)) for t in topics)
+        for t in ("gpu.metrics", "jobs.lifecycle", "interference.observations"):
+            out["consumed"][t] = out["consumed"].get(t, 0.0) + sum(
+                metric_values(text, "aip_stream_consumed_records_total", topic=t)
+            )
+        out["observations"] += sum(metric_values(text, "aip_stream_published_records_total", topic="observations"))
+        try:
+            proc = psutil.Process(w.pid)
+            times = proc.cpu_times()
+            out["cpu_s"].append(
+                times.user + times.system + sum(c.cpu_times().user + c.cpu_times().system for c in proc.children())
+            )
+            out["rss_mb"].append(proc.memory_info().rss / 2**20)
+        except psutil.Error:
+            out["cpu_s"].append(0.0)
+            out["rss_mb"].append(0.0)
+    return out
+
+
+def run_fleet(
+    gpus: int, workers: int, duration_s: float, workdir: Path, progress: Any, *, partitions: int = 8, drain_s: float = 30.0
+) -> dict[str, Any]:
+    """One measured run (see the module docstring); returns the ``fleet`` object."""
+    from aip.broker import EmbeddedBroker, free_port
+    from aip.faults.worker import WorkerProcess, wait_until
+    from config import Settings
+    from producers.sim import Simulator
+    from transport import ensure_project_topics
+
+    with EmbeddedBroker(port=free_port()) as broker:
+        settings = Settings.from_env(broker=broker.address, topic_prefix=f"fleet{int(time.time())}.", partitions=partitions)
+        ensure_project_topics(settings)
+
+        procs = [
+            WorkerProcess(
+                dataclasses.replace(settings, state_dir=str(workdir / f"w{i}" / "state")), free_port(), workdir / f"w{i}.log"
+            )
+            for i in range(workers)
+        ]
+        try:
+            for w in procs:
+                w.start()
+            for w in procs:
+                w.wait_ready(120)
+            progress(f"{workers} workers ready; {gpus} GPUs at 1 Hz for {duration_s:g} s")
+            sim = Simulator(gpus, "v100", seed=23, start_ts=time.time(), duration_s=duration_s, gpus_per_host=GPUS_PER_HOST)
+            preds = _Predictions(settings)
+            preds.start()
+            sender = _Sender(settings, sim)
+            base = _snapshot(procs)
+            t0 = time.monotonic()
+            sender.start()
+            series: list[tuple[float, dict[str, Any]]] = []
+            while sender.is_alive():
+                sender.join(SAMPLE_EVERY_S)
+                snap = _snapshot(procs)
+                series.append((time.monotonic() - t0, snap))
+                progress(
+                    f"{time.monotonic() - t0:5.0f} s: sent {sender.samples} GPU samples; lag stage 1 "
+                    f"{snap['lag']['stage1']:.0f}, stage 2 {snap['lag']['stage2']:.0f} records; "
+                    f"{snap['observations'] - base['observations']:.0f} observations, {len(preds.latencies_s)} predictions"
+                )
+            elapsed = time.monotonic() - t0
+            if sender.error is not None:
+                raise sender.error
+            end = series[-1][1] if series else _snapshot(procs)
+            try:  # what was sent is consumed: the counts check (a slow worker may need longer than the run)
+                wait_until(
+                    lambda: (
+                        _snapshot(procs)["consumed"]["gpu.metrics"] - base["consumed"].get("gpu.metrics", 0) >= sender.batches
+                    ),
+                    drain_s,
+                    "stage 1 to consume every batch",
+                    interval_s=1.0,
+                )
+            except TimeoutError:
+                pass
+            drained = _snapshot(procs)
+            preds.stop.set()
+        finally:
+            for w in procs:
+                w.stop(30)
+    consumed_batches = drained["consumed"]["gpu.metrics"] - base["consumed"].get("gpu.metrics", 0)
+    samples_per_batch = sender.samples / sender.batches if sender.batches else 0.0
+    observations = end["observations"] - base["observations"]
+    cpu_s = [max(0.0, e - b) for e, b in zip(end["cpu_s"], base["cpu_s"], strict=True)]  # a refit child may have exited
+    lag: dict[str, Any] = {}
+    rates = {"stage1": (sender.batches + sender.job_events) / elapsed, "stage2": observations / elapsed}
+    for stage in STAGES:
+        points = [(t, s["lag"][stage]) for t, s in series]
+        most = max((v for _t, v in points), default=0.0)
+        lag[stage] = {
+            "max_records": int(most),
+            "max_s": round(most / rates[stage], 2) if rates[stage] else None,
+            "grows": grows(points, tolerance=max(10.0, 2.0 * rates[stage])),
+        }
+    p50, p99 = percentile(preds.latencies_s, 0.5), percentile(preds.latencies_s, 0.99)
+    bound_s = settings.window_s + settings.lateness_s + 5.0
+    all_consumed = consumed_batches >= sender.batches > 0
+    return {
+        "gpus": gpus,
+        "workers": workers,
+        "hosts": len({g.host for g in sim.gpus}),
+        "duration_s": round(elapsed, 1),
+        "gpu_samples_sent": sender.samples,
+        "gpu_samples_consumed": round(consumed_batches * samples_per_batch),
+        "gpu_samples_per_s": round(min(consumed_batches, sender.batches) * samples_per_batch / elapsed, 1),
+        "observations_per_s": round(observations / elapsed, 2),
+        "observations": int(observations),
+        "predictions": len(preds.latencies_s),
+        "lag": lag,
+        "p50_s": None if p50 is None else round(p50, 2),
+        "p99_s": None if p99 is None else round(p99, 2),
+        "p99_bound_s": bound_s,
+        "worker_cpu_pct": [round(100.0 * c / elapsed, 1) for c in cpu_s],
+        "worker_rss_mb": [round(r, 1) for r in end["rss_mb"]],
+        "cpu_ms_per_gpu_sample": round(1000.0 * sum(cpu_s) / sender.samples, 4) if sender.samples else None,
+        "cpu_ms_per_observation": round(1000.0 * sum(cpu_s) / observations, 2) if observations else None,
+        "kept_up": bool(all_consumed and not any(v["grows"] for v in lag.values()) and (p99 is None or p99 <= bound_s)),
+    }
+
+
+def run(quick: bool, progress: Any, gpus: int | None = None, workers: int | None = None) -> dict[str, Any]:
+    import tempfile
+
+    n = gpus or (2000 if quick else 10_000)
+    with tempfile.TemporaryDirectory() as tmp:
+        return {"fleet": run_fleet(n, workers or 2, 120.0 if quick else 600.0, Path(tmp), progress)}

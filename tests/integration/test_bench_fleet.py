@@ -1,0 +1,23 @@
+"""``aip bench fleet``'s harness on a small fleet: counts only (no timing assertions)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_a_small_fleet_runs_through_two_workers_and_every_sample_is_consumed(tmp_path) -> None:
+    from aip.bench.fleet import run_fleet
+
+    lines: list[str] = []
+    out = run_fleet(16, 2, 25.0, tmp_path, lines.append, partitions=4)
+    assert out["gpus"] == 16 and out["workers"] == 2 and out["hosts"] == 2
+    assert out["gpu_samples_sent"] >= 16 * 20  # 1 Hz for 25 s (no samples at the first tick)
+    assert out["gpu_samples_consumed"] == out["gpu_samples_sent"]
+    assert set(out["lag"]) == {"stage1", "stage2"} and all(
+        set(v) == {"max_records", "max_s", "grows"} for v in out["lag"].values()
+    )
+    assert len(out["worker_cpu_pct"]) == len(out["worker_rss_mb"]) == 2 and all(r > 0 for r in out["worker_rss_mb"])
+    assert isinstance(out["kept_up"], bool) and out["cpu_ms_per_gpu_sample"] > 0
+    assert any("lag stage 1" in line for line in lines)  # progress while it runs
