@@ -92,3 +92,13 @@ def job_event(kind: str = "started", **kw: Any) -> JobEvent:
 
 
 ts_range = (TS_MIN_S, TS_MAX_S)
+
+
+def placement_prediction(gpu: str, cost_pct: float, ts: float, job_id: str | None = None) -> Prediction:
+    """A placement prediction of an ``LM`` job on ``gpu`` whose what-if for a newcomer of type ``X`` costs
+    ``cost_pct`` in all, half the newcomer's own slowdown and half the existing jobs'."""
+    return Prediction(
+        ts=ts, gpu_uuid=gpu, environment="v100", job_id=job_id or f"{gpu}-j", job_type="LM", job_set=["LM"],
+        mode="placement", interference_pct=1.0, model="m", category="all",
+        what_if=[WhatIf(job_type="X", newcomer_pct=cost_pct / 2, existing_pct=cost_pct / 2)],
+    )  # fmt: skip

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, wait_for
+from records import placement_prediction
 
 from clients import LoadBalancer, SchedulerClient
 from events import Alert, Prediction, WhatIf
@@ -31,11 +32,7 @@ def test_client_follows_the_predictions_topic(settings: Any) -> None:
     try:
         with RecordProducer(settings) as p:
             for gpu, cost in (("GPU-a", 80.0), ("GPU-b", 20.0)):
-                p.send("interference.predictions", Prediction(
-                    ts=START_TS, gpu_uuid=gpu, environment="v100", job_id=f"{gpu}-j", job_type="LM", job_set=["LM"],
-                    mode="placement", interference_pct=1.0, model="m", category="all",
-                    what_if=[WhatIf(job_type="X", newcomer_pct=cost / 2, existing_pct=cost / 2)],
-                ))  # fmt: skip
+                p.send("interference.predictions", placement_prediction(gpu, cost, START_TS))
             p.flush(10)
         wait_for(lambda: len(client.snapshot()) == 2, timeout_s=20, what="both GPUs' predictions")
         assert client.best_gpu("X", ["GPU-a", "GPU-b"]) == "GPU-b"

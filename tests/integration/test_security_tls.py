@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, wait_for
+from records import placement_prediction
 from tlscerts import Pki, make_pki  # the cryptography package: the dev extra
 
 from aip.broker import EmbeddedBroker, free_port
@@ -386,7 +387,6 @@ def test_produce_sim_tail_and_replay_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki
 
 def test_scheduler_client_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
     from clients import SchedulerClient
-    from events import Prediction, WhatIf
     from transport import RecordProducer, ensure_project_topics
 
     settings = settings_of(tls_env(sasl_ssl.address, tmp_path, pki))
@@ -394,11 +394,7 @@ def test_scheduler_client_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path:
     ts = 1_700_000_000.0
     with RecordProducer(settings) as p:
         for gpu, cost in (("GPU-a", 80.0), ("GPU-b", 20.0)):
-            p.send("interference.predictions", Prediction(
-                ts=ts, gpu_uuid=gpu, environment="v100", job_id=f"{gpu}-j", job_type="LM", job_set=["LM"],
-                mode="placement", interference_pct=1.0, model="m", category="all",
-                what_if=[WhatIf(job_type="X", newcomer_pct=cost / 2, existing_pct=cost / 2)],
-            ))  # fmt: skip
+            p.send("interference.predictions", placement_prediction(gpu, cost, ts))
         p.flush(10)
     client = SchedulerClient(settings, from_beginning=True, track_lifecycle=False, clock=lambda: ts).connect()
     try:
@@ -410,7 +406,7 @@ def test_scheduler_client_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path:
 
 def test_extender_scores_nodes_from_topics_read_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
     """``aip extender`` (the scheduler client behind HTTP) reads the lifecycle and the predictions over SASL_SSL."""
-    from events import JobEvent, Prediction, WhatIf
+    from events import JobEvent
     from transport import RecordProducer, ensure_project_topics
 
     env = tls_env(sasl_ssl.address, tmp_path, pki)
@@ -420,11 +416,7 @@ def test_extender_scores_nodes_from_topics_read_over_sasl_ssl(sasl_ssl: CliBroke
     with RecordProducer(settings) as p:
         for host, gpu, cost in (("node-a", "GPU-a", 80.0), ("node-b", "GPU-b", 20.0)):
             p.send("jobs.lifecycle", JobEvent(ts=now - 60, kind="started", job_id=f"{gpu}-1", job_type="LM", gpu_uuid=gpu, host=host))
-            p.send("interference.predictions", Prediction(
-                ts=now, gpu_uuid=gpu, environment="v100", job_id=f"{gpu}-1", job_type="LM", job_set=["LM"],
-                mode="placement", interference_pct=1.0, model="m", category="all",
-                what_if=[WhatIf(job_type="X", newcomer_pct=cost / 2, existing_pct=cost / 2)],
-            ))  # fmt: skip
+            p.send("interference.predictions", placement_prediction(gpu, cost, now, job_id=f"{gpu}-1"))
         p.flush(10)
     proc = subprocess.Popen([sys.executable, "-m", "aip.cli", "extender", "--port", "0", "--from-beginning"], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
