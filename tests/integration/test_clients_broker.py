@@ -7,13 +7,12 @@ import os
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, wait_for
+from conftest import ROOT, wait_for, worker_settings
 from records import placement_prediction
 
 from clients import LoadBalancer, SchedulerClient
@@ -101,15 +100,11 @@ def test_client_that_subscribes_mid_run_learns_the_job_set_from_the_predictions(
 def fed_worker(broker: Any, tmp_path_factory: Any) -> Iterator[Any]:
     """A worker that has processed a simulated fleet with interference above the alert threshold."""
     from aip.broker import free_port
-    from config import Settings
     from producers.sim import Simulator
-    from transport import RecordProducer, ensure_project_topics
+    from transport import RecordProducer
 
     tmp = tmp_path_factory.mktemp("clients")
-    settings = Settings(
-        broker=broker.address, topic_prefix=f"c{uuid.uuid4().hex[:10]}.", partitions=4, state_dir=str(tmp / "state")
-    )
-    ensure_project_topics(settings)
+    settings = worker_settings(broker, tmp, "c")
     # dynamic group membership: Tansu holds a static member's SyncGroup 3 s longer, and this worker never restarts
     env = dict(os.environ, AIP_BROKER=broker.address, AIP_TOPIC_PREFIX=settings.topic_prefix, AIP_STATE_DIR=settings.state_dir,
                AIP_GROUP_INSTANCE_ID="none")  # fmt: skip

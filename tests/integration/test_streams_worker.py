@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import wait_for
+from conftest import wait_for, worker_settings
 from records import job_event, sample
 
 from aip.faults.worker import WorkerProcess, metric_values
@@ -26,14 +26,9 @@ START_TS = 1_700_000_000.0
 @pytest.fixture(scope="module")
 def worker(broker: Any, tmp_path_factory: Any) -> Iterator[WorkerProcess]:
     from aip.broker import free_port
-    from config import Settings
-    from transport import ensure_project_topics
 
     tmp = tmp_path_factory.mktemp("worker")
-    settings = Settings(
-        broker=broker.address, topic_prefix=f"w{uuid.uuid4().hex[:10]}.", partitions=4, state_dir=str(tmp / "state")
-    )
-    ensure_project_topics(settings)
+    settings = worker_settings(broker, tmp, "w")
     w = WorkerProcess(settings, free_port(), tmp / "worker.log").start()
     try:
         wait_for(w.ready, timeout_s=60, what="the worker's web server")  # raises with the log if it died
