@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clibroker import CliBroker, clean_env, start_cli_broker
 from conftest import ROOT, wait_for
 from records import placement_prediction
 from tlscerts import Pki, make_pki  # the cryptography package: the dev extra
@@ -40,40 +41,6 @@ SECRET = "tls-s3cr3t-Pa55-do-not-print"
 OTHER = "tls-0ther-Pa55-do-not-print"
 WRONG = "tls-wr0ng-Pa55-do-not-print"
 PASSWORDS = (SECRET, OTHER, WRONG)
-
-
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("AIP_")}
-
-
-@dataclass
-class CliBroker:
-    """``aip broker`` in its own process; its stdout and stderr in files."""
-
-    proc: subprocess.Popen[bytes]
-    address: str
-    out: Path
-    err: Path
-
-    def output(self) -> str:
-        return self.out.read_text(errors="replace") + self.err.read_text(errors="replace")
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(15)
-
-
-def start_cli_broker(tmp: Path, *args: str) -> CliBroker:
-    port = free_port()
-    out, err = tmp / "broker.out", tmp / "broker.err"
-    with open(out, "wb") as o, open(err, "wb") as e:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "aip.cli", "broker", "--port", str(port), *args], cwd=ROOT, stdout=o, stderr=e, env=clean_env()
-        )
-    broker = CliBroker(proc, f"127.0.0.1:{port}", out, err)
-    wait_for(lambda: "broker ready" in broker.output() or proc.poll() is not None, timeout_s=30, what="aip broker")
-    assert proc.poll() is None, broker.output()
-    return broker
 
 
 @pytest.fixture(scope="module")
