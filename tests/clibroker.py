@@ -1,4 +1,4 @@
-"""``aip broker`` in its own process, for the security tests that start it with their own flags."""
+"""``aip broker`` in its own process, and its clients, for the security tests that start it with their own flags."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from conftest import ROOT, wait_for
 
@@ -45,6 +47,43 @@ def start_cli_broker(tmp: Path, *args: str) -> CliBroker:
             [sys.executable, "-m", "aip.cli", "broker", "--port", str(port), *args], cwd=ROOT, stdout=o, stderr=e, env=clean_env()
         )
     broker = CliBroker(proc, f"127.0.0.1:{port}", out, err)
-    wait_for(lambda: "broker ready" in broker.output() or proc.poll() is not None, timeout_s=30, what=" ".join(["aip broker", *args]))
+    wait_for(
+        lambda: "broker ready" in broker.output() or proc.poll() is not None, timeout_s=30, what=" ".join(["aip broker", *args])
+    )
     assert proc.poll() is None, broker.output()
     return broker
+
+
+def client_env(address: str, tmp: Path, prefix: str, **settings: str) -> dict[str, str]:
+    """The environment of a client of the broker at ``address``: a fresh topic prefix starting with ``prefix``,
+    its spool and state in ``tmp``, then ``settings`` (``AIP_`` names)."""
+    return (
+        clean_env()
+        | {
+            "AIP_BROKER": address,
+            "AIP_TOPIC_PREFIX": f"{prefix}{uuid.uuid4().hex[:10]}.",
+            "AIP_PARTITIONS": "2",
+            "AIP_CONNECT_TIMEOUT_S": "10",
+            "AIP_GROUP_INSTANCE_ID": "none",  # dynamic membership: Tansu holds a static member's SyncGroup 3 s longer
+            "AIP_SPOOL_DIR": str(tmp / "spool"),
+            "AIP_STATE_DIR": str(tmp / "state"),
+        }
+        | settings
+    )
+
+
+def round_trip(settings: Any, tag: str | None = None, n: int = 20) -> None:
+    """``n`` raw records, each with ``tag`` in it (by default the security protocol), produced to gpu.metrics and
+    all read back."""
+    from transport import RecordConsumer, RecordProducer, ensure_topics
+
+    ensure_topics(settings, [settings.topic_prefix + "gpu.metrics"])
+    tag = tag or f"over {settings.security_protocol}"
+    values = [f"record {i} {tag}".encode() for i in range(n)]
+    with RecordProducer(settings) as producer:
+        for v in values:
+            producer.send_raw("gpu.metrics", v, key=v[-3:])
+        producer.flush(10)
+    with RecordConsumer(settings, ["gpu.metrics"], from_beginning=True) as consumer:
+        got = consumer.read(until=lambda items: len(items) >= len(values), timeout_s=20)
+    assert sorted(r.value for r in got) == sorted(values)

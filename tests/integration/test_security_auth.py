@@ -15,13 +15,12 @@ import struct
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from clibroker import CliBroker, clean_env, start_cli_broker
+from clibroker import CliBroker, client_env, round_trip, start_cli_broker
 from conftest import children, exited, wait_for
 
 from aip.broker import free_port
@@ -51,19 +50,15 @@ def auth_broker(tmp_path_factory: Any) -> Iterator[CliBroker]:
 
 
 def env_for(broker: CliBroker, tmp: Path, password: str, mechanism: str = "PLAIN", user: str = "alice") -> dict[str, str]:
-    return clean_env() | {
-        "AIP_BROKER": broker.address,
-        "AIP_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
-        "AIP_SASL_MECHANISM": mechanism,
-        "AIP_SASL_USERNAME": user,
-        "AIP_SASL_PASSWORD": password,
-        "AIP_TOPIC_PREFIX": f"s{uuid.uuid4().hex[:10]}.",
-        "AIP_PARTITIONS": "2",
-        "AIP_CONNECT_TIMEOUT_S": "10",
-        "AIP_GROUP_INSTANCE_ID": "none",  # dynamic membership: Tansu holds a static member's SyncGroup 3 s longer
-        "AIP_SPOOL_DIR": str(tmp / "spool"),
-        "AIP_STATE_DIR": str(tmp / "state"),
-    }
+    return client_env(
+        broker.address,
+        tmp,
+        "s",
+        AIP_SECURITY_PROTOCOL="SASL_PLAINTEXT",
+        AIP_SASL_MECHANISM=mechanism,
+        AIP_SASL_USERNAME=user,
+        AIP_SASL_PASSWORD=password,
+    )
 
 
 def aip(*args: str, env: dict[str, str], timeout_s: float = 60) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -94,18 +89,7 @@ def settings_for(broker: CliBroker, tmp: Path, password: str, mechanism: str = "
 def test_records_go_through_the_front_with_the_right_credentials(
     auth_broker: CliBroker, tmp_path: Path, mechanism: str, user: str, password: str
 ) -> None:
-    from transport import RecordConsumer, RecordProducer, ensure_topics
-
-    settings = settings_for(auth_broker, tmp_path, password, mechanism, user)
-    ensure_topics(settings, [settings.topic_prefix + "gpu.metrics"])
-    values = [f"record {i} via {mechanism}".encode() for i in range(20)]
-    with RecordProducer(settings) as producer:
-        for v in values:
-            producer.send_raw("gpu.metrics", v, key=v[-3:])
-        producer.flush(10)
-    with RecordConsumer(settings, ["gpu.metrics"], from_beginning=True) as consumer:
-        got = consumer.read(until=lambda items: len(items) >= len(values), timeout_s=20)
-    assert sorted(r.value for r in got) == sorted(values)
+    round_trip(settings_for(auth_broker, tmp_path, password, mechanism, user), f"via {mechanism}")
 
 
 def test_produce_sim_and_tail_with_the_right_credentials(auth_broker: CliBroker, tmp_path: Path) -> None:

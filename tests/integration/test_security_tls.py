@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clibroker import CliBroker, clean_env, start_cli_broker
+from clibroker import CliBroker, client_env, round_trip, start_cli_broker
 from conftest import ROOT, wait_for
 from records import placement_prediction
 from tlscerts import Pki, make_pki  # the cryptography package: the dev extra
@@ -130,18 +130,7 @@ def background_up(request: Any, sasl_ssl: CliBroker, pki: Pki, tmp_path_factory:
 
 def tls_env(address: str, tmp: Path, pki: Pki, *, protocol: str = "SASL_SSL", mechanism: str = "SCRAM-SHA-512",
             user: str = "alice", password: str = SECRET, **extra: str) -> dict[str, str]:  # fmt: skip
-    env = clean_env() | {
-        "AIP_BROKER": address,
-        "AIP_SECURITY_PROTOCOL": protocol,
-        "AIP_SSL_CAFILE": pki.ca,
-        "AIP_TOPIC_PREFIX": f"tls{uuid.uuid4().hex[:10]}.",
-        "AIP_PARTITIONS": "2",
-        "AIP_CONNECT_TIMEOUT_S": "10",
-        "AIP_GROUP_INSTANCE_ID": "none",  # dynamic membership: Tansu holds a static member's SyncGroup 3 s longer
-        "AIP_SPOOL_DIR": str(tmp / "spool"),
-        "AIP_STATE_DIR": str(tmp / "state"),
-        "AIP_WEB_PORT": str(free_port()),
-    }
+    env = client_env(address, tmp, "tls", AIP_SECURITY_PROTOCOL=protocol, AIP_SSL_CAFILE=pki.ca, AIP_WEB_PORT=str(free_port()))
     if protocol.startswith("SASL"):
         env |= {"AIP_SASL_MECHANISM": mechanism, "AIP_SASL_USERNAME": user, "AIP_SASL_PASSWORD": password}
     return env | extra
@@ -162,20 +151,6 @@ def aip(*args: str, env: dict[str, str], timeout_s: float = 120) -> subprocess.C
 def assert_no_password(text: str) -> None:
     for p in PASSWORDS:
         assert p not in text
-
-
-def round_trip(settings: Any, n: int = 20) -> None:
-    from transport import RecordConsumer, RecordProducer, ensure_topics
-
-    ensure_topics(settings, [settings.topic_prefix + "gpu.metrics"])
-    values = [f"record {i} over {settings.security_protocol}".encode() for i in range(n)]
-    with RecordProducer(settings) as producer:
-        for v in values:
-            producer.send_raw("gpu.metrics", v, key=v[-3:])
-        producer.flush(10)
-    with RecordConsumer(settings, ["gpu.metrics"], from_beginning=True) as consumer:
-        got = consumer.read(until=lambda items: len(items) >= len(values), timeout_s=20)
-    assert sorted(r.value for r in got) == sorted(values)
 
 
 # ---------------------------------------------------------------------------- right settings
