@@ -8,20 +8,7 @@ from typing import Any
 import msgspec.inspect as mi
 from hypothesis import strategies as st
 
-from events import (
-    Alert,
-    DeadLetter,
-    GpuProcess,
-    JobEvent,
-    Leaderboard,
-    LeaderboardEntry,
-    MetricSample,
-    Observation,
-    Prediction,
-    ProfileSource,
-    SoloProfile,
-    WhatIf,
-)
+from events import RECORD_OF, GpuProcess, JobEvent, LeaderboardEntry, MetricSample, Prediction, ProfileSource, WhatIf
 from events.records import TS_MAX_S, TS_MIN_S
 
 
@@ -62,11 +49,8 @@ def records_of(cls: type) -> st.SearchStrategy[Any]:
     return st.builds(cls, **fields)
 
 
-RECORD_TYPES = [
-    MetricSample, JobEvent, Observation, Prediction, Alert, Leaderboard, DeadLetter, SoloProfile,
-    GpuProcess, WhatIf, LeaderboardEntry, ProfileSource,
-]  # fmt: skip
-TOP_LEVEL = [MetricSample, JobEvent, Observation, Prediction, Alert, Leaderboard, DeadLetter, SoloProfile]
+TOP_LEVEL = list(RECORD_OF.values())  # a topic's record each, in the topics' order
+RECORD_TYPES = [*TOP_LEVEL, GpuProcess, WhatIf, LeaderboardEntry, ProfileSource]  # and those nested in them
 
 
 def now() -> float:
