@@ -21,6 +21,16 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("AIP_")}
 
 
+def set_aip_env(monkeypatch: Any, env: dict[str, str]) -> None:
+    """This process's ``AIP_`` environment replaced by ``env``'s, for a command run in-process (undone with
+    ``monkeypatch``)."""
+    for name in [n for n in os.environ if n.startswith("AIP_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        if name.startswith("AIP_"):
+            monkeypatch.setenv(name, value)
+
+
 @dataclass
 class CliBroker:
     """``aip broker`` in its own process; its stdout and stderr in files."""

@@ -8,7 +8,6 @@ output (the clients', the worker's, the broker's and its front's) is searched fo
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import struct
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clibroker import CliBroker, client_env, round_trip, start_cli_broker
+from clibroker import CliBroker, client_env, round_trip, set_aip_env, start_cli_broker
 from conftest import children, exited, wait_for
 
 from aip.broker import free_port
@@ -186,11 +185,7 @@ def test_wrong_credentials_end_the_command_with_one_line(
     monkeypatch.setattr(streams.app, "run_worker", no_worker)
     mechanism, user, password = WRONG_CREDENTIALS[case]
     env = env_for(auth_broker, tmp_path, password, mechanism, user) | {"AIP_WEB_PORT": str(free_port())}
-    for name in [n for n in os.environ if n.startswith("AIP_")]:
-        monkeypatch.delenv(name)
-    for name, value in env.items():
-        if name.startswith("AIP_"):
-            monkeypatch.setenv(name, value)
+    set_aip_env(monkeypatch, env)
     code = main(WRONG_COMMANDS[command])
     out, err = capsys.readouterr()
     assert_one_line(code, out, err, command, auth_broker.address, mechanism)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 import signal
 import socket
 import ssl
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clibroker import CliBroker, client_env, round_trip, start_cli_broker
+from clibroker import CliBroker, client_env, round_trip, set_aip_env, start_cli_broker
 from conftest import ROOT, wait_for
 from records import placement_prediction
 from tlscerts import Pki, make_pki  # the cryptography package: the dev extra
@@ -449,11 +448,7 @@ def test_tls_failures_end_the_command_with_one_line(listeners: dict[str, str], p
 
     monkeypatch.setattr(streams.app, "run_worker", no_worker)
     env, expected = failing_env(kind, listeners, pki, tmp_path)
-    for name in [n for n in os.environ if n.startswith("AIP_")]:
-        monkeypatch.delenv(name)
-    for name, value in env.items():
-        if name.startswith("AIP_"):
-            monkeypatch.setenv(name, value)
+    set_aip_env(monkeypatch, env)
     code = main(COMMANDS[command])
     out, err = capsys.readouterr()
     assert_one_line(code, out, err, command, expected)
