@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,3 +98,20 @@ def round_trip(settings: Any, tag: str | None = None, n: int = 20) -> None:
     with RecordConsumer(settings, ["gpu.metrics"], from_beginning=True) as consumer:
         got = consumer.read(until=lambda items: len(items) >= len(values), timeout_s=20)
     assert sorted(r.value for r in got) == sorted(values)
+
+
+def bad_input_dead_letters(
+    settings: Any, timeout_s: float, stopped: Callable[[], bool] = lambda: False
+) -> tuple[list[bytes], list[Any]]:
+    """Three records that are not JSON sent to gpu.metrics, and the dead letters read back: as many, or what came
+    within ``timeout_s`` or before ``stopped()`` (the worker died, say)."""
+    from transport import RecordConsumer, RecordProducer
+
+    bad = [f"not json {i}".encode() for i in range(3)]
+    with RecordProducer(settings) as producer:
+        for b in bad:
+            producer.send_raw("gpu.metrics", b)
+        producer.flush(10)
+    with RecordConsumer(settings, ["aip.deadletter"], from_beginning=True) as consumer:
+        letters = consumer.read(until=lambda items: len(items) >= len(bad) or stopped(), timeout_s=timeout_s)
+    return bad, letters

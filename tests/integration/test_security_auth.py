@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clibroker import CliBroker, client_env, round_trip, set_aip_env, start_cli_broker
+from clibroker import CliBroker, bad_input_dead_letters, client_env, round_trip, set_aip_env, start_cli_broker
 from conftest import children, exited, wait_for
 
 from aip.broker import free_port
@@ -106,8 +106,6 @@ def test_produce_sim_and_tail_with_the_right_credentials(auth_broker: CliBroker,
 
 def test_worker_consumes_and_publishes_with_the_right_credentials(auth_broker: CliBroker, tmp_path: Path) -> None:
     """faust (aiokafka) authenticates with PLAIN through streams.app.broker_credentials: bad input comes back as dead letters."""
-    from transport import RecordConsumer, RecordProducer
-
     env = env_for(auth_broker, tmp_path, SECRET) | {"AIP_WEB_PORT": str(free_port())}
     settings = settings_for(auth_broker, tmp_path, SECRET).replace(topic_prefix=env["AIP_TOPIC_PREFIX"])
     log = tmp_path / "worker.log"
@@ -126,13 +124,7 @@ def test_worker_consumes_and_publishes_with_the_right_credentials(auth_broker: C
             what="the worker's SASL login",
         )
         assert worker.poll() is None, log.read_text()
-        bad = [f"not json {i}".encode() for i in range(3)]
-        with RecordProducer(settings) as producer:
-            for b in bad:
-                producer.send_raw("gpu.metrics", b)
-            producer.flush(10)
-        with RecordConsumer(settings, ["aip.deadletter"], from_beginning=True) as consumer:
-            letters = consumer.read(until=lambda items: len(items) >= len(bad), timeout_s=40)
+        _, letters = bad_input_dead_letters(settings, timeout_s=40)
         assert sorted(r.record.source_topic for r in letters) == ["gpu.metrics"] * 3
     finally:
         worker.send_signal(signal.SIGTERM)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clibroker import CliBroker, client_env, round_trip, set_aip_env, start_cli_broker
+from clibroker import CliBroker, bad_input_dead_letters, client_env, round_trip, set_aip_env, start_cli_broker
 from conftest import ROOT, wait_for
 from records import placement_prediction
 from tlscerts import Pki, make_pki  # the cryptography package: the dev extra
@@ -569,8 +569,6 @@ def tls_workers(request: Any, pki: Pki, tmp_path_factory: Any) -> Iterator[dict[
 def test_worker_turns_bad_input_into_dead_letters_over_tls(tls_workers: dict[str, TlsWorker], case: str) -> None:
     """faust (aiokafka) with streams.app.broker_credentials' TLS context: over SASL_SSL (both mechanisms),
     over SSL without SASL, and presenting a client certificate where the broker requires one."""
-    from transport import RecordConsumer, RecordProducer
-
     worker = tls_workers[case]
     settings = settings_of(worker.env)
     if settings.uses_sasl:
@@ -580,13 +578,7 @@ def test_worker_turns_bad_input_into_dead_letters_over_tls(tls_workers: dict[str
             what="the worker's SASL login over TLS",
         )
     assert worker.proc.poll() is None, worker.output()
-    bad = [f"not json {i}".encode() for i in range(3)]
-    with RecordProducer(settings) as producer:
-        for b in bad:
-            producer.send_raw("gpu.metrics", b)
-        producer.flush(10)
-    with RecordConsumer(settings, ["aip.deadletter"], from_beginning=True) as consumer:
-        letters = consumer.read(until=lambda items: len(items) >= len(bad) or worker.proc.poll() is not None, timeout_s=60)
+    bad, letters = bad_input_dead_letters(settings, timeout_s=60, stopped=lambda: worker.proc.poll() is not None)
     assert len(letters) == len(bad), worker.output()[-3000:]
     assert sorted(r.record.source_topic for r in letters) == ["gpu.metrics"] * 3
     assert sorted(base64.b64decode(r.record.payload_b64) for r in letters) == sorted(bad)
