@@ -16,6 +16,7 @@ import pytest
 from conftest import wait_for, worker_settings
 from records import job_event, sample
 
+from aip.faults.scenarios import produce_records
 from aip.faults.worker import WorkerProcess, metric_values
 from events import encode
 
@@ -37,18 +38,6 @@ def worker(broker: Any, tmp_path_factory: Any) -> Iterator[WorkerProcess]:
         assert w.stop(30) in (0, -15), w.log_tail()
 
 
-def produce(settings: Any, events: Any) -> int:
-    from transport import RecordProducer
-
-    n = 0
-    with RecordProducer(settings) as p:
-        for topic, record in events:
-            p.send(topic, record)
-            n += 1
-        p.flush(30)
-    return n
-
-
 def consume(settings: Any, topic: str, until: Any, timeout_s: float = 60.0) -> list[Any]:
     from transport import RecordConsumer
 
@@ -67,7 +56,7 @@ def test_measured_interference_matches_simulator_ground_truth(worker: WorkerProc
 
     sim = Simulator(gpus=4, gpu_model="v100", seed=3, start_ts=START_TS, duration_s=1200)
     truth = sim.ground_truth
-    produce(worker.settings, sim.events())
+    produce_records(worker.settings, sim.events())
 
     def enough(items: list[Any]) -> bool:
         return (
@@ -136,7 +125,7 @@ def test_full_speed_replay_gives_the_paced_observations(worker: WorkerProcess) -
     for topic, record in events():
         expected.extend(reference.on_metric(record) if topic == "gpu.metrics" else reference.on_job(record))
     assert len(expected) >= 5
-    produce(s, events())
+    produce_records(s, events())
     items = consume(
         s,
         "interference.observations",
