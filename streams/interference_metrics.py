@@ -217,7 +217,7 @@ class InterferenceMetrics:
             ),
         )
 
-        counts: Counter[tuple[str, str]] = Counter()
+        counts: Counter[tuple[str, ...]] = Counter()
         for (gpu, _), j in self.jobs.items():
             counts[(j.environment, gpu)] += int(j.raised)
         yield gauge(
@@ -227,7 +227,7 @@ class InterferenceMetrics:
             counts,
         )
 
-        jobs_of: Counter[tuple[str, str]] = Counter((j.environment, gpu) for (gpu, _), j in self.jobs.items())
+        jobs_of: Counter[tuple[str, ...]] = Counter((j.environment, gpu) for (gpu, _), j in self.jobs.items())
         yield gauge("aip_gpu_colocated_jobs", "co-located jobs stage 2 last saw on the GPU", ENV_GPU, jobs_of)
 
         yield gauge(
