@@ -164,7 +164,7 @@ def samples_of_host(batch: HostMetrics) -> None:
     """Every sample of a :class:`HostMetrics` is of its host (the key its partition was chosen by)."""
     for i, sample in enumerate(batch.samples):
         if sample.host != batch.host:
-            raise RecordError(f"samples[{i}]: host {sample.host!r} is not the batch's host {batch.host!r}")
+            raise RecordError(f"samples[{i}]: host {sample.host!r} is not the batch's host {batch.host!r} - at `$.host`")
 
 
 class HostMetrics(Record, frozen=True):

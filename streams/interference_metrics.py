@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +74,18 @@ def max_by(rows: Iterable[tuple[tuple[str, ...], float]]) -> dict[tuple[str, ...
         if labels not in out or value > out[labels]:
             out[labels] = value
     return out
+
+
+def gauge(name: str, documentation: str, labels: list[str], values: Mapping[tuple[str, ...], float]) -> GaugeMetricFamily:
+    """A gauge with one sample per label tuple of ``values``, in the tuples' order.
+
+    >>> [(s.labels, s.value) for s in gauge("g", "doc", ["a"], {("y",): 2, ("x",): 1.5}).samples]
+    [({'a': 'x'}, 1.5), ({'a': 'y'}, 2.0)]
+    """
+    family = GaugeMetricFamily(name, documentation, labels=labels)
+    for label_values, v in sorted(values.items()):
+        family.add_metric(list(label_values), float(v))
+    return family
 
 
 class InterferenceMetrics:
@@ -183,68 +195,51 @@ class InterferenceMetrics:
             value.add_metric([*labels, source], v)
         yield value
 
-        measured = GaugeMetricFamily(
+        yield gauge(
             "aip_gpu_interference_measured_percent",
             "latest measured slowdown of the GPU's jobs of this type (from their progress reports), %",
-            labels=[*ENV_GPU, "job_type"],
-        )
-        for labels, v in sorted(
+            [*ENV_GPU, "job_type"],
             max_by(
                 ((j.environment, gpu, j.job_type), j.measured_pct)
                 for (gpu, _), j in self.jobs.items()
                 if j.measured_pct is not None
-            ).items()
-        ):
-            measured.add_metric(list(labels), v)
-        yield measured
+            ),
+        )
 
-        predicted = GaugeMetricFamily(
+        yield gauge(
             "aip_gpu_interference_predicted_percent",
             "latest predicted slowdown of the GPU's jobs of this type, by mode, with the served model and regime, %",
-            labels=[*ENV_GPU, "job_type", "mode", "model", "regime"],
-        )
-        for labels, v in sorted(
+            [*ENV_GPU, "job_type", "mode", "model", "regime"],
             max_by(
                 ((j.environment, gpu, j.job_type, mode, model, regime), pct)
                 for (gpu, _), j in self.jobs.items()
                 for mode, (pct, model, regime) in j.predicted.items()
-            ).items()
-        ):
-            predicted.add_metric(list(labels), v)
-        yield predicted
-
-        raised = GaugeMetricFamily(
-            "aip_gpu_interference_alerts_raised",
-            "jobs on the GPU whose interference alert is raised (the alerts topic's hysteresis state)",
-            labels=ENV_GPU,
+            ),
         )
-        counts: Counter[tuple[str, str]] = Counter()
+
+        counts: Counter[tuple[str, ...]] = Counter()
         for (gpu, _), j in self.jobs.items():
             counts[(j.environment, gpu)] += int(j.raised)
-        for labels, n in sorted(counts.items()):
-            raised.add_metric(list(labels), float(n))
-        yield raised
+        yield gauge(
+            "aip_gpu_interference_alerts_raised",
+            "jobs on the GPU whose interference alert is raised (the alerts topic's hysteresis state)",
+            ENV_GPU,
+            counts,
+        )
 
-        jobs = GaugeMetricFamily("aip_gpu_colocated_jobs", "co-located jobs stage 2 last saw on the GPU", labels=ENV_GPU)
-        jobs_of: Counter[tuple[str, str]] = Counter((j.environment, gpu) for (gpu, _), j in self.jobs.items())
-        for labels, n in sorted(jobs_of.items()):
-            jobs.add_metric(list(labels), float(n))
-        yield jobs
+        jobs_of: Counter[tuple[str, ...]] = Counter((j.environment, gpu) for (gpu, _), j in self.jobs.items())
+        yield gauge("aip_gpu_colocated_jobs", "co-located jobs stage 2 last saw on the GPU", ENV_GPU, jobs_of)
 
-        pairs = GaugeMetricFamily(
+        yield gauge(
             "aip_job_set_interference_percent",
             "largest latest slowdown of a job type next to these co-runner types (joined by +) on any GPU now, %",
-            labels=["environment", "job_type", "co_job_types"],
-        )
-        for labels, v in sorted(
+            ["environment", "job_type", "co_job_types"],
             max_by(
                 ((j.environment, j.job_type, "+".join(j.co_job_types)), j.value_pct)
                 for j in self.jobs.values()
                 if j.value_pct is not None
-            ).items()
-        ):
-            pairs.add_metric(list(labels), v)
-        yield pairs
+            ),
+        )
 
         what_if = GaugeMetricFamily(
             "aip_gpu_whatif_cost_percent",

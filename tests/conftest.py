@@ -49,6 +49,22 @@ def settings(broker: Any, tmp_path: Path) -> Any:
     )
 
 
+def worker_settings(broker: Any, tmp: Path, prefix: str, partitions: int = 4) -> Any:
+    """Settings for a module's own worker: a fresh uuid topic prefix starting with ``prefix``, its state in
+    ``tmp``/state, and the project's topics created."""
+    from config import Settings
+    from transport import ensure_project_topics
+
+    settings = Settings(
+        broker=broker.address,
+        topic_prefix=f"{prefix}{uuid.uuid4().hex[:10]}.",
+        partitions=partitions,
+        state_dir=str(tmp / "state"),
+    )
+    ensure_project_topics(settings)
+    return settings
+
+
 @pytest.fixture
 def topics(settings: Any) -> Any:
     from events import Topics

@@ -9,22 +9,9 @@ import msgspec
 import msgspec.inspect as mi
 from hypothesis import strategies as st
 
-from events import (
-    Alert,
-    DeadLetter,
-    GpuProcess,
-    HostMetrics,
-    JobEvent,
-    Leaderboard,
-    LeaderboardEntry,
-    MetricSample,
-    Observation,
-    Prediction,
-    ProfileSource,
-    SoloProfile,
-    WhatIf,
-)
+from events import RECORD_OF, GpuProcess, HostMetrics, JobEvent, LeaderboardEntry, MetricSample, Prediction, ProfileSource, WhatIf
 from events.records import TS_MAX_S, TS_MIN_S
+from events.topics import BATCH_OF
 
 
 def _value(t: mi.Type) -> st.SearchStrategy[Any]:
@@ -71,11 +58,8 @@ def records_of(cls: type) -> st.SearchStrategy[Any]:
     return st.builds(cls, **fields)
 
 
-RECORD_TYPES = [
-    MetricSample, HostMetrics, JobEvent, Observation, Prediction, Alert, Leaderboard, DeadLetter, SoloProfile,
-    GpuProcess, WhatIf, LeaderboardEntry, ProfileSource,
-]  # fmt: skip
-TOP_LEVEL = [MetricSample, HostMetrics, JobEvent, Observation, Prediction, Alert, Leaderboard, DeadLetter, SoloProfile]
+TOP_LEVEL = [*RECORD_OF.values(), *BATCH_OF.values()]  # a topic's record each, in the topics' order, then the batches
+RECORD_TYPES = [*TOP_LEVEL, GpuProcess, WhatIf, LeaderboardEntry, ProfileSource]  # and those nested in them
 
 
 def now() -> float:
@@ -101,3 +85,13 @@ def job_event(kind: str = "started", **kw: Any) -> JobEvent:
 
 
 ts_range = (TS_MIN_S, TS_MAX_S)
+
+
+def placement_prediction(gpu: str, cost_pct: float, ts: float, job_id: str | None = None) -> Prediction:
+    """A placement prediction of an ``LM`` job on ``gpu`` whose what-if for a newcomer of type ``X`` costs
+    ``cost_pct`` in all, half the newcomer's own slowdown and half the existing jobs'."""
+    return Prediction(
+        ts=ts, gpu_uuid=gpu, environment="v100", job_id=job_id or f"{gpu}-j", job_type="LM", job_set=["LM"],
+        mode="placement", interference_pct=1.0, model="m", category="all",
+        what_if=[WhatIf(job_type="X", newcomer_pct=cost_pct / 2, existing_pct=cost_pct / 2)],
+    )  # fmt: skip

@@ -261,6 +261,30 @@ def _auth_failed(settings: Settings, server: str) -> BrokerUnavailable:
     )
 
 
+@contextlib.contextmanager
+def _inconclusive_is_left_to_the_client(
+    settings: Settings, server: str, probe: str, *inconclusive: type[Exception]
+) -> Iterator[None]:
+    """Around a probe: a TLS listener spoken to in plain text, or a refused TLS handshake, raises
+    :class:`BrokerUnavailable` with the reason; any other failure to read the broker (or one of ``inconclusive``)
+    is logged at debug and left to the Kafka client."""
+    unreadable: tuple[type[Exception], ...] = (OSError, ValueError, IndexError, struct.error, _Inconclusive, *inconclusive)
+    try:
+        yield
+    except BrokerUnavailable:
+        raise
+    except _NotKafka:
+        if (error := _expects_tls(settings, server)) is not None:
+            raise error from None
+        log.debug("%s of %s inconclusive: not a Kafka answer", probe, server)
+    except ssl.SSLError as exc:
+        if (error := _tls_refused(settings, exc, server)) is not None:
+            raise error from None
+        log.debug("%s of %s inconclusive: %s", probe, server, type(exc).__name__)
+    except unreadable as exc:
+        log.debug("%s of %s inconclusive: %s", probe, server, type(exc).__name__)
+
+
 def sasl_probe(settings: Settings, sock: socket.socket, server: str, timeout_s: float = 5.0) -> None:
     """Authenticate once on a connected socket (TLS already made where used); raise
     :class:`BrokerUnavailable` on wrong credentials.
@@ -269,21 +293,9 @@ def sasl_probe(settings: Settings, sock: socket.socket, server: str, timeout_s: 
     with PLAIN or SCRAM-SHA-256/512.  Anything it cannot tell (an old broker, a closed
     connection) is left to the Kafka client.  The password is never part of an error.
     """
-    try:
+    with _inconclusive_is_left_to_the_client(settings, server, "SASL probe", KeyError):
         sock.settimeout(timeout_s)
         _probe(settings, sock, server)
-    except BrokerUnavailable:
-        raise
-    except _NotKafka:
-        if (error := _expects_tls(settings, server)) is not None:
-            raise error from None
-        log.debug("SASL probe of %s inconclusive: not a Kafka answer", server)
-    except ssl.SSLError as exc:
-        if (error := _tls_refused(settings, exc, server)) is not None:
-            raise error from None
-        log.debug("SASL probe of %s inconclusive: %s", server, type(exc).__name__)
-    except (OSError, ValueError, KeyError, IndexError, struct.error, _Inconclusive) as exc:
-        log.debug("SASL probe of %s inconclusive: %s", server, type(exc).__name__)
 
 
 def plaintext_probe(settings: Settings, sock: socket.socket, server: str, timeout_s: float = 2.0) -> None:
@@ -294,7 +306,7 @@ def plaintext_probe(settings: Settings, sock: socket.socket, server: str, timeou
     listener.  kafka-python would retry either until its request timeout.  ``sock`` is plain or
     TLS (``AIP_SECURITY_PROTOCOL=SSL``).
     """
-    try:
+    with _inconclusive_is_left_to_the_client(settings, server, "plaintext probe"):
         sock.settimeout(timeout_s)
         versions = _api_versions(sock, settings.client_id)
         lo, hi = versions.get(3, (0, -1))
@@ -316,18 +328,6 @@ def plaintext_probe(settings: Settings, sock: socket.socket, server: str, timeou
                     f"set AIP_SECURITY_PROTOCOL={sasl} and AIP_SASL_USERNAME/AIP_SASL_PASSWORD"
                 ) from None
             raise
-    except BrokerUnavailable:
-        raise
-    except _NotKafka:
-        if (error := _expects_tls(settings, server)) is not None:
-            raise error from None
-        log.debug("plaintext probe of %s inconclusive: not a Kafka answer", server)
-    except ssl.SSLError as exc:
-        if (error := _tls_refused(settings, exc, server)) is not None:
-            raise error from None
-        log.debug("plaintext probe of %s inconclusive: %s", server, type(exc).__name__)
-    except (OSError, ValueError, IndexError, struct.error, _Inconclusive) as exc:
-        log.debug("plaintext probe of %s inconclusive: %s", server, type(exc).__name__)
 
 
 def _api_versions(sock: socket.socket, client_id: str) -> dict[int, tuple[int, int]]:

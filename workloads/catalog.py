@@ -44,36 +44,28 @@ class Workload:
         return f"{self.name}-bs{batch_size}"
 
 
+def _imagenet(
+    name: str, title: str, batch_sizes: tuple[int, ...], build: Callable[..., nn.Module], tiny: dict[str, int], tiny_side: int
+) -> Workload:
+    """An image classifier: full, ``build(1000, width=64)`` on 3x224x224 images; tiny, ``build(10, **tiny)`` on
+    3 x ``tiny_side`` x ``tiny_side`` ones."""
+    return Workload(
+        name,
+        f"{title} on synthetic 224x224 images, 1000 classes",
+        batch_sizes,
+        {
+            "full": Shape(lambda: build(1000, width=64), (3, 224, 224), 1000),
+            "tiny": Shape(lambda: build(10, **tiny), (3, tiny_side, tiny_side), 10),
+        },
+    )
+
+
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
-        Workload(
-            "resnet50",
-            "ResNet-50 on synthetic 224x224 images, 1000 classes",
-            (16, 32, 64),
-            {
-                "full": Shape(lambda: nets.resnet50(1000, width=64), (3, 224, 224), 1000),
-                "tiny": Shape(lambda: nets.resnet50(10, width=4), (3, 32, 32), 10),
-            },
-        ),
-        Workload(
-            "vgg16",
-            "VGG-16 on synthetic 224x224 images, 1000 classes",
-            (16, 32, 64),
-            {
-                "full": Shape(lambda: nets.vgg16(1000, width=64), (3, 224, 224), 1000),
-                "tiny": Shape(lambda: nets.vgg16(10, width=4, hidden=32, pool=1), (3, 32, 32), 10),
-            },
-        ),
-        Workload(
-            "alexnet",
-            "AlexNet on synthetic 224x224 images, 1000 classes",
-            (64, 128, 256),
-            {
-                "full": Shape(lambda: nets.alexnet(1000, width=64), (3, 224, 224), 1000),
-                "tiny": Shape(lambda: nets.alexnet(10, width=8, hidden=32, pool=1), (3, 64, 64), 10),
-            },
-        ),
+        _imagenet("resnet50", "ResNet-50", (16, 32, 64), nets.resnet50, {"width": 4}, 32),
+        _imagenet("vgg16", "VGG-16", (16, 32, 64), nets.vgg16, {"width": 4, "hidden": 32, "pool": 1}, 32),
+        _imagenet("alexnet", "AlexNet", (64, 128, 256), nets.alexnet, {"width": 8, "hidden": 32, "pool": 1}, 64),
         Workload(
             "lstm",
             "two-layer LSTM language model (650 units, 10k words, 35-token sequences)",

@@ -64,6 +64,20 @@ def resnet50(num_classes: int = 1000, width: int = 64) -> nn.Module:
     return nn.Sequential(*layers)
 
 
+def _classifier(in_features: int, hidden: int, num_classes: int, dropout_first: bool) -> list[nn.Module]:
+    """The head of VGG and AlexNet: two fully connected layers of ``hidden`` units with ReLU and dropout (before
+    each layer in AlexNet, after each in VGG), then ``num_classes`` outputs.
+
+    >>> [type(m).__name__ for m in _classifier(8, 4, 2, dropout_first=True)]
+    ['Dropout', 'Linear', 'ReLU', 'Dropout', 'Linear', 'ReLU', 'Linear']
+    """
+    layers: list[nn.Module] = []
+    for n_in in (in_features, hidden):
+        fc = [nn.Linear(n_in, hidden), nn.ReLU(inplace=True)]
+        layers += [nn.Dropout(), *fc] if dropout_first else [*fc, nn.Dropout()]
+    return [*layers, nn.Linear(hidden, num_classes)]
+
+
 VGG16_STAGES = ((64, 64), (128, 128), (256, 256, 256), (512, 512, 512), (512, 512, 512))
 
 
@@ -80,13 +94,7 @@ def vgg16(num_classes: int = 1000, width: int = 64, hidden: int = 4096, pool: in
     layers += [
         nn.AdaptiveAvgPool2d(pool),
         nn.Flatten(),
-        nn.Linear(in_ch * pool * pool, hidden),
-        nn.ReLU(inplace=True),
-        nn.Dropout(),
-        nn.Linear(hidden, hidden),
-        nn.ReLU(inplace=True),
-        nn.Dropout(),
-        nn.Linear(hidden, num_classes),
+        *_classifier(in_ch * pool * pool, hidden, num_classes, dropout_first=False),
     ]
     return nn.Sequential(*layers)
 
@@ -110,13 +118,7 @@ def alexnet(num_classes: int = 1000, width: int = 64, hidden: int = 4096, pool: 
         nn.MaxPool2d(3, stride=2),
         nn.AdaptiveAvgPool2d(pool),
         nn.Flatten(),
-        nn.Dropout(),
-        nn.Linear(c4 * pool * pool, hidden),
-        nn.ReLU(inplace=True),
-        nn.Dropout(),
-        nn.Linear(hidden, hidden),
-        nn.ReLU(inplace=True),
-        nn.Linear(hidden, num_classes),
+        *_classifier(c4 * pool * pool, hidden, num_classes, dropout_first=True),
     )
 
 

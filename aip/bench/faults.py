@@ -42,6 +42,20 @@ def _guard(name: str, what: str, fn: Callable[[], dict[str, Any]], progress: Cal
     return result
 
 
+def _scenario(
+    name: str,
+    what: str,
+    scenario: Callable[..., dict[str, Any]],
+    settings: Callable[[], Any],
+    folder: Path,
+    progress: Callable[[str], None],
+    **kw: Any,
+) -> dict[str, Any]:
+    """``scenario(settings(), folder, progress=progress, **kw)`` in a fresh ``folder``, guarded."""
+    folder.mkdir()
+    return _guard(name, what, lambda: scenario(settings(), folder, progress=progress, **kw), progress)
+
+
 def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
     from aip.broker import EmbeddedBroker, free_port
     from aip.faults import scenarios
@@ -50,91 +64,52 @@ def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="aip-faults-") as d:
         tmp = Path(d)
         broker = EmbeddedBroker(port=free_port()).start()
+
+        def settings(name: str, **changes: Any) -> Callable[[], Any]:
+            return lambda: replace(_settings(broker, tmp, name), **changes)
+
         try:
             per_topic = 2_000 if quick else 10_000
-            (tmp / "bad").mkdir()
-            faults["bad_input"] = _guard(
-                "bad_input",
-                f"{per_topic} fuzzed records per input topic",
-                lambda: scenarios.bad_input(_settings(broker, tmp, "bad"), tmp / "bad", per_topic=per_topic, progress=progress),
-                progress,
-            )
-            (tmp / "crash").mkdir()
+            faults["bad_input"] = _scenario(
+                "bad_input", f"{per_topic} fuzzed records per input topic", scenarios.bad_input, settings("bad"), tmp / "bad",
+                progress, per_topic=per_topic,
+            )  # fmt: skip
             kills = 3
-            faults["worker_crash"] = _guard(
-                "worker_crash",
-                f"SIGKILL the worker {kills}x at random moments during a simulator run, restart it",
-                lambda: scenarios.worker_crash(
-                    replace(_settings(broker, tmp, "crash"), models_save_interval_s=10.0),
-                    tmp / "crash",
-                    kills=kills,
-                    gpus=8,
-                    sim_s=900,
-                    run_s=40 if quick else 120,
-                    progress=progress,
-                    resume_timeout_s=60 if quick else 120,
-                ),
-                progress,
-            )
-            (tmp / "failover").mkdir()
+            faults["worker_crash"] = _scenario(
+                "worker_crash", f"SIGKILL the worker {kills}x at random moments during a simulator run, restart it",
+                scenarios.worker_crash, settings("crash", models_save_interval_s=10.0), tmp / "crash", progress,
+                kills=kills, gpus=8, sim_s=900, run_s=40 if quick else 120, resume_timeout_s=60 if quick else 120,
+            )  # fmt: skip
             fleet_gpus = 8 if quick else 16
-            faults["worker_failover"] = _guard(
+            faults["worker_failover"] = _scenario(
                 "worker_failover",
                 f"two workers; SIGKILL for good the one serving stage 2 once it saved and committed; a second {fleet_gpus}-GPU fleet",
-                lambda: scenarios.worker_failover(
-                    replace(_settings(broker, tmp, "failover"), models_save_interval_s=3.0),
-                    tmp / "failover",
-                    gpus=fleet_gpus,
-                    sim_s=400 if quick else 900,
-                    run_s=15 if quick else 45,
-                    progress=progress,
-                ),
-                progress,
-            )
-            (tmp / "rebalance").mkdir()
-            faults["rebalance"] = _guard(
-                "rebalance",
-                f"a third worker joins a {fleet_gpus}-GPU fleet's run, then one leaves cleanly",
-                lambda: scenarios.rebalance(
-                    replace(_settings(broker, tmp, "rebalance"), models_save_interval_s=3.0),
-                    tmp / "rebalance",
-                    gpus=fleet_gpus,
-                    sim_s=600 if quick else 1200,
-                    run_s=30 if quick else 60,
-                    progress=progress,
-                ),
-                progress,
-            )
-            (tmp / "soak").mkdir()
+                scenarios.worker_failover, settings("failover", models_save_interval_s=3.0), tmp / "failover", progress,
+                gpus=fleet_gpus, sim_s=400 if quick else 900, run_s=15 if quick else 45,
+            )  # fmt: skip
+            faults["rebalance"] = _scenario(
+                "rebalance", f"a third worker joins a {fleet_gpus}-GPU fleet's run, then one leaves cleanly",
+                scenarios.rebalance, settings("rebalance", models_save_interval_s=3.0), tmp / "rebalance", progress,
+                gpus=fleet_gpus, sim_s=600 if quick else 1200, run_s=30 if quick else 60,
+            )  # fmt: skip
             soak_s = 60 if quick else 600
-            faults["load_soak"] = _guard(
-                "load_soak",
-                f"2x nominal (4,000 samples/s: 2,000 GPUs at 2 Hz) into one worker for {soak_s} s",
-                lambda: scenarios.load_soak(_settings(broker, tmp, "soak"), tmp / "soak", duration_s=soak_s, progress=progress),
-                progress,
-            )
+            faults["load_soak"] = _scenario(
+                "load_soak", f"2x nominal (4,000 samples/s: 2,000 GPUs at 2 Hz) into one worker for {soak_s} s",
+                scenarios.load_soak, settings("soak"), tmp / "soak", progress, duration_s=soak_s,
+            )  # fmt: skip
         finally:
             broker.stop()
     with tempfile.TemporaryDirectory(prefix="aip-faults-outage-") as d:
         tmp = Path(d)
-        (tmp / "outage").mkdir()
 
         class _NoBroker:  # the outage scenario runs a broker of its own (it stops and restarts it)
             address = "127.0.0.1:1"
 
-        faults["broker_outage"] = _guard(
-            "broker_outage",
-            "stop the broker 30 s with a worker and a spool-backed producer running; restart it",
-            lambda: scenarios.broker_outage(
-                _settings(_NoBroker(), tmp, "outage"),
-                tmp / "outage",
-                outage_s=30.0,
-                run_s=60 if quick else 120,
-                sim_s=1200 if quick else 2400,
-                progress=progress,
-            ),
-            progress,
-        )
+        faults["broker_outage"] = _scenario(
+            "broker_outage", "stop the broker 30 s with a worker and a spool-backed producer running; restart it",
+            scenarios.broker_outage, lambda: _settings(_NoBroker(), tmp, "outage"), tmp / "outage", progress,
+            outage_s=30.0, run_s=60 if quick else 120, sim_s=1200 if quick else 2400,
+        )  # fmt: skip
     from aip.faults import security  # owned with aip/authfront.py: SASL through the embedded broker's front
 
     faults["security"] = _guard(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 from conftest import children, exited, wait_for
@@ -74,22 +76,11 @@ def test_tail_follow_ctrl_c_while_connecting_exits_0() -> None:
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
         env = dict(os.environ, AIP_CONNECT_TIMEOUT_S="60")
-        proc = subprocess.Popen(
-            [*AIP, "tail", "gpu.metrics", "--follow", "--broker", f"127.0.0.1:{port}"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        try:
+        with _tail("gpu.metrics", "--follow", "--broker", f"127.0.0.1:{port}", env=env) as proc:
             server.settimeout(60)
             conn, _ = server.accept()
             with conn:
-                proc.send_signal(signal.SIGINT)
-                out, err = proc.communicate(timeout=15)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+                out, err = _ctrl_c(proc)
     assert proc.returncode == 0, err
     assert out == "" and "Traceback" not in err, err
 
@@ -117,13 +108,7 @@ def test_tail_prints_records_and_undecodable_ones_and_keeps_going(settings) -> N
 
 def test_tail_follow_prints_new_records_until_ctrl_c(settings) -> None:
     ensure_project_topics(settings)
-    proc = subprocess.Popen(
-        [*AIP, "tail", "gpu.metrics", "--follow", "--broker", settings.broker, "--topic-prefix", settings.topic_prefix],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with _tail("gpu.metrics", "--follow", "--broker", settings.broker, "--topic-prefix", settings.topic_prefix) as proc:
         with RecordProducer(settings) as producer:
             seq = 0
 
@@ -135,13 +120,26 @@ def test_tail_follow_prints_new_records_until_ctrl_c(settings) -> None:
                 return proc.poll() is not None or _readable(proc)
 
             wait_for(printed, timeout_s=30, interval_s=0.3, what="tail to print a record")
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=15)
+        out, err = _ctrl_c(proc)
+    assert proc.returncode == 0, err
+    assert "seq=" in out and "Traceback" not in err
+
+
+@contextlib.contextmanager
+def _tail(*args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
+    """``aip tail *args`` running, its output in pipes; killed on the way out if it is still running."""
+    proc = subprocess.Popen([*AIP, "tail", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err
-    assert "seq=" in out and "Traceback" not in err
+
+
+def _ctrl_c(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """A Ctrl-C to ``proc``: its stdout and stderr once it has exited."""
+    proc.send_signal(signal.SIGINT)
+    return proc.communicate(timeout=15)
 
 
 def _readable(proc: subprocess.Popen[str]) -> bool:

@@ -7,13 +7,13 @@ import os
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, wait_for
+from conftest import ROOT, wait_for, worker_settings
+from records import placement_prediction
 
 from clients import LoadBalancer, SchedulerClient
 from events import Alert, Prediction, WhatIf
@@ -31,11 +31,7 @@ def test_client_follows_the_predictions_topic(settings: Any) -> None:
     try:
         with RecordProducer(settings) as p:
             for gpu, cost in (("GPU-a", 80.0), ("GPU-b", 20.0)):
-                p.send("interference.predictions", Prediction(
-                    ts=START_TS, gpu_uuid=gpu, environment="v100", job_id=f"{gpu}-j", job_type="LM", job_set=["LM"],
-                    mode="placement", interference_pct=1.0, model="m", category="all",
-                    what_if=[WhatIf(job_type="X", newcomer_pct=cost / 2, existing_pct=cost / 2)],
-                ))  # fmt: skip
+                p.send("interference.predictions", placement_prediction(gpu, cost, START_TS))
             p.flush(10)
         wait_for(lambda: len(client.snapshot()) == 2, timeout_s=20, what="both GPUs' predictions")
         assert client.best_gpu("X", ["GPU-a", "GPU-b"]) == "GPU-b"
@@ -104,15 +100,11 @@ def test_client_that_subscribes_mid_run_learns_the_job_set_from_the_predictions(
 def fed_worker(broker: Any, tmp_path_factory: Any) -> Iterator[Any]:
     """A worker that has processed a simulated fleet with interference above the alert threshold."""
     from aip.broker import free_port
-    from config import Settings
     from producers.sim import Simulator
-    from transport import RecordProducer, ensure_project_topics
+    from transport import RecordProducer
 
     tmp = tmp_path_factory.mktemp("clients")
-    settings = Settings(
-        broker=broker.address, topic_prefix=f"c{uuid.uuid4().hex[:10]}.", partitions=4, state_dir=str(tmp / "state")
-    )
-    ensure_project_topics(settings)
+    settings = worker_settings(broker, tmp, "c")
     # dynamic group membership: Tansu holds a static member's SyncGroup 3 s longer, and this worker never restarts
     env = dict(os.environ, AIP_BROKER=broker.address, AIP_TOPIC_PREFIX=settings.topic_prefix, AIP_STATE_DIR=settings.state_dir,
                AIP_GROUP_INSTANCE_ID="none")  # fmt: skip

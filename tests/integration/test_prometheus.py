@@ -17,14 +17,13 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from conftest import wait_for
+from conftest import wait_for, worker_settings
 
 from aip.faults.worker import WorkerProcess, metric_values
 
@@ -78,16 +77,11 @@ class Prometheus:
 def stack(broker: Any, tmp_path: Path) -> Iterator[tuple[WorkerProcess, Prometheus]]:
     """A worker and a Prometheus scraping it every second, started side by side."""
     from aip.broker import free_port
-    from config import Settings
-    from transport import ensure_project_topics
 
     exe = shutil.which("prometheus")
     if exe is None:
         pytest.fail("prometheus not found: `make setup` installs Debian's prometheus package (scripts/ensure-prometheus.sh)")
-    settings = Settings(
-        broker=broker.address, topic_prefix=f"p{uuid.uuid4().hex[:10]}.", partitions=2, state_dir=str(tmp_path / "state")
-    )
-    ensure_project_topics(settings)
+    settings = worker_settings(broker, tmp_path, "p", partitions=2)
     worker = WorkerProcess(settings, free_port(), tmp_path / "worker.log").start()
     render_rules(tmp_path / "aip-rules.yml")
     config = {

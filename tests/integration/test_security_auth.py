@@ -8,20 +8,18 @@ output (the clients', the worker's, the broker's and its front's) is searched fo
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import struct
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from clibroker import CliBroker, bad_input_dead_letters, client_env, round_trip, set_aip_env, start_cli_broker
 from conftest import children, exited, wait_for
 
 from aip.broker import free_port
@@ -35,64 +33,31 @@ WRONG = "wr0ng-Pa55-do-not-print"
 PASSWORDS = (SECRET, OTHER, WRONG)
 
 
-@dataclass
-class AuthBroker:
-    proc: subprocess.Popen[bytes]
-    address: str
-    out: Path
-    err: Path
-
-    def output(self) -> str:
-        return self.out.read_text(errors="replace") + self.err.read_text(errors="replace")
-
-
-def start_auth_broker(tmp: Path) -> AuthBroker:
+def start_auth_broker(tmp: Path) -> CliBroker:
     users = tmp / "users.txt"
     users.write_text(f"# test users\nalice:{SECRET}\nbob:{OTHER}\n")
-    port = free_port()
-    out, err = tmp / "broker.out", tmp / "broker.err"
-    with open(out, "wb") as o, open(err, "wb") as e:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "aip.cli", "broker", "--port", str(port), "--users", str(users)],
-            cwd=ROOT,
-            stdout=o,
-            stderr=e,
-            env={k: v for k, v in os.environ.items() if not k.startswith("AIP_")},
-        )
-    broker = AuthBroker(proc, f"127.0.0.1:{port}", out, err)
-    wait_for(lambda: "broker ready" in broker.output() or proc.poll() is not None, timeout_s=30, what="aip broker --users")
-    assert proc.poll() is None, broker.output()
-    return broker
-
-
-def stop(broker: AuthBroker) -> int:
-    broker.proc.send_signal(signal.SIGTERM)
-    return broker.proc.wait(15)
+    return start_cli_broker(tmp, "--users", str(users))
 
 
 @pytest.fixture(scope="module")
-def auth_broker(tmp_path_factory: Any) -> Iterator[AuthBroker]:
+def auth_broker(tmp_path_factory: Any) -> Iterator[CliBroker]:
     broker = start_auth_broker(tmp_path_factory.mktemp("auth-broker"))
     yield broker
-    stop(broker)
+    broker.stop()
     output = broker.output()
     assert not any(p in output for p in PASSWORDS), "a password reached the broker's output"
 
 
-def env_for(broker: AuthBroker, tmp: Path, password: str, mechanism: str = "PLAIN", user: str = "alice") -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("AIP_")} | {
-        "AIP_BROKER": broker.address,
-        "AIP_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
-        "AIP_SASL_MECHANISM": mechanism,
-        "AIP_SASL_USERNAME": user,
-        "AIP_SASL_PASSWORD": password,
-        "AIP_TOPIC_PREFIX": f"s{uuid.uuid4().hex[:10]}.",
-        "AIP_PARTITIONS": "2",
-        "AIP_CONNECT_TIMEOUT_S": "10",
-        "AIP_GROUP_INSTANCE_ID": "none",  # dynamic membership: Tansu holds a static member's SyncGroup 3 s longer
-        "AIP_SPOOL_DIR": str(tmp / "spool"),
-        "AIP_STATE_DIR": str(tmp / "state"),
-    }
+def env_for(broker: CliBroker, tmp: Path, password: str, mechanism: str = "PLAIN", user: str = "alice") -> dict[str, str]:
+    return client_env(
+        broker.address,
+        tmp,
+        "s",
+        AIP_SECURITY_PROTOCOL="SASL_PLAINTEXT",
+        AIP_SASL_MECHANISM=mechanism,
+        AIP_SASL_USERNAME=user,
+        AIP_SASL_PASSWORD=password,
+    )
 
 
 def aip(*args: str, env: dict[str, str], timeout_s: float = 60) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -108,7 +73,7 @@ def assert_no_password(text: str) -> None:
         assert p not in text
 
 
-def settings_for(broker: AuthBroker, tmp: Path, password: str, mechanism: str = "PLAIN", user: str = "alice") -> Any:
+def settings_for(broker: CliBroker, tmp: Path, password: str, mechanism: str = "PLAIN", user: str = "alice") -> Any:
     from config import Settings
 
     return Settings.from_env(env_for(broker, tmp, password, mechanism, user))
@@ -121,23 +86,12 @@ def settings_for(broker: AuthBroker, tmp: Path, password: str, mechanism: str = 
     ids=["plain", "scram-sha-256", "scram-sha-512"],
 )
 def test_records_go_through_the_front_with_the_right_credentials(
-    auth_broker: AuthBroker, tmp_path: Path, mechanism: str, user: str, password: str
+    auth_broker: CliBroker, tmp_path: Path, mechanism: str, user: str, password: str
 ) -> None:
-    from transport import RecordConsumer, RecordProducer, ensure_topics
-
-    settings = settings_for(auth_broker, tmp_path, password, mechanism, user)
-    ensure_topics(settings, [settings.topic_prefix + "gpu.metrics"])
-    values = [f"record {i} via {mechanism}".encode() for i in range(20)]
-    with RecordProducer(settings) as producer:
-        for v in values:
-            producer.send_raw("gpu.metrics", v, key=v[-3:])
-        producer.flush(10)
-    with RecordConsumer(settings, ["gpu.metrics"], from_beginning=True) as consumer:
-        got = consumer.read(until=lambda items: len(items) >= len(values), timeout_s=20)
-    assert sorted(r.value for r in got) == sorted(values)
+    round_trip(settings_for(auth_broker, tmp_path, password, mechanism, user), f"via {mechanism}")
 
 
-def test_produce_sim_and_tail_with_the_right_credentials(auth_broker: AuthBroker, tmp_path: Path) -> None:
+def test_produce_sim_and_tail_with_the_right_credentials(auth_broker: CliBroker, tmp_path: Path) -> None:
     env = env_for(auth_broker, tmp_path, SECRET)
     produced, _ = aip("produce", "sim", "--gpus", "1", "--fast", "--sim-duration", "5", env=env)
     assert produced.returncode == 0, produced.stderr
@@ -150,10 +104,8 @@ def test_produce_sim_and_tail_with_the_right_credentials(auth_broker: AuthBroker
     assert_no_password(produced.stdout + produced.stderr + tailed.stdout + tailed.stderr)
 
 
-def test_worker_consumes_and_publishes_with_the_right_credentials(auth_broker: AuthBroker, tmp_path: Path) -> None:
+def test_worker_consumes_and_publishes_with_the_right_credentials(auth_broker: CliBroker, tmp_path: Path) -> None:
     """faust (aiokafka) authenticates with PLAIN through streams.app.broker_credentials: bad input comes back as dead letters."""
-    from transport import RecordConsumer, RecordProducer
-
     env = env_for(auth_broker, tmp_path, SECRET) | {"AIP_WEB_PORT": str(free_port())}
     settings = settings_for(auth_broker, tmp_path, SECRET).replace(topic_prefix=env["AIP_TOPIC_PREFIX"])
     log = tmp_path / "worker.log"
@@ -172,13 +124,7 @@ def test_worker_consumes_and_publishes_with_the_right_credentials(auth_broker: A
             what="the worker's SASL login",
         )
         assert worker.poll() is None, log.read_text()
-        bad = [f"not json {i}".encode() for i in range(3)]
-        with RecordProducer(settings) as producer:
-            for b in bad:
-                producer.send_raw("gpu.metrics", b)
-            producer.flush(10)
-        with RecordConsumer(settings, ["aip.deadletter"], from_beginning=True) as consumer:
-            letters = consumer.read(until=lambda items: len(items) >= len(bad), timeout_s=40)
+        _, letters = bad_input_dead_letters(settings, timeout_s=40)
         assert sorted(r.record.source_topic for r in letters) == ["gpu.metrics"] * 3
     finally:
         worker.send_signal(signal.SIGTERM)
@@ -218,7 +164,7 @@ def assert_one_line(code: int, out: str, err: str, command: str, address: str, m
 @pytest.mark.parametrize("command", sorted(WRONG_COMMANDS))
 @pytest.mark.parametrize("case", list(WRONG_CREDENTIALS))
 def test_wrong_credentials_end_the_command_with_one_line(
-    auth_broker: AuthBroker, tmp_path: Path, command: str, case: str, monkeypatch: Any, capsys: Any
+    auth_broker: CliBroker, tmp_path: Path, command: str, case: str, monkeypatch: Any, capsys: Any
 ) -> None:
     """Every command with every wrong login, through ``aip.cli.main`` in this process (the commands share one
     probe); :func:`test_wrong_credentials_end_the_process_with_one_line` runs each login as a process."""
@@ -231,11 +177,7 @@ def test_wrong_credentials_end_the_command_with_one_line(
     monkeypatch.setattr(streams.app, "run_worker", no_worker)
     mechanism, user, password = WRONG_CREDENTIALS[case]
     env = env_for(auth_broker, tmp_path, password, mechanism, user) | {"AIP_WEB_PORT": str(free_port())}
-    for name in [n for n in os.environ if n.startswith("AIP_")]:
-        monkeypatch.delenv(name)
-    for name, value in env.items():
-        if name.startswith("AIP_"):
-            monkeypatch.setenv(name, value)
+    set_aip_env(monkeypatch, env)
     code = main(WRONG_COMMANDS[command])
     out, err = capsys.readouterr()
     assert_one_line(code, out, err, command, auth_broker.address, mechanism)
@@ -246,7 +188,7 @@ PROCESS_CASES = list(zip(WRONG_CREDENTIALS, sorted(WRONG_COMMANDS), strict=True)
 
 
 @pytest.mark.parametrize(("case", "command"), PROCESS_CASES)
-def test_wrong_credentials_end_the_process_with_one_line(auth_broker: AuthBroker, tmp_path: Path, case: str, command: str) -> None:
+def test_wrong_credentials_end_the_process_with_one_line(auth_broker: CliBroker, tmp_path: Path, case: str, command: str) -> None:
     mechanism, user, password = WRONG_CREDENTIALS[case]
     env = env_for(auth_broker, tmp_path, password, mechanism, user) | {"AIP_WEB_PORT": str(free_port())}
     result, seconds = aip(*WRONG_COMMANDS[command], env=env)
@@ -254,7 +196,7 @@ def test_wrong_credentials_end_the_process_with_one_line(auth_broker: AuthBroker
     assert_one_line(result.returncode, result.stdout, result.stderr, command, auth_broker.address, mechanism)
 
 
-def test_wrong_password_raises_broker_unavailable_in_the_library(auth_broker: AuthBroker, tmp_path: Path) -> None:
+def test_wrong_password_raises_broker_unavailable_in_the_library(auth_broker: CliBroker, tmp_path: Path) -> None:
     from transport import BrokerUnavailable, RecordProducer
 
     settings = settings_for(auth_broker, tmp_path, WRONG)
@@ -284,7 +226,7 @@ def _closed(sock: socket.socket) -> bool:
         return True
 
 
-def test_the_front_refuses_everything_but_sasl_before_authentication(auth_broker: AuthBroker) -> None:
+def test_the_front_refuses_everything_but_sasl_before_authentication(auth_broker: CliBroker) -> None:
     host, _, port = auth_broker.address.rpartition(":")
     with socket.create_connection((host, int(port)), timeout=5) as s:
         _request(s, 18, 0, 1)  # ApiVersions: answered, with the front's SASL versions
@@ -307,7 +249,7 @@ def test_the_front_refuses_everything_but_sasl_before_authentication(auth_broker
         assert _closed(s)
 
 
-def test_a_client_without_sasl_is_told_to_authenticate(auth_broker: AuthBroker, tmp_path: Path) -> None:
+def test_a_client_without_sasl_is_told_to_authenticate(auth_broker: CliBroker, tmp_path: Path) -> None:
     env = env_for(auth_broker, tmp_path, SECRET) | {"AIP_SECURITY_PROTOCOL": "PLAINTEXT"}
     result, seconds = aip("tail", "gpu.metrics", "--limit", "1", env=env)
     print(f"PLAINTEXT tail: exit {result.returncode} after {seconds:.2f} s")
@@ -327,7 +269,7 @@ def test_broker_with_users_stops_cleanly_and_never_logs_a_password(tmp_path: Pat
     check_reachable(right)
     with pytest.raises(BrokerUnavailable):
         check_reachable(right.replace(sasl_password=WRONG))
-    assert stop(broker) == 0
+    assert broker.stop() == 0
     wait_for(lambda: all(exited(pid) for pid in tansu), timeout_s=10, what="Tansu to exit")
     output = broker.output()
     assert "broker stopped" in output

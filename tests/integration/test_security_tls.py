@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 import signal
 import socket
 import ssl
@@ -28,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clibroker import CliBroker, bad_input_dead_letters, client_env, round_trip, set_aip_env, start_cli_broker
 from conftest import ROOT, wait_for
+from records import placement_prediction
 from tlscerts import Pki, make_pki  # the cryptography package: the dev extra
 
 from aip.broker import EmbeddedBroker, free_port
@@ -39,40 +40,6 @@ SECRET = "tls-s3cr3t-Pa55-do-not-print"
 OTHER = "tls-0ther-Pa55-do-not-print"
 WRONG = "tls-wr0ng-Pa55-do-not-print"
 PASSWORDS = (SECRET, OTHER, WRONG)
-
-
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("AIP_")}
-
-
-@dataclass
-class CliBroker:
-    """``aip broker`` in its own process; its stdout and stderr in files."""
-
-    proc: subprocess.Popen[bytes]
-    address: str
-    out: Path
-    err: Path
-
-    def output(self) -> str:
-        return self.out.read_text(errors="replace") + self.err.read_text(errors="replace")
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(15)
-
-
-def start_cli_broker(tmp: Path, *args: str) -> CliBroker:
-    port = free_port()
-    out, err = tmp / "broker.out", tmp / "broker.err"
-    with open(out, "wb") as o, open(err, "wb") as e:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "aip.cli", "broker", "--port", str(port), *args], cwd=ROOT, stdout=o, stderr=e, env=clean_env()
-        )
-    broker = CliBroker(proc, f"127.0.0.1:{port}", out, err)
-    wait_for(lambda: "broker ready" in broker.output() or proc.poll() is not None, timeout_s=30, what="aip broker")
-    assert proc.poll() is None, broker.output()
-    return broker
 
 
 @pytest.fixture(scope="module")
@@ -162,18 +129,7 @@ def background_up(request: Any, sasl_ssl: CliBroker, pki: Pki, tmp_path_factory:
 
 def tls_env(address: str, tmp: Path, pki: Pki, *, protocol: str = "SASL_SSL", mechanism: str = "SCRAM-SHA-512",
             user: str = "alice", password: str = SECRET, **extra: str) -> dict[str, str]:  # fmt: skip
-    env = clean_env() | {
-        "AIP_BROKER": address,
-        "AIP_SECURITY_PROTOCOL": protocol,
-        "AIP_SSL_CAFILE": pki.ca,
-        "AIP_TOPIC_PREFIX": f"tls{uuid.uuid4().hex[:10]}.",
-        "AIP_PARTITIONS": "2",
-        "AIP_CONNECT_TIMEOUT_S": "10",
-        "AIP_GROUP_INSTANCE_ID": "none",  # dynamic membership: Tansu holds a static member's SyncGroup 3 s longer
-        "AIP_SPOOL_DIR": str(tmp / "spool"),
-        "AIP_STATE_DIR": str(tmp / "state"),
-        "AIP_WEB_PORT": str(free_port()),
-    }
+    env = client_env(address, tmp, "tls", AIP_SECURITY_PROTOCOL=protocol, AIP_SSL_CAFILE=pki.ca, AIP_WEB_PORT=str(free_port()))
     if protocol.startswith("SASL"):
         env |= {"AIP_SASL_MECHANISM": mechanism, "AIP_SASL_USERNAME": user, "AIP_SASL_PASSWORD": password}
     return env | extra
@@ -194,20 +150,6 @@ def aip(*args: str, env: dict[str, str], timeout_s: float = 120) -> subprocess.C
 def assert_no_password(text: str) -> None:
     for p in PASSWORDS:
         assert p not in text
-
-
-def round_trip(settings: Any, n: int = 20) -> None:
-    from transport import RecordConsumer, RecordProducer, ensure_topics
-
-    ensure_topics(settings, [settings.topic_prefix + "gpu.metrics"])
-    values = [f"record {i} over {settings.security_protocol}".encode() for i in range(n)]
-    with RecordProducer(settings) as producer:
-        for v in values:
-            producer.send_raw("gpu.metrics", v, key=v[-3:])
-        producer.flush(10)
-    with RecordConsumer(settings, ["gpu.metrics"], from_beginning=True) as consumer:
-        got = consumer.read(until=lambda items: len(items) >= len(values), timeout_s=20)
-    assert sorted(r.value for r in got) == sorted(values)
 
 
 # ---------------------------------------------------------------------------- right settings
@@ -386,7 +328,6 @@ def test_produce_sim_tail_and_replay_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki
 
 def test_scheduler_client_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
     from clients import SchedulerClient
-    from events import Prediction, WhatIf
     from transport import RecordProducer, ensure_project_topics
 
     settings = settings_of(tls_env(sasl_ssl.address, tmp_path, pki))
@@ -394,11 +335,7 @@ def test_scheduler_client_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path:
     ts = 1_700_000_000.0
     with RecordProducer(settings) as p:
         for gpu, cost in (("GPU-a", 80.0), ("GPU-b", 20.0)):
-            p.send("interference.predictions", Prediction(
-                ts=ts, gpu_uuid=gpu, environment="v100", job_id=f"{gpu}-j", job_type="LM", job_set=["LM"],
-                mode="placement", interference_pct=1.0, model="m", category="all",
-                what_if=[WhatIf(job_type="X", newcomer_pct=cost / 2, existing_pct=cost / 2)],
-            ))  # fmt: skip
+            p.send("interference.predictions", placement_prediction(gpu, cost, ts))
         p.flush(10)
     client = SchedulerClient(settings, from_beginning=True, track_lifecycle=False, clock=lambda: ts).connect()
     try:
@@ -410,7 +347,7 @@ def test_scheduler_client_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path:
 
 def test_extender_scores_nodes_from_topics_read_over_sasl_ssl(sasl_ssl: CliBroker, pki: Pki, tmp_path: Path) -> None:
     """``aip extender`` (the scheduler client behind HTTP) reads the lifecycle and the predictions over SASL_SSL."""
-    from events import JobEvent, Prediction, WhatIf
+    from events import JobEvent
     from transport import RecordProducer, ensure_project_topics
 
     env = tls_env(sasl_ssl.address, tmp_path, pki)
@@ -420,11 +357,7 @@ def test_extender_scores_nodes_from_topics_read_over_sasl_ssl(sasl_ssl: CliBroke
     with RecordProducer(settings) as p:
         for host, gpu, cost in (("node-a", "GPU-a", 80.0), ("node-b", "GPU-b", 20.0)):
             p.send("jobs.lifecycle", JobEvent(ts=now - 60, kind="started", job_id=f"{gpu}-1", job_type="LM", gpu_uuid=gpu, host=host))
-            p.send("interference.predictions", Prediction(
-                ts=now, gpu_uuid=gpu, environment="v100", job_id=f"{gpu}-1", job_type="LM", job_set=["LM"],
-                mode="placement", interference_pct=1.0, model="m", category="all",
-                what_if=[WhatIf(job_type="X", newcomer_pct=cost / 2, existing_pct=cost / 2)],
-            ))  # fmt: skip
+            p.send("interference.predictions", placement_prediction(gpu, cost, now, job_id=f"{gpu}-1"))
         p.flush(10)
     proc = subprocess.Popen([sys.executable, "-m", "aip.cli", "extender", "--port", "0", "--from-beginning"], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -515,11 +448,7 @@ def test_tls_failures_end_the_command_with_one_line(listeners: dict[str, str], p
 
     monkeypatch.setattr(streams.app, "run_worker", no_worker)
     env, expected = failing_env(kind, listeners, pki, tmp_path)
-    for name in [n for n in os.environ if n.startswith("AIP_")]:
-        monkeypatch.delenv(name)
-    for name, value in env.items():
-        if name.startswith("AIP_"):
-            monkeypatch.setenv(name, value)
+    set_aip_env(monkeypatch, env)
     code = main(COMMANDS[command])
     out, err = capsys.readouterr()
     assert_one_line(code, out, err, command, expected)
@@ -640,8 +569,6 @@ def tls_workers(request: Any, pki: Pki, tmp_path_factory: Any) -> Iterator[dict[
 def test_worker_turns_bad_input_into_dead_letters_over_tls(tls_workers: dict[str, TlsWorker], case: str) -> None:
     """faust (aiokafka) with streams.app.broker_credentials' TLS context: over SASL_SSL (both mechanisms),
     over SSL without SASL, and presenting a client certificate where the broker requires one."""
-    from transport import RecordConsumer, RecordProducer
-
     worker = tls_workers[case]
     settings = settings_of(worker.env)
     if settings.uses_sasl:
@@ -651,13 +578,7 @@ def test_worker_turns_bad_input_into_dead_letters_over_tls(tls_workers: dict[str
             what="the worker's SASL login over TLS",
         )
     assert worker.proc.poll() is None, worker.output()
-    bad = [f"not json {i}".encode() for i in range(3)]
-    with RecordProducer(settings) as producer:
-        for b in bad:
-            producer.send_raw("gpu.metrics", b)
-        producer.flush(10)
-    with RecordConsumer(settings, ["aip.deadletter"], from_beginning=True) as consumer:
-        letters = consumer.read(until=lambda items: len(items) >= len(bad) or worker.proc.poll() is not None, timeout_s=60)
+    bad, letters = bad_input_dead_letters(settings, timeout_s=60, stopped=lambda: worker.proc.poll() is not None)
     assert len(letters) == len(bad), worker.output()[-3000:]
     assert sorted(r.record.source_topic for r in letters) == ["gpu.metrics"] * 3
     assert sorted(base64.b64decode(r.record.payload_b64) for r in letters) == sorted(bad)

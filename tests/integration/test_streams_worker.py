@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import wait_for
+from conftest import wait_for, worker_settings
 from records import job_event, sample
 
+from aip.faults.scenarios import produce_records
 from aip.faults.worker import WorkerProcess, metric_values
 from events import encode
 
@@ -26,32 +27,15 @@ START_TS = 1_700_000_000.0
 @pytest.fixture(scope="module")
 def worker(broker: Any, tmp_path_factory: Any) -> Iterator[WorkerProcess]:
     from aip.broker import free_port
-    from config import Settings
-    from transport import ensure_project_topics
 
     tmp = tmp_path_factory.mktemp("worker")
-    settings = Settings(
-        broker=broker.address, topic_prefix=f"w{uuid.uuid4().hex[:10]}.", partitions=4, state_dir=str(tmp / "state")
-    )
-    ensure_project_topics(settings)
+    settings = worker_settings(broker, tmp, "w")
     w = WorkerProcess(settings, free_port(), tmp / "worker.log").start()
     try:
         wait_for(w.ready, timeout_s=60, what="the worker's web server")  # raises with the log if it died
         yield w
     finally:
         assert w.stop(30) in (0, -15), w.log_tail()
-
-
-def produce(settings: Any, events: Any) -> int:
-    from transport import RecordProducer
-
-    n = 0
-    with RecordProducer(settings) as p:
-        for topic, record in events:
-            p.send(topic, record)
-            n += 1
-        p.flush(30)
-    return n
 
 
 def consume(settings: Any, topic: str, until: Any, timeout_s: float = 60.0) -> list[Any]:
@@ -72,7 +56,7 @@ def test_measured_interference_matches_simulator_ground_truth(worker: WorkerProc
 
     sim = Simulator(gpus=4, gpu_model="v100", seed=3, start_ts=START_TS, duration_s=1200)
     truth = sim.ground_truth
-    produce(worker.settings, sim.events())
+    produce_records(worker.settings, sim.events())
 
     def enough(items: list[Any]) -> bool:
         return (
@@ -141,7 +125,7 @@ def test_full_speed_replay_gives_the_paced_observations(worker: WorkerProcess) -
     for topic, record in events():
         expected.extend(reference.on_metric(record) if topic == "gpu.metrics" else reference.on_job(record))
     assert len(expected) >= 5
-    produce(s, events())
+    produce_records(s, events())
     items = consume(
         s,
         "interference.observations",

@@ -15,6 +15,15 @@ from producers.sim import Simulator
 T0 = 1_700_000_000.0
 
 
+def _grouped(events: list, topic: str, field: str) -> dict[str, list]:
+    """The records of ``topic`` by their ``field``, in the order they came."""
+    out: defaultdict[str, list] = defaultdict(list)
+    for t, r in events:
+        if t == topic:
+            out[getattr(r, field)].append(r)
+    return out
+
+
 @pytest.fixture(scope="module")
 def run() -> tuple[Simulator, list]:
     sim = Simulator(gpus=6, seed=3, start_ts=T0, duration_s=900)
@@ -42,10 +51,7 @@ def test_events_are_time_ordered_valid_records_on_the_right_topics(run) -> None:
 
 def test_metrics_at_1hz_per_gpu_with_gapless_seq(run) -> None:
     sim, events = run
-    by_gpu = defaultdict(list)
-    for topic, r in events:
-        if topic == "gpu.metrics":
-            by_gpu[r.gpu_uuid].append(r)
+    by_gpu = _grouped(events, "gpu.metrics", "gpu_uuid")
     assert set(by_gpu) == {g.uuid for g in sim.gpus}
     for samples in by_gpu.values():
         assert [s.seq for s in samples] == list(range(len(samples)))
@@ -56,10 +62,7 @@ def test_metrics_at_1hz_per_gpu_with_gapless_seq(run) -> None:
 
 def test_lifecycle_started_progress_finished_and_bounded_progress_rate(run) -> None:
     _, events = run
-    jobs = defaultdict(list)
-    for topic, r in events:
-        if topic == "jobs.lifecycle":
-            jobs[r.job_id].append(r)
+    jobs = _grouped(events, "jobs.lifecycle", "job_id")
     finished = [evs for evs in jobs.values() if evs[-1].kind == "finished"]
     assert len(finished) >= 6
     for evs in jobs.values():

@@ -23,47 +23,49 @@ def _predict(client: SchedulerClient, gpu: str, entry: WhatIf, host: str = "node
     )  # fmt: skip
 
 
-def _fleet(client: SchedulerClient) -> None:
-    # GPU-a: a job set measured before, 40 % for sure; GPU-b: the newcomer's type never measured, 30 % expected but
-    # up to 90 %
-    _predict(client, "GPU-a", WhatIf(job_type="X", newcomer_pct=40.0, existing_pct=0.0, interval_pct=[35.0, 45.0], regime="seen"), "n1")
-    _predict(client, "GPU-b", WhatIf(job_type="X", newcomer_pct=30.0, existing_pct=0.0, interval_pct=[5.0, 90.0], regime="novel"), "n2")
+# (newcomer %, interval %, regime) of a newcomer of type X on GPU-a (node n1), then on GPU-b (node n2)
+Entries = tuple[tuple[float, list[float], str], tuple[float, list[float], str]]
+# GPU-a: a job set measured before, 40 % for sure; GPU-b: the newcomer's type never measured, 30 % expected but up to 90 %
+FLEET: Entries = ((40.0, [35.0, 45.0], "seen"), (30.0, [5.0, 90.0], "novel"))
+# GPU-a measured at 50 %; GPU-b a job set never measured at 52 % (within a 5-point margin), interval 60 wide
+NEAR_TIE: Entries = ((50.0, [45.0, 55.0], "seen"), (52.0, [22.0, 82.0], "new"))
+
+
+def _two_gpus(client: SchedulerClient, entries: Entries) -> None:
+    for (gpu, host), (pct, interval, regime) in zip((("GPU-a", "n1"), ("GPU-b", "n2")), entries, strict=True):
+        _predict(
+            client, gpu, WhatIf(job_type="X", newcomer_pct=pct, existing_pct=0.0, interval_pct=interval, regime=regime), host
+        )
 
 
 def test_novel_entry_is_ranked_by_its_upper_end_unless_told_otherwise() -> None:
     client = SchedulerClient(history_complete=True, clock=lambda: NOW)
-    _fleet(client)
+    _two_gpus(client, FLEET)
     assert client.cost_pct("GPU-b", "X") == 90.0 and client.cost_pct("GPU-a", "X") == 40.0
     assert client.best_gpu("X", ["GPU-b", "GPU-a"]) == "GPU-a"
     told = SchedulerClient(Settings.from_env({"AIP_NOVEL_RISK": "expected"}), history_complete=True, clock=lambda: NOW)
-    _fleet(told)
+    _two_gpus(told, FLEET)
     assert told.cost_pct("GPU-b", "X") == 30.0 and told.best_gpu("X", ["GPU-a", "GPU-b"]) == "GPU-b"
     # the extender ranks nodes by the same rule
     scores = {s.node: s for s in Scorer(client).score_nodes("X", ["n1", "n2"])}
     assert scores["n1"].score > scores["n2"].score and scores["n2"].newcomer_pct == 90.0
     withheld = SchedulerClient(history_complete=True, clock=lambda: NOW, novel_risk="withhold")
-    _fleet(withheld)
+    _two_gpus(withheld, FLEET)
     assert withheld.cost_pct("GPU-b", "X") is None and withheld.cost_pct("GPU-a", "X") == 40.0
     with pytest.raises(ValueError, match="novel_risk"):
         SchedulerClient(novel_risk="maybe")
 
 
-def _near_tie(client: SchedulerClient) -> None:
-    # GPU-a measured at 50 %; GPU-b a job set never measured at 52 % (within a 5-point margin), interval 60 wide
-    _predict(client, "GPU-a", WhatIf(job_type="X", newcomer_pct=50.0, existing_pct=0.0, interval_pct=[45.0, 55.0], regime="seen"), "n1")
-    _predict(client, "GPU-b", WhatIf(job_type="X", newcomer_pct=52.0, existing_pct=0.0, interval_pct=[22.0, 82.0], regime="new"), "n2")
-
-
 def test_exploration_prefers_a_job_set_never_measured_within_the_margin_and_is_off_by_default() -> None:
     off = SchedulerClient(history_complete=True, clock=lambda: NOW)
-    _near_tie(off)
+    _two_gpus(off, NEAR_TIE)
     assert off.best_gpu("X", ["GPU-b", "GPU-a"]) == "GPU-a"  # off: the smaller predicted cost
     on = SchedulerClient(history_complete=True, clock=lambda: NOW, explore_margin_pct=5.0, explore_width_share=0.1)
-    _near_tie(on)
+    _two_gpus(on, NEAR_TIE)
     ranked = on.ranked("X", ["GPU-a", "GPU-b"])
     assert [g for g, _ in ranked] == ["GPU-b", "GPU-a"] and dict(ranked)["GPU-b"] == 52.0  # costs reported unchanged
     scores = {s.node: s for s in Scorer(on).score_nodes("X", ["n1", "n2"])}
     assert scores["n2"].exact > scores["n1"].exact  # the extender explores the same way
     narrow = SchedulerClient(history_complete=True, clock=lambda: NOW, explore_margin_pct=1.0)
-    _near_tie(narrow)
+    _two_gpus(narrow, NEAR_TIE)
     assert narrow.best_gpu("X", ["GPU-b", "GPU-a"]) == "GPU-a"  # 2 points apart: outside a 1-point margin

@@ -31,14 +31,24 @@ def _state(tmp: Path, name: str, **kw: Any) -> Stage1State:
     return Stage1State(Stage1(10.0, 5.0, 120.0), tmp / f"{name}.json", **kw)
 
 
+def _writing(tmp: Path, name: str, **kw: Any) -> tuple[Stage1State, list[tuple[bytes, bytes, int]]]:
+    """A state whose changelog writes (key, value, partition) go to the list returned with it."""
+    log: list[tuple[bytes, bytes, int]] = []
+    return _state(tmp, name, send=lambda k, v, p: log.append((k, v, p)), **kw), log
+
+
+def _replay(state: Stage1State, events: list[tuple[str, Any]], start: int, stop: int | None = None) -> None:
+    """_apply each of ``events[start:stop]`` at its own offset."""
+    for i, (topic, record) in enumerate(events[start:stop], start=start):
+        _apply(state, i, topic, record)
+
+
 def test_the_next_owner_continues_the_partition_as_if_nothing_moved(tmp_path: Path) -> None:
     events = _events()
     cut = len(events) // 2
-    log: list[tuple[bytes, bytes, int]] = []
-    old = _state(tmp_path, "old", send=lambda k, v, p: log.append((k, v, p)), writer_id="old")
+    old, log = _writing(tmp_path, "old", writer_id="old")
     old.assigned = {0}
-    for i, (topic, record) in enumerate(events[:cut]):
-        _apply(old, i, topic, record)
+    _replay(old, events, 0, cut)
     assert old.publish_changelog() == 3 + 1  # three GPUs, then the positions
     assert {p for _k, _v, p in log} == {0}
     new = _state(tmp_path, "new", read=lambda p: changelog.fold([(k, v) for k, v, q in log if q == p]), writer_id="new")
@@ -57,14 +67,11 @@ def test_the_next_owner_continues_the_partition_as_if_nothing_moved(tmp_path: Pa
 
 def test_a_worker_keeps_its_own_state_when_the_changelog_is_not_beyond_it(tmp_path: Path) -> None:
     events = _events()[:400]
-    log: list[tuple[bytes, bytes, int]] = []
-    own = _state(tmp_path, "own", send=lambda k, v, p: log.append((k, v, p)))
+    own, log = _writing(tmp_path, "own")
     own.assigned = {0}
-    for i, (topic, record) in enumerate(events[:200]):
-        _apply(own, i, topic, record)
+    _replay(own, events, 0, 200)
     own.publish_changelog()  # what the changelog holds: the state at offset 199
-    for i, (topic, record) in enumerate(events[200:], start=200):
-        _apply(own, i, topic, record)  # the worker's own state went further (its checkpoint, say)
+    _replay(own, events, 200)  # the worker's own state went further (its checkpoint, say)
     before = {g: s.to_dict() for g, s in own.stage1.gpus.items()}
     own.read = lambda p: changelog.fold([(k, v) for k, v, _ in log])
     assert asyncio.run(own.restore_partition(0)) == 0
@@ -75,8 +82,7 @@ def test_lost_partitions_are_forgotten_and_held_windows_move_with_their_gpu(tmp_
     window = HeldWindow(environment="v100", job_type="new-type", gpu_uuid="GPU-x", window_start=1.7e9, window_end=1.7e9 + 10,
                         job_id="j", co_job_types=["other"], co_job_ids=["k"], window_means={"E": 1.0},
                         throughput_steps_per_s=1.0, samples=10)  # fmt: skip
-    log: list[tuple[bytes, bytes, int]] = []
-    old = _state(tmp_path, "old", send=lambda k, v, p: log.append((k, v, p)))
+    old, log = _writing(tmp_path, "old")
     old.assign({0})
     old.stage1.state("GPU-x")
     old.stage1._hold(window)
@@ -94,15 +100,12 @@ def test_lost_partitions_are_forgotten_and_held_windows_move_with_their_gpu(tmp_
 def test_a_changelog_short_of_the_committed_offset_is_read_again_until_it_reaches_it(tmp_path: Path) -> None:
     """The last owner left the group late: its final write came after the new owner's first read."""
     events = _events()[:600]
-    log: list[tuple[bytes, bytes, int]] = []
-    old = _state(tmp_path, "old", send=lambda k, v, p: log.append((k, v, p)))
+    old, log = _writing(tmp_path, "old")
     old.assigned = {0}
-    for i, (topic, record) in enumerate(events[:300]):
-        _apply(old, i, topic, record)
+    _replay(old, events, 0, 300)
     old.publish_changelog()
     early = list(log)
-    for i, (topic, record) in enumerate(events[300:], start=300):
-        _apply(old, i, topic, record)
+    _replay(old, events, 300)
     old.publish_changelog()  # the final write, then the commit at offset 600
     reads = []
 

@@ -37,6 +37,21 @@ def scenario(
         job_event("started", ts=BASE + solo_s, job_id=f"{gpu}-b", job_type=types[1], gpu_uuid=gpu),
     ]
     steps = {"a": 0, "b": 0}
+
+    def progress(job: str, job_type: str, ts: float, step_time_s: float) -> None:
+        steps[job] += 5
+        evs.append(
+            job_event(
+                "progress",
+                ts=ts,
+                job_id=f"{gpu}-{job}",
+                job_type=job_type,
+                gpu_uuid=gpu,
+                steps=steps[job],
+                step_time_s=step_time_s,
+            )
+        )
+
     for i in range(2 * (solo_s + co_s)):
         ts = BASE + i * 0.5
         co = ts >= BASE + solo_s
@@ -45,31 +60,9 @@ def scenario(
                 ts=ts + 0.01, gpu_uuid=gpu, gpu_model=env, seq=i, power_w=200.0 if co else 100.0, sm_util_pct=90.0 if co else 60.0
             )
         )
-        steps["a"] += 5
-        evs.append(
-            job_event(
-                "progress",
-                ts=ts + 0.02,
-                job_id=f"{gpu}-a",
-                job_type=types[0],
-                gpu_uuid=gpu,
-                steps=steps["a"],
-                step_time_s=0.1 * (1 + slowdown) if co else 0.1,
-            )
-        )
+        progress("a", types[0], ts + 0.02, 0.1 * (1 + slowdown) if co else 0.1)
         if co:
-            steps["b"] += 5
-            evs.append(
-                job_event(
-                    "progress",
-                    ts=ts + 0.03,
-                    job_id=f"{gpu}-b",
-                    job_type=types[1],
-                    gpu_uuid=gpu,
-                    steps=steps["b"],
-                    step_time_s=0.2,
-                )
-            )
+            progress("b", types[1], ts + 0.03, 0.2)
     evs.sort(key=lambda e: e.ts)
     return evs
 
