@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 from events import CATEGORIES, MODES, PARAMETERS, Leaderboard, LeaderboardEntry, Observation, ServedModel
 from models import persist
 from models.candidates import KINDS, Candidate, CandidateKey, Views
+from models.compose import ComposeScore, compose_interval, compose_pct
 from models.datasets import Sample
 from models.features import observed_features as _observed_features
 from models.live import MEDIAN, Measurements, clip_pct
@@ -141,6 +142,9 @@ class EnvironmentModels:
         self._drift = False
         self._refit_in_flight = False
         self._drift_detectors = {mode: self._new_detector() for mode in MODES}
+        self.compose_scores = {seen: ComposeScore(self.config.min_samples) for seen in (True, False)}
+        """Composed vs served on first observations of job sets of 3+ (:mod:`models.compose`), apart where every
+        pair of the job's was measured (True) and where one was not; not saved."""
 
     @staticmethod
     def _new_detector() -> Any:
@@ -174,6 +178,10 @@ class EnvironmentModels:
         views = Views(sample)
         # drift: the error of what predict() serves for this sample, before anything learns it
         for served in self._predict_many([(views, mode) for mode in MODES]):
+            if served is not None and served.mode == "placement" and len(sample.co_job_types) >= 2 and served.regime == "new":
+                composed = self._compose([sample])[0]
+                if composed is not None:
+                    self.compose_scores[composed[2]].update(composed=composed[0], served=served.interference_pct, y=y)
             if served is not None:
                 det = self._drift_detectors[served.mode]
                 before = det.estimation
@@ -288,7 +296,43 @@ class EnvironmentModels:
             Sample(jt, tuple(co), math.nan, "", self.environment, {}, dict(solo), tuple(co_solos))
             for jt, solo, co, co_solos in asks
         ]  # fmt: skip
-        return self.predict_samples([(s, "placement") for s in samples])
+        results = self.predict_samples([(s, "placement") for s in samples])
+        many = [i for i, (s, r) in enumerate(zip(samples, results, strict=True)) if r is not None and r.regime == "new" and len(s.co_job_types) >= 2]
+        if not many:
+            return results
+        for i, composed in zip(many, self._compose([samples[i] for i in many]), strict=True):
+            r = results[i]
+            if composed is not None and r is not None and self.compose_scores[composed[2]].serve_composed():
+                value, interval, _ = composed
+                results[i] = PredictionResult(
+                    value, f"compose/{r.model}", r.category, r.mode, r.expected_error_pct, r.regime,
+                    r.clipped, interval,
+                )  # fmt: skip
+        return results
+
+    def _compose(self, samples: Sequence[Sample]) -> list[tuple[float, tuple[float, float] | None, bool] | None]:
+        """Each sample's slowdown composed from its job's predicted slowdown next to each co-runner alone
+        (:func:`models.compose.compose_pct`), bounded to ``[-100, max_pct]``, with the composed interval and whether
+        every pair was measured; None where a pair has no prediction."""
+        pairs = [
+            Sample(s.job_type, (co,), math.nan, "", s.environment, {}, dict(s.solo), (dict(cs),))
+            for s in samples for co, cs in zip(s.co_job_types, s.co_solos, strict=True)
+        ]  # fmt: skip
+        preds = iter(self._predict_many([(Views(p), "placement") for p in pairs]))
+        out: list[tuple[float, tuple[float, float] | None, bool] | None] = []
+        for s in samples:
+            rs = [next(preds) for _ in s.co_job_types]
+            if any(r is None for r in rs):
+                out.append(None)
+                continue
+            value = clip_pct(compose_pct([r.interference_pct for r in rs if r is not None]), self.config.max_pct)[0]
+            ivs = [r.interval_pct for r in rs if r is not None]
+            interval = None
+            if all(iv is not None for iv in ivs):
+                lo, hi = compose_interval([iv for iv in ivs if iv is not None])
+                interval = (min(clip_pct(lo, self.config.max_pct)[0], value), max(clip_pct(hi, self.config.max_pct)[0], value))
+            out.append((value, interval, all(r is not None and r.regime == "seen" for r in rs)))
+        return out
 
     # ------------------------------------------------------------------ refits
 
