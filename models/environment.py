@@ -297,7 +297,11 @@ class EnvironmentModels:
             for jt, solo, co, co_solos in asks
         ]  # fmt: skip
         results = self.predict_samples([(s, "placement") for s in samples])
-        many = [i for i, (s, r) in enumerate(zip(samples, results, strict=True)) if r is not None and r.regime == "new" and len(s.co_job_types) >= 2]
+        many = [
+            i
+            for i, (s, r) in enumerate(zip(samples, results, strict=True))
+            if r is not None and r.regime == "new" and len(s.co_job_types) >= 2
+        ]
         if not many:
             return results
         for i, composed in zip(many, self._compose([samples[i] for i in many]), strict=True):
