@@ -50,6 +50,7 @@ from models.candidates import KINDS, Candidate, CandidateKey, Views
 from models.compose import ComposeScore, compose_interval, compose_pct
 from models.datasets import Sample
 from models.features import observed_features as _observed_features
+from models.intervals import ResidualWindow
 from models.live import MEDIAN, Measurements, clip_pct
 from models.refit import RefitResult, run_refit
 from models.selector import Choice, Selector
@@ -120,6 +121,15 @@ def sample_of(obs: Observation) -> Sample:
     )  # fmt: skip
 
 
+def _log_ratio(actual_pct: float, predicted_pct: float) -> float:
+    """``log((1 + actual) / (1 + predicted))`` of two slowdowns in percent (each floored at a 99.9 % speed-up).
+
+    >>> round(_log_ratio(100.0, 0.0), 4)
+    0.6931
+    """
+    return math.log(max(1e-3, 1.0 + actual_pct / 100.0) / max(1e-3, 1.0 + predicted_pct / 100.0))
+
+
 class EnvironmentModels:
     """The AIP selector of one environment: candidates, prequential scoring, selection, refits, drift, persistence."""
 
@@ -145,6 +155,9 @@ class EnvironmentModels:
         self.compose_scores = {seen: ComposeScore(self.config.min_samples) for seen in (True, False)}
         """Composed vs served on first observations of job sets of 3+ (:mod:`models.compose`), apart where every
         pair of the job's was measured (True) and where one was not; not saved."""
+        self.many_residuals = ResidualWindow(self.config.history)
+        """Log-ratio residuals ``log((1 + y) / (1 + served))`` of what is served on first observations of job sets of
+        3+: the conformal interval of such a what-if, multiplicative like the composition; not saved."""
 
     @staticmethod
     def _new_detector() -> Any:
@@ -180,8 +193,12 @@ class EnvironmentModels:
         for served in self._predict_many([(views, mode) for mode in MODES]):
             if served is not None and served.mode == "placement" and len(sample.co_job_types) >= 2 and served.regime == "new":
                 composed = self._compose([sample])[0]
+                final = served.interference_pct
                 if composed is not None:
-                    self.compose_scores[composed[2]].update(composed=composed[0], served=served.interference_pct, y=y)
+                    score = self.compose_scores[composed[2]]
+                    final = composed[0] if score.serve_composed() else final
+                    score.update(composed=composed[0], served=served.interference_pct, y=y)
+                self.many_residuals.update(_log_ratio(y, final))
             if served is not None:
                 det = self._drift_detectors[served.mode]
                 before = det.estimation
@@ -304,14 +321,22 @@ class EnvironmentModels:
         ]
         if not many:
             return results
+        offsets = self.many_residuals.offsets()
         for i, composed in zip(many, self._compose([samples[i] for i in many]), strict=True):
             r = results[i]
-            if composed is not None and r is not None and self.compose_scores[composed[2]].serve_composed():
+            if r is None:
+                continue
+            value, interval, model = r.interference_pct, r.interval_pct, r.model
+            if composed is not None and self.compose_scores[composed[2]].serve_composed():
                 value, interval, _ = composed
-                results[i] = PredictionResult(
-                    value, f"compose/{r.model}", r.category, r.mode, r.expected_error_pct, r.regime,
-                    r.clipped, interval,
-                )  # fmt: skip
+                model = f"compose/{r.model}"
+            if offsets is not None:  # at least as wide as what job sets of 3+ measured first were off by
+                lo, hi = ((1.0 + value / 100.0) * math.exp(o) * 100.0 - 100.0 for o in offsets)
+                lo, hi = clip_pct(lo, self.config.max_pct)[0], clip_pct(hi, self.config.max_pct)[0]
+                interval = (min(lo, value), max(hi, value)) if interval is None else (min(lo, interval[0]), max(hi, interval[1]))
+            results[i] = PredictionResult(
+                value, model, r.category, r.mode, r.expected_error_pct, r.regime, r.clipped, interval
+            )  # fmt: skip
         return results
 
     def _compose(self, samples: Sequence[Sample]) -> list[tuple[float, tuple[float, float] | None, bool] | None]:
