@@ -196,7 +196,7 @@ class EnvironmentModels:
                 final = served.interference_pct
                 if composed is not None:
                     score = self.compose_scores[composed[2]]
-                    final = composed[0] if score.serve_composed() else final
+                    final = composed[0] if composed[2] and score.serve_composed() else final
                     score.update(composed=composed[0], served=served.interference_pct, y=y)
                 self.many_residuals.update(_log_ratio(y, final))
             if served is not None:
@@ -327,7 +327,7 @@ class EnvironmentModels:
             if r is None:
                 continue
             value, interval, model = r.interference_pct, r.interval_pct, r.model
-            if composed is not None and self.compose_scores[composed[2]].serve_composed():
+            if composed is not None and composed[2] and self.compose_scores[True].serve_composed():
                 value, interval, _ = composed
                 model = f"compose/{r.model}"
             if offsets is not None:  # at least as wide as what job sets of 3+ measured first were off by
