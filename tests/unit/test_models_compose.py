@@ -56,7 +56,7 @@ def test_a_three_job_set_never_measured_is_composed_from_its_pairs_better_than_t
     assert served.interval_pct is not None and served.interval_pct[0] <= truth <= served.interval_pct[1]
 
 
-def test_the_composition_is_not_served_where_its_prequential_error_is_worse() -> None:
+def test_the_composition_is_not_served_where_its_prequential_error_is_worse_and_the_interval_learns_that_error() -> None:
     rng = np.random.default_rng(0)
     em = EnvironmentModels("v100", config=FAST)
     names = sorted(SENS)
@@ -75,3 +75,10 @@ def test_the_composition_is_not_served_where_its_prequential_error_is_worse() ->
     job, co = "net4 (batch size 8)", ["net0 (batch size 8)", "net1 (batch size 8)"]
     served = em.predict_placement(job, _profile(SENS[job]), co, [_profile(SENS[c]) for c in co])
     assert served is not None and served.regime == "new" and not served.model.startswith("compose/")
+    # its interval: at least as wide as the feature model's, and as what the sets of three measured first were off by
+    own = em.predict_sample(_sample(job, co, math.nan), "placement")
+    truth = max(_pair_pct(job, c) for c in co)
+    assert own is not None and own.interval_pct is not None and served.interval_pct is not None
+    assert served.interval_pct[0] <= own.interval_pct[0] and served.interval_pct[1] >= own.interval_pct[1]
+    assert served.interval_pct[0] <= truth <= served.interval_pct[1], (truth, own.interval_pct, served.interval_pct)
+    assert not own.interval_pct[0] <= truth <= own.interval_pct[1]  # the pairs' interval misses it
