@@ -47,8 +47,10 @@ from typing import Any, NamedTuple
 from events import CATEGORIES, MODES, PARAMETERS, Leaderboard, LeaderboardEntry, Observation, ServedModel
 from models import persist
 from models.candidates import KINDS, Candidate, CandidateKey, Views
+from models.compose import ComposeScore, compose_interval, compose_pct
 from models.datasets import Sample
 from models.features import observed_features as _observed_features
+from models.intervals import ResidualWindow
 from models.live import MEDIAN, Measurements, clip_pct
 from models.refit import RefitResult, run_refit
 from models.selector import Choice, Selector
@@ -119,6 +121,15 @@ def sample_of(obs: Observation) -> Sample:
     )  # fmt: skip
 
 
+def _log_ratio(actual_pct: float, predicted_pct: float) -> float:
+    """``log((1 + actual) / (1 + predicted))`` of two slowdowns in percent (each floored at a 99.9 % speed-up).
+
+    >>> round(_log_ratio(100.0, 0.0), 4)
+    0.6931
+    """
+    return math.log(max(1e-3, 1.0 + actual_pct / 100.0) / max(1e-3, 1.0 + predicted_pct / 100.0))
+
+
 class EnvironmentModels:
     """The AIP selector of one environment: candidates, prequential scoring, selection, refits, drift, persistence."""
 
@@ -141,6 +152,12 @@ class EnvironmentModels:
         self._drift = False
         self._refit_in_flight = False
         self._drift_detectors = {mode: self._new_detector() for mode in MODES}
+        self.compose_scores = {seen: ComposeScore(self.config.min_samples) for seen in (True, False)}
+        """Composed vs served on first observations of job sets of 3+ (:mod:`models.compose`), apart where every
+        pair of the job's was measured (True) and where one was not; not saved."""
+        self.many_residuals = ResidualWindow(self.config.history)
+        """Log-ratio residuals ``log((1 + y) / (1 + served))`` of what is served on first observations of job sets of
+        3+: the conformal interval of such a what-if, multiplicative like the composition; not saved."""
 
     @staticmethod
     def _new_detector() -> Any:
@@ -174,6 +191,14 @@ class EnvironmentModels:
         views = Views(sample)
         # drift: the error of what predict() serves for this sample, before anything learns it
         for served in self._predict_many([(views, mode) for mode in MODES]):
+            if served is not None and served.mode == "placement" and len(sample.co_job_types) >= 2 and served.regime == "new":
+                composed = self._compose([sample])[0]
+                final = served.interference_pct
+                if composed is not None:
+                    score = self.compose_scores[composed[2]]
+                    final = composed[0] if composed[2] and score.serve_composed() else final
+                    score.update(composed=composed[0], served=served.interference_pct, y=y)
+                self.many_residuals.update(_log_ratio(y, final))
             if served is not None:
                 det = self._drift_detectors[served.mode]
                 before = det.estimation
@@ -288,7 +313,55 @@ class EnvironmentModels:
             Sample(jt, tuple(co), math.nan, "", self.environment, {}, dict(solo), tuple(co_solos))
             for jt, solo, co, co_solos in asks
         ]  # fmt: skip
-        return self.predict_samples([(s, "placement") for s in samples])
+        results = self.predict_samples([(s, "placement") for s in samples])
+        many = [
+            i
+            for i, (s, r) in enumerate(zip(samples, results, strict=True))
+            if r is not None and r.regime == "new" and len(s.co_job_types) >= 2
+        ]
+        if not many:
+            return results
+        offsets = self.many_residuals.offsets()
+        for i, composed in zip(many, self._compose([samples[i] for i in many]), strict=True):
+            r = results[i]
+            if r is None:
+                continue
+            value, interval, model = r.interference_pct, r.interval_pct, r.model
+            if composed is not None and composed[2] and self.compose_scores[True].serve_composed():
+                value, interval, _ = composed
+                model = f"compose/{r.model}"
+            if offsets is not None:  # at least as wide as what job sets of 3+ measured first were off by
+                lo, hi = ((1.0 + value / 100.0) * math.exp(o) * 100.0 - 100.0 for o in offsets)
+                lo, hi = clip_pct(lo, self.config.max_pct)[0], clip_pct(hi, self.config.max_pct)[0]
+                interval = (min(lo, value), max(hi, value)) if interval is None else (min(lo, interval[0]), max(hi, interval[1]))
+            results[i] = PredictionResult(
+                value, model, r.category, r.mode, r.expected_error_pct, r.regime, r.clipped, interval
+            )  # fmt: skip
+        return results
+
+    def _compose(self, samples: Sequence[Sample]) -> list[tuple[float, tuple[float, float] | None, bool] | None]:
+        """Each sample's slowdown composed from its job's predicted slowdown next to each co-runner alone
+        (:func:`models.compose.compose_pct`), bounded to ``[-100, max_pct]``, with the composed interval and whether
+        every pair was measured; None where a pair has no prediction."""
+        pairs = [
+            Sample(s.job_type, (co,), math.nan, "", s.environment, {}, dict(s.solo), (dict(cs),))
+            for s in samples for co, cs in zip(s.co_job_types, s.co_solos, strict=True)
+        ]  # fmt: skip
+        preds = iter(self._predict_many([(Views(p), "placement") for p in pairs]))
+        out: list[tuple[float, tuple[float, float] | None, bool] | None] = []
+        for s in samples:
+            rs = [next(preds) for _ in s.co_job_types]
+            if any(r is None for r in rs):
+                out.append(None)
+                continue
+            value = clip_pct(compose_pct([r.interference_pct for r in rs if r is not None]), self.config.max_pct)[0]
+            ivs = [r.interval_pct for r in rs if r is not None]
+            interval = None
+            if all(iv is not None for iv in ivs):
+                lo, hi = compose_interval([iv for iv in ivs if iv is not None])
+                interval = (min(clip_pct(lo, self.config.max_pct)[0], value), max(clip_pct(hi, self.config.max_pct)[0], value))
+            out.append((value, interval, all(r is not None and r.regime == "seen" for r in rs)))
+        return out
 
     # ------------------------------------------------------------------ refits
 

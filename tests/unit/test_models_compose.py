@@ -1,0 +1,84 @@
+"""A job set of three never measured, composed from its measured pairs (models/compose.py), on a stream built so
+that the answer is known: each co-runner takes its share of the job's time, ``(1 + s_a)(1 + s_b) - 1``."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from models.datasets import Sample
+from models.environment import EnvironmentModels
+from models.settings import Config
+
+SENS = {f"net{i} (batch size 8)": 10.0 + 12.0 * i for i in range(5)}
+"""Each type's solo SM utilisation; the pairwise slowdown grows with both (the answer the stream is built on)."""
+
+
+def _profile(s: float) -> dict[str, float]:
+    return {"S": s, "V": s / 2, "E": 100 + s, "M": 1000.0, "throughput": 10.0}
+
+
+def _pair_pct(job: str, co: str) -> float:
+    return 0.8 * SENS[co] + 0.4 * SENS[job]
+
+
+def _truth(job: str, co: list[str]) -> float:
+    return (math.prod(1 + _pair_pct(job, c) / 100 for c in co) - 1) * 100
+
+
+def _sample(job: str, co: list[str], y: float) -> Sample:
+    key = " + ".join(sorted((job, *co)))
+    return Sample(job, tuple(co), y, key, "v100", {}, _profile(SENS[job]), tuple(_profile(SENS[c]) for c in co))
+
+
+FAST = Config(online_models=("river.LinearRegression",), batch_models=("ExtraTrees", "LinearRegression"), final_fits=2)
+
+
+def test_a_three_job_set_never_measured_is_composed_from_its_pairs_better_than_the_feature_model() -> None:
+    rng = np.random.default_rng(0)
+    em = EnvironmentModels("v100", config=FAST)
+    names = sorted(SENS)
+    for _ in range(8):  # every pair measured, no job set of three
+        for a in names:
+            for b in names:
+                em.learn_sample(_sample(a, [b], _pair_pct(a, b) + float(rng.normal(0, 0.5))))
+    em.refit_now()
+    job, co = "net4 (batch size 8)", ["net3 (batch size 8)", "net4 (batch size 8)"]
+    truth = _truth(job, co)
+    feature_model = em.predict_sample(_sample(job, co, math.nan), "placement")
+    served = em.predict_placement(job, _profile(SENS[job]), co, [_profile(SENS[c]) for c in co])
+    assert feature_model is not None and served is not None
+    assert feature_model.regime == served.regime == "new" and served.model.startswith("compose/")
+    # the feature model knows pairs only, and a new job set is bounded to the slowdowns measured (pairs')
+    assert truth - feature_model.interference_pct > 20.0
+    assert abs(served.interference_pct - truth) < 3.0, (truth, feature_model.interference_pct, served.interference_pct)
+    assert served.interval_pct is not None and served.interval_pct[0] <= truth <= served.interval_pct[1]
+
+
+def test_the_composition_is_not_served_where_its_prequential_error_is_worse_and_the_interval_learns_that_error() -> None:
+    rng = np.random.default_rng(0)
+    em = EnvironmentModels("v100", config=FAST)
+    names = sorted(SENS)
+    for _ in range(8):
+        for a in names:
+            for b in names:
+                em.learn_sample(_sample(a, [b], _pair_pct(a, b) + float(rng.normal(0, 0.5))))
+    em.refit_now()
+    # a stream where a third job adds nothing: the pairs' composition over-predicts every job set of three
+    for a in names[:-1]:  # net4 never the job of a set of three
+        for b in names:
+            for c in names:
+                if b <= c:
+                    em.learn_sample(_sample(a, [b, c], max(_pair_pct(a, b), _pair_pct(a, c))))
+    assert em.compose_scores[True].n >= FAST.min_samples and not em.compose_scores[True].serve_composed()
+    job, co = "net4 (batch size 8)", ["net0 (batch size 8)", "net1 (batch size 8)"]
+    served = em.predict_placement(job, _profile(SENS[job]), co, [_profile(SENS[c]) for c in co])
+    assert served is not None and served.regime == "new" and not served.model.startswith("compose/")
+    # its interval: at least as wide as the feature model's, and as what the sets of three measured first were off by
+    own = em.predict_sample(_sample(job, co, math.nan), "placement")
+    truth = max(_pair_pct(job, c) for c in co)
+    assert own is not None and own.interval_pct is not None and served.interval_pct is not None
+    assert served.interval_pct[0] <= own.interval_pct[0] and served.interval_pct[1] >= own.interval_pct[1]
+    assert served.interval_pct[0] <= truth <= served.interval_pct[1], (truth, own.interval_pct, served.interval_pct)
+    assert not own.interval_pct[0] <= truth <= own.interval_pct[1]  # the pairs' interval misses it
