@@ -100,7 +100,8 @@ def test_produce_sim_and_tail_with_the_right_credentials(auth_broker: CliBroker,
     tailed, _ = aip("tail", "gpu.metrics", "--json", "--limit", "3", "--timeout", "10", env=env)
     assert tailed.returncode == 0, tailed.stderr
     lines = [json.loads(line) for line in tailed.stdout.splitlines() if line.strip()]
-    assert len(lines) == 3 and all(line["gpu_uuid"] for line in lines)
+    # the simulator sends host batches by default (one record per host and tick): each names its GPUs' samples
+    assert len(lines) == 3 and all(line["host"] and line["samples"] and all(x["gpu_uuid"] for x in line["samples"]) for line in lines)
     assert_no_password(produced.stdout + produced.stderr + tailed.stdout + tailed.stderr)
 
 
