@@ -6,19 +6,54 @@ import argparse
 import base64
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
 
-from aip.common import add_kafka_args, broker_errors, settings_from, sigterm_as_interrupt
+from aip.common import add_kafka_args, broker_errors, settings_from
 from aip.errors import CliError
 from aip.render import fmt_ts, render, served_text
 from events import RECORD_OF, Topics, to_dict
 
 POLL_S = 0.5  # one poll's wait; a Ctrl-C is seen after at most this long
 CLOSE_TIMEOUT_S = 3.0  # a consumer still closing after this long is left behind (its threads are daemons)
+EXIT_WITHIN_S = 10.0  # after a Ctrl-C or SIGTERM the command is gone within this long, whatever kafka-python does
+
+
+def _exit_within(seconds: float) -> None:
+    """Arm a watchdog (once): if the process is still here ``seconds`` from now, flush stdout and exit 0.  A Ctrl-C
+    may land while kafka-python connects, in a call that then waits on its network thread for a broker that never
+    answers; nothing has been printed yet, and nothing needs closing more than the command needs ending."""
+    if getattr(_exit_within, "armed", False):
+        return
+    _exit_within.armed = True  # type: ignore[attr-defined]
+
+    def leave() -> None:
+        sys.stdout.flush()
+        os._exit(0)
+
+    timer = threading.Timer(seconds, leave)
+    timer.daemon = True
+    timer.start()
+
+
+@contextlib.contextmanager
+def _interrupt_while_connecting() -> Iterator[None]:
+    """Until the consumer runs, Ctrl-C and SIGTERM raise KeyboardInterrupt and arm :func:`_exit_within`."""
+
+    def handler(signum: int, frame: Any) -> None:
+        _exit_within(EXIT_WITHIN_S)
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, was in previous.items():
+            signal.signal(sig, was)
 
 
 def register(sub: Any) -> None:
@@ -155,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"unknown topic {args.topic!r}; choose one of {', '.join(RECORD_OF)}")
     name = topics.name(args.topic)
     try:  # Ctrl-C while connecting (broker_errors imports kafka-python: slow) ends the command like one while following
-        with broker_errors(), sigterm_as_interrupt():
+        with broker_errors(), _interrupt_while_connecting():
             from transport import RecordConsumer, ensure_topics
 
             ensure_topics(settings, [name])
@@ -202,6 +237,7 @@ def _interrupts_set(stop: threading.Event) -> Iterator[None]:
     sees the flag after at most one poll."""
 
     def handler(signum: int, frame: Any) -> None:
+        _exit_within(EXIT_WITHIN_S)
         stop.set()
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
