@@ -349,6 +349,26 @@ def _kill_and_restart(worker: Any, settings: Settings, resume_timeout_s: float) 
     )
 
 
+def _saved_after_learning(worker: Any) -> Callable[[], bool]:
+    """A condition: the worker saved its models at least once after its leaderboard showed a learned observation."""
+    base: float | None = None
+
+    def ready() -> bool:
+        nonlocal base
+        saves = worker.counter("aip_stream_stage_events_total", stage="stage2", kind="models_saved_committed")
+        if base is None:
+            try:
+                board = worker.get("/leaderboard").get(CRASH_GPU_MODEL) or {}
+            except OSError:  # not answering yet
+                return False
+            if board.get("observations", 0) > 0:
+                base = saves
+            return False
+        return saves > base
+
+    return ready
+
+
 def worker_crash(
     settings: Settings,
     workdir: Path,
@@ -386,6 +406,9 @@ def worker_crash(
     try:
         for moment in moments:
             wait_until(lambda m=moment: time.monotonic() - t0 >= m, run_s + 60, "the kill moment", interval_s=0.05)  # type: ignore[misc]
+            # what the kill is to show coming back (models from local persistence) must exist first: on a loaded
+            # machine the worker may not have saved any by the random moment
+            wait_until(_saved_after_learning(worker), resume_timeout_s, "a models save after the first learned observation")
             done.append(_kill_and_restart(worker, settings, resume_timeout_s))
             progress(
                 f"SIGKILL at {moment:.1f} s ({sender.sent} of {len(events)} events sent); predictions resumed "
