@@ -54,7 +54,10 @@ class GpuState:
 
 def alert_value(obs: Observation, predictions: Iterable[Prediction]) -> tuple[float | None, str]:
     """The value stage 2's alert hysteresis judges for this observation, and its source (as in
-    :meth:`streams.stage2.Stage2.on_observation`): the measured rate, else the observed-mode prediction."""
+    :meth:`streams.stage2.Stage2.on_observation`): the measured rate, else the observed-mode prediction; a job
+    alone on its GPU (a solo window) is not slowed."""
+    if obs.occupancy == "solo":
+        return 0.0, "measured"
     if obs.interference_pct is not None:
         return obs.interference_pct, "measured"
     for p in predictions:

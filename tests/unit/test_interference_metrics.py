@@ -110,3 +110,17 @@ def test_a_gpu_gone_quiet_loses_its_series_by_event_time_and_by_wall_time() -> N
     s: dict[str, Any] = samples(m)
     assert "aip_gpu_interference_percent" not in s and "aip_gpu_interference_alerts_raised" not in s
     assert s["aip_alert_threshold_percent"] == [({}, 50.0)]
+
+
+def test_a_job_left_alone_shows_no_interference() -> None:
+    m = InterferenceMetrics(50.0, 35.0)
+    a = obs("G1", "j1", "bert", TS, {"j2": "resnet"}, 80.0)
+    m.observe(a, [], [alert(a, "raised")])
+    lone = Observation(
+        window_start=TS + 10, window_end=TS + 20, gpu_uuid="G1", environment="v100", job_id="j1", job_type="bert",
+        co_job_types=[], co_job_ids=[], interference_pct=None, occupancy="solo",
+    )  # fmt: skip
+    m.observe(lone, [], [alert(lone, "cleared")])  # stage 2 clears a lone job's alert
+    s = samples(m)
+    assert [(r["job_type"], v) for r, v in s["aip_gpu_interference_percent"]] == [("bert", 0.0)]
+    assert s["aip_gpu_interference_alerts_raised"][0][1] == 0.0
