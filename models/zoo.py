@@ -281,13 +281,13 @@ class SklearnModel:
     def fit_prepared(self, data: Prepared) -> SklearnModel:
         self.cols = data.cols
         self._memo = {}
-        with one_openmp_thread():
+        with one_thread():
             self.estimator = self.spec.fit(self.spec.factory(self.seed), data)
         return self
 
     def predict_array(self, a: np.ndarray) -> np.ndarray:
         """Predict rows already in :attr:`cols` order and filled."""
-        with one_openmp_thread():
+        with one_thread():
             return self.spec.predict(self.estimator, a)
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
@@ -352,17 +352,20 @@ MEMO_ROWS = 2048
 _OPENMP: Any = None
 
 
-def one_openmp_thread() -> Any:
-    """A context in which scikit-learn's OpenMP code (HistGradientBoosting) uses one thread, in the calling thread
-    only (OpenMP's thread count is per thread).  Refits run beside the event loop on a small machine, like the
-    MLP's one torch thread; and oversubscribed OpenMP threads spin-wait (a tiny refit took 71 s at load 6)."""
+def one_thread() -> Any:
+    """A context in which scikit-learn's OpenMP code (HistGradientBoosting) and the BLAS of numpy and scipy (the
+    linear models' ``lstsq``) use one thread.  Refits run beside the event loop on a small machine, like the
+    MLP's one torch thread; and oversubscribed threads spin-wait: a tiny refit took 71 s at load 6 (OpenMP), and
+    144-row least squares took 3x as long with OpenBLAS's two threads as with one on a loaded 2-core machine
+    (``tests/unit/test_evaluate.py``'s observed-mode case, 21 s against 6.9 s).  OpenMP's thread count is per
+    calling thread, OpenBLAS's per process; the context restores both."""
     global _OPENMP
     if _OPENMP is None:
         import sklearn.ensemble  # noqa: F401  (loads the OpenMP runtime before the controller looks for it)
         from threadpoolctl import ThreadpoolController
 
         _OPENMP = ThreadpoolController()
-    return _OPENMP.limit(limits=1, user_api="openmp")
+    return _OPENMP.limit(limits=1)
 
 
 def _scaled(est: Any) -> Any:

@@ -95,8 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     trainer = Trainer(workload, args.batch_size, size=args.size, device=device)
     if args.warmup_steps > 0:
         trainer.run(max_steps=args.warmup_steps)
-    go_at, end_at = wait_go() if args.wait_go else (time.time(), time.time() + args.duration)
-    time.sleep(max(0.0, go_at - time.time()))
+    end_at: float | None = None  # with --wait-go every job ends at the same moment; without, --duration of training
+    if args.wait_go:
+        go_at, end_at = wait_go()
+        time.sleep(max(0.0, go_at - time.time()))
 
     reporter = JobReporter(
         job_type,
@@ -108,7 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         min_interval_s=args.report_every,
     )
     with reporter:
-        result = trainer.run(duration_s=max(0.0, end_at - time.time()), on_step=lambda _step_time_s: reporter.step())
+        duration_s = args.duration if end_at is None else max(0.0, end_at - time.time())
+        result = trainer.run(duration_s=duration_s, on_step=lambda _step_time_s: reporter.step())
     summary = {"job_id": job_id, "job_type": job_type, "device": str(device), "steps": result.steps,
                "seconds": round(result.seconds, 3), "steps_per_s": round(result.steps_per_s, 3)}  # fmt: skip
     print(json.dumps(summary), flush=True)
