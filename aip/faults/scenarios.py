@@ -862,7 +862,34 @@ def _wait_learned_and_saved(workers: list[Any], obs: TopicReader, timeout_s: flo
 
     before = saves()
     wait_until(lambda: saves() >= before + 2, timeout_s, "two model saves and commits", interval_s=0.5)
+    # a save comes right before faust sends the commit, and on a loaded machine that commit can lag behind: the
+    # next owner resumes at the committed offset (and rebuilds below it), so wait until it covers the whole topic
+    wait_until(
+        lambda: committed_through_end(server.settings, "interference.observations"),
+        timeout_s,
+        "the group's committed offsets to reach the end of the observations topic",
+        interval_s=0.5,
+    )
     return server
+
+
+def committed_through_end(settings: Settings, topic: str) -> bool:
+    """Whether the workers' consumer group has committed, on every partition of ``topic`` (a base name) that holds
+    records, the partition's end offset (asked by a consumer that names the group but never joins it)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from streams.app import app_id
+    from transport.kafka import kafka_config
+
+    full = Topics(settings.topic_prefix).name(topic)
+    consumer = KafkaConsumer(**kafka_config(settings) | {"group_id": app_id(settings), "enable_auto_commit": False})
+    try:
+        tps = [TopicPartition(full, p) for p in sorted(consumer.partitions_for_topic(full) or ())]
+        ends = consumer.end_offsets(tps)
+        committed = {tp: consumer.committed(tp) or 0 for tp in tps}
+    finally:
+        consumer.close(autocommit=False)
+    return bool(tps) and all(committed[tp] >= end for tp, end in ends.items() if end > 0)
 
 
 def worker_failover(

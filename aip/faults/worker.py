@@ -133,7 +133,7 @@ class WorkerProcess:
     def counter(self, name: str, **labels: str) -> float:
         """Sum of the samples of ``name`` whose labels include ``labels`` (0 when none or the worker does not answer)."""
         try:
-            text = self.get("/metrics", timeout_s=2.0)
+            text = self.get("/metrics", timeout_s=10.0)  # a loaded worker can take seconds; 0 is for "not answering"
         except OSError:
             return 0.0
         return sum(metric_values(text, name, **labels))

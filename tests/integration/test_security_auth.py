@@ -130,7 +130,7 @@ def test_worker_consumes_and_publishes_with_the_right_credentials(auth_broker: C
     finally:
         worker.send_signal(signal.SIGTERM)
         try:
-            worker.wait(20)
+            worker.wait(60)
         except subprocess.TimeoutExpired:
             worker.kill()
             worker.wait(5)

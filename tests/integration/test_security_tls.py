@@ -557,7 +557,7 @@ def tls_workers(request: Any, pki: Pki, tmp_path_factory: Any) -> Iterator[dict[
             w.proc.send_signal(signal.SIGTERM)
         for w in workers.values():
             try:
-                w.proc.wait(20)
+                w.proc.wait(60)
             except subprocess.TimeoutExpired:
                 w.proc.kill()
                 w.proc.wait(5)

@@ -109,4 +109,4 @@ def test_up_killed_leaves_no_worker_behind(broker: Any) -> None:
         proc.kill()
         proc.wait(10)
     for pid in pids:
-        wait_for(lambda pid=pid: exited(pid), timeout_s=15, what=f"orphaned child {pid} to exit")
+        wait_for(lambda pid=pid: exited(pid), timeout_s=60, what=f"orphaned child {pid} to exit")  # a clean stop, loaded
