@@ -152,7 +152,7 @@ class EnvironmentModels:
         self._drift = False
         self._refit_in_flight = False
         self._drift_detectors = {mode: self._new_detector() for mode in MODES}
-        self.compose_scores = {seen: ComposeScore(self.config.min_samples) for seen in (True, False)}
+        self.compose_scores = {seen: ComposeScore(self.config.min_samples, self.config.compose_margin) for seen in (True, False)}
         """Composed vs served on first observations of job sets of 3+ (:mod:`models.compose`), apart where every
         pair of the job's was measured (True) and where one was not; not saved."""
         self.many_residuals = ResidualWindow(self.config.history)
