@@ -149,6 +149,7 @@ def main() -> None:
                     if c.record.errors["new"].get() is not None and k.category == "all"))
     out["new_board"] = [(round(e, 2), m, c, n) for e, m, c, n in board[:8]] + [
         (round(e, 2), m, c, n) for e, m, c, n in board if n == "Newcomer"]
+    out["compose_scores"] = {str(k): (v.n, round(v.composed_abs, 1), round(v.served_abs, 1)) for k, v in models.compose_scores.items()}
     if args.dump:
         Path(args.dump).write_text(json.dumps(wi_rows))
     print(json.dumps(out, indent=None if args.json else 1))
