@@ -277,12 +277,15 @@ class EnvironmentModels:
         lo, hi = clip_pct(value + offsets[0], self.config.max_pct)[0], clip_pct(value + offsets[1], self.config.max_pct)[0]
         return (min(lo, value), max(hi, value))
 
-    def predict_samples(self, asks: Sequence[tuple[Sample, str]], *, compose: bool = True) -> list[PredictionResult | None]:
+    def predict_samples(
+        self, asks: Sequence[tuple[Sample, str]], *, compose: bool = True, what_if: bool = False
+    ) -> list[PredictionResult | None]:
         """Each (sample, mode) as :meth:`predict` answers it; ``compose=False``: a job set of 3+ never measured as the
-        serving candidate predicts it, not composed from its pairs (:meth:`_serve_composed`)."""
+        serving candidate predicts it, not composed from its pairs (:meth:`_serve_composed`).  ``what_if``: the
+        questions of :meth:`predict_placements` (a composed slowdown may pass ``max_pct``)."""
         results = self._predict_many([(Views(s), mode) for s, mode in asks])
         if compose:
-            results = self._serve_composed([s for s, _ in asks], results)
+            results = self._serve_composed([s for s, _ in asks], results, what_if=what_if)
         self.clipped += sum(1 for r in results if r is not None and r.clipped)
         if self.observations:
             self.withheld_novel += sum(
@@ -316,12 +319,16 @@ class EnvironmentModels:
             Sample(jt, tuple(co), math.nan, "", self.environment, {}, dict(solo), tuple(co_solos))
             for jt, solo, co, co_solos in asks
         ]  # fmt: skip
-        return self.predict_samples([(s, "placement") for s in samples])
+        return self.predict_samples([(s, "placement") for s in samples], what_if=True)
 
-    def _serve_composed(self, samples: Sequence[Sample], results: list[PredictionResult | None]) -> list[PredictionResult | None]:
+    def _serve_composed(
+        self, samples: Sequence[Sample], results: list[PredictionResult | None], *, what_if: bool
+    ) -> list[PredictionResult | None]:
         """``results`` with each job set of 3+ never measured composed from its pairs (:meth:`_compose`) where the
         composition scores no worse than what is served (:class:`models.compose.ComposeScore`), its interval at
-        least as wide, multiplicatively, as what such job sets measured first were off by."""
+        least as wide, multiplicatively, as what such job sets measured first were off by.  A what-if's composed
+        slowdown is bounded by what pairs each at ``max_pct`` compose to (a hypothetical job set may be one no
+        scheduler would run: its slowdown compounds); a running job's prediction stays in ``[-100, max_pct]``."""
         many = [
             i
             for i, (s, r) in enumerate(zip(samples, results, strict=True))
@@ -335,16 +342,19 @@ class EnvironmentModels:
             if r is None:
                 continue
             value, interval, model = r.interference_pct, r.interval_pct, r.model
+            top = compose_pct([self.config.max_pct] * len(samples[i].co_job_types)) if what_if else self.config.max_pct
+            clipped = r.clipped
             if composed is not None and self.compose_scores[composed[2]].serve_composed():
-                value, interval, _ = composed
+                (value, clipped), interval = clip_pct(composed[0], top), composed[1]
+                if interval is not None:
+                    interval = (min(clip_pct(interval[0], top)[0], value), max(clip_pct(interval[1], top)[0], value))
                 model = f"compose/{r.model}"
             if offsets is not None:  # at least as wide as what job sets of 3+ measured first were off by
                 lo, hi = ((1.0 + value / 100.0) * math.exp(o) * 100.0 - 100.0 for o in offsets)
-                top = compose_pct([self.config.max_pct] * len(samples[i].co_job_types))
                 lo, hi = clip_pct(lo, top)[0], clip_pct(hi, top)[0]
                 interval = (min(lo, value), max(hi, value)) if interval is None else (min(lo, interval[0]), max(hi, interval[1]))
             results[i] = PredictionResult(
-                value, model, r.category, r.mode, r.expected_error_pct, r.regime, r.clipped, interval
+                value, model, r.category, r.mode, r.expected_error_pct, r.regime, clipped, interval
             )  # fmt: skip
         return results
 

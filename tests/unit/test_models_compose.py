@@ -119,3 +119,6 @@ def test_a_composed_slowdown_compounds_past_the_bound_of_one_pair() -> None:
     assert served is not None and served.model.startswith("compose/")
     # each pair at the bound (60 %): a third of solo speed is 1.6 x 1.6 = 2.56 x the time, 156 %, not 60 %
     assert 150.0 < served.interference_pct <= 156.0 + 1e-9
+    # a running job's own prediction keeps the bound (what stage 2 publishes as its slowdown: [-100, max_pct])
+    running = em.predict_sample(_sample(job, co, math.nan), "placement")
+    assert running is not None and running.model.startswith("compose/") and running.interference_pct == 60.0 and running.clipped
