@@ -412,7 +412,7 @@ class BaselineCandidate(Candidate):
 
 class NewcomerEstimator:
     """A feature model (``base``, a batch model of the last refit) plus :class:`models.newcomer.Newcomer` on its
-    residuals: ``base(x) + correction(job, co-runners)``."""
+    residuals in log-speed points (:func:`to_log_pct`): ``(1 + base(x)) * exp(correction(job, co-runners)) - 1``."""
 
     __slots__ = ("base", "base_key", "residuals")
 
@@ -425,12 +425,29 @@ class NewcomerEstimator:
         return float(self.base.predict_rows([views.get(VIA_MODE, "all")])[0])
 
     def predict(self, views: Views) -> float:
-        return self.base_pct(views) + self.residuals.predict_one(*roles(views.sample.job_type, views.sample.co_job_types))
+        correction = self.residuals.predict_one(*roles(views.sample.job_type, views.sample.co_job_types))
+        return from_log_pct(to_log_pct(self.base_pct(views)) + correction)
 
     def learn(self, views: Views, y: float) -> None:
-        residual = y - self.base_pct(views)
+        residual = to_log_pct(y) - to_log_pct(self.base_pct(views))
         if np.isfinite(residual):
             self.residuals.learn_one(*roles(views.sample.job_type, views.sample.co_job_types), residual)
+
+
+def to_log_pct(pct: float) -> float:
+    """A slowdown in log-speed points, ``100 log(1 + pct / 100)`` (floored at a 99.9 % speed-up): where a job's
+    co-runners' effects add (each takes its share of its time) and a residual of a sensitive type is one
+    proportion whatever the feature model predicted.  Near 0 it is ``pct``.
+
+    >>> round(to_log_pct(100.0), 2), round(from_log_pct(to_log_pct(250.0)), 9)
+    (69.31, 250.0)
+    """
+    return 100.0 * math.log(max(1e-3, 1.0 + pct / 100.0))
+
+
+def from_log_pct(log_pct: float) -> float:
+    """The slowdown in percent of :func:`to_log_pct`'s log-speed points (the exponent bounded at 1e4 points)."""
+    return (math.exp(min(log_pct, 1e4) / 100.0) - 1.0) * 100.0
 
 
 VIA_MODE = "placement"

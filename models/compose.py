@@ -47,10 +47,18 @@ class ComposeScore:
     >>> for _ in range(4): s.update(composed=90.0, served=30.0, y=32.0)
     >>> s.serve_composed()
     False
+    >>> t = ComposeScore(min_samples=2, margin=0.25)
+    >>> for _ in range(2): t.update(composed=22.0, served=18.0, y=0.0)  # 22 > 18 but within 25 %
+    >>> t.serve_composed()
+    True
     """
 
-    def __init__(self, min_samples: int = 10) -> None:
+    def __init__(self, min_samples: int = 10, margin: float = 0.0) -> None:
         self.min_samples = min_samples
+        self.margin = margin
+        """The composition stays served until its error exceeds the other's by this share: the rows scored are
+        job sets a scheduler placed (they fit, within what was measured), the questions it is served for include
+        job sets beyond every slowdown measured, where only the composition extrapolates."""
         self.n = 0
         self.composed_abs = 0.0
         self.served_abs = 0.0
@@ -61,5 +69,6 @@ class ComposeScore:
         self.served_abs += abs(served - y)
 
     def serve_composed(self) -> bool:
-        """The composition is served unless, on at least ``min_samples`` scored rows, it did worse."""
-        return self.n < self.min_samples or self.composed_abs <= self.served_abs
+        """The composition is served unless, on at least ``min_samples`` scored rows, it did worse by more than
+        ``margin``."""
+        return self.n < self.min_samples or self.composed_abs <= (1.0 + self.margin) * self.served_abs

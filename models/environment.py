@@ -152,7 +152,7 @@ class EnvironmentModels:
         self._drift = False
         self._refit_in_flight = False
         self._drift_detectors = {mode: self._new_detector() for mode in MODES}
-        self.compose_scores = {seen: ComposeScore(self.config.min_samples) for seen in (True, False)}
+        self.compose_scores = {seen: ComposeScore(self.config.min_samples, self.config.compose_margin) for seen in (True, False)}
         """Composed vs served on first observations of job sets of 3+ (:mod:`models.compose`), apart where every
         pair of the job's was measured (True) and where one was not; not saved."""
         self.many_residuals = ResidualWindow(self.config.history)
@@ -196,7 +196,7 @@ class EnvironmentModels:
                 final = served.interference_pct
                 if composed is not None:
                     score = self.compose_scores[composed[2]]
-                    final = composed[0] if composed[2] and score.serve_composed() else final
+                    final = composed[0] if score.serve_composed() else final
                     score.update(composed=composed[0], served=served.interference_pct, y=y)
                 self.many_residuals.update(_log_ratio(y, final))
             if served is not None:
@@ -277,9 +277,15 @@ class EnvironmentModels:
         lo, hi = clip_pct(value + offsets[0], self.config.max_pct)[0], clip_pct(value + offsets[1], self.config.max_pct)[0]
         return (min(lo, value), max(hi, value))
 
-    def predict_samples(self, asks: Sequence[tuple[Sample, str]]) -> list[PredictionResult | None]:
-        """Each (sample, mode) as :meth:`predict` answers it."""
+    def predict_samples(
+        self, asks: Sequence[tuple[Sample, str]], *, compose: bool = True, what_if: bool = False
+    ) -> list[PredictionResult | None]:
+        """Each (sample, mode) as :meth:`predict` answers it; ``compose=False``: a job set of 3+ never measured as the
+        serving candidate predicts it, not composed from its pairs (:meth:`_serve_composed`).  ``what_if``: the
+        questions of :meth:`predict_placements` (a composed slowdown may pass ``max_pct``)."""
         results = self._predict_many([(Views(s), mode) for s, mode in asks])
+        if compose:
+            results = self._serve_composed([s for s, _ in asks], results, what_if=what_if)
         self.clipped += sum(1 for r in results if r is not None and r.clipped)
         if self.observations:
             self.withheld_novel += sum(
@@ -287,8 +293,8 @@ class EnvironmentModels:
             )  # fmt: skip
         return results
 
-    def predict_sample(self, sample: Sample, mode: str) -> PredictionResult | None:
-        return self.predict_samples([(sample, mode)])[0]
+    def predict_sample(self, sample: Sample, mode: str, *, compose: bool = True) -> PredictionResult | None:
+        return self.predict_samples([(sample, mode)], compose=compose)[0]
 
     def predict(self, obs: Observation, mode: str) -> PredictionResult | None:
         """The selected model's prediction for ``obs``.  None before any labelled observation, and where the job
@@ -313,7 +319,16 @@ class EnvironmentModels:
             Sample(jt, tuple(co), math.nan, "", self.environment, {}, dict(solo), tuple(co_solos))
             for jt, solo, co, co_solos in asks
         ]  # fmt: skip
-        results = self.predict_samples([(s, "placement") for s in samples])
+        return self.predict_samples([(s, "placement") for s in samples], what_if=True)
+
+    def _serve_composed(
+        self, samples: Sequence[Sample], results: list[PredictionResult | None], *, what_if: bool
+    ) -> list[PredictionResult | None]:
+        """``results`` with each job set of 3+ never measured composed from its pairs (:meth:`_compose`) where the
+        composition scores no worse than what is served (:class:`models.compose.ComposeScore`), its interval at
+        least as wide, multiplicatively, as what such job sets measured first were off by.  A what-if's composed
+        slowdown is bounded by what pairs each at ``max_pct`` compose to (a hypothetical job set may be one no
+        scheduler would run: its slowdown compounds); a running job's prediction stays in ``[-100, max_pct]``."""
         many = [
             i
             for i, (s, r) in enumerate(zip(samples, results, strict=True))
@@ -327,21 +342,32 @@ class EnvironmentModels:
             if r is None:
                 continue
             value, interval, model = r.interference_pct, r.interval_pct, r.model
-            if composed is not None and composed[2] and self.compose_scores[True].serve_composed():
-                value, interval, _ = composed
+            top = compose_pct([self.config.max_pct] * len(samples[i].co_job_types)) if what_if else self.config.max_pct
+            clipped = r.clipped
+            if composed is not None and self.compose_scores[composed[2]].serve_composed():
+                (value, clipped), interval = clip_pct(composed[0], top), composed[1]
+                if interval is not None:
+                    interval = (min(clip_pct(interval[0], top)[0], value), max(clip_pct(interval[1], top)[0], value))
                 model = f"compose/{r.model}"
-            if offsets is not None:  # at least as wide as what job sets of 3+ measured first were off by
+            if offsets is not None:
+                # a composed value: the conformal interval of what job sets of 3+ measured first were off by (the
+                # residuals of what was served, the composition where it was), multiplicative like it; the pairs'
+                # composed interval besides made it over-cover (0.96-0.97 on the full bench).  Else at least that wide.
                 lo, hi = ((1.0 + value / 100.0) * math.exp(o) * 100.0 - 100.0 for o in offsets)
-                lo, hi = clip_pct(lo, self.config.max_pct)[0], clip_pct(hi, self.config.max_pct)[0]
-                interval = (min(lo, value), max(hi, value)) if interval is None else (min(lo, interval[0]), max(hi, interval[1]))
+                lo, hi = clip_pct(lo, top)[0], clip_pct(hi, top)[0]
+                if interval is None or model.startswith("compose/"):
+                    interval = (min(lo, value), max(hi, value))
+                else:
+                    interval = (min(lo, interval[0]), max(hi, interval[1]))
             results[i] = PredictionResult(
-                value, model, r.category, r.mode, r.expected_error_pct, r.regime, r.clipped, interval
+                value, model, r.category, r.mode, r.expected_error_pct, r.regime, clipped, interval
             )  # fmt: skip
         return results
 
     def _compose(self, samples: Sequence[Sample]) -> list[tuple[float, tuple[float, float] | None, bool] | None]:
         """Each sample's slowdown composed from its job's predicted slowdown next to each co-runner alone
-        (:func:`models.compose.compose_pct`), bounded to ``[-100, max_pct]``, with the composed interval and whether
+        (:func:`models.compose.compose_pct`), bounded to ``-100`` and to what pairs each at ``max_pct`` compose to (a
+        slowdown compounds past any one pair's bound: Gavel-style sharing, not a cap), with the composed interval and whether
         every pair was measured; None where a pair has no prediction."""
         pairs = [
             Sample(s.job_type, (co,), math.nan, "", s.environment, {}, dict(s.solo), (dict(cs),))
@@ -354,12 +380,13 @@ class EnvironmentModels:
             if any(r is None for r in rs):
                 out.append(None)
                 continue
-            value = clip_pct(compose_pct([r.interference_pct for r in rs if r is not None]), self.config.max_pct)[0]
+            top = compose_pct([self.config.max_pct] * len(rs))  # what pairs each at the bound compose to
+            value = clip_pct(compose_pct([r.interference_pct for r in rs if r is not None]), top)[0]
             ivs = [r.interval_pct for r in rs if r is not None]
             interval = None
             if all(iv is not None for iv in ivs):
                 lo, hi = compose_interval([iv for iv in ivs if iv is not None])
-                interval = (min(clip_pct(lo, self.config.max_pct)[0], value), max(clip_pct(hi, self.config.max_pct)[0], value))
+                interval = (min(clip_pct(lo, top)[0], value), max(clip_pct(hi, top)[0], value))
             out.append((value, interval, all(r is not None and r.regime == "seen" for r in rs)))
         return out
 

@@ -88,6 +88,8 @@ class Newcomer:
     """Ridge penalty of the factors (batch) and their weight decay (online, times ``lr``)."""
     init_scale: float = 0.1
     seed: int = 0
+    max_step: float = 25.0
+    """The online factors' SGD error is bounded to ``+-max_step`` (points)."""
     victim_family: dict[str, _Bias] = field(default_factory=dict)
     victim_type: dict[str, _Bias] = field(default_factory=dict)
     aggressor_family: dict[str, _Bias] = field(default_factory=dict)
@@ -157,7 +159,9 @@ class Newcomer:
             at.total += len(co) * (residual - vic - inter - others) - af.value(self.prior)
             at.count += 1
         if self.rank and co:
-            err = residual - self._victim(job) - self._aggressor(co) - inter
+            # one SGD step on what the biases leave, the step's error bounded (a Huber step: a residual of hundreds
+            # of points, early, does not throw the factors off)
+            err = min(max(residual - self._victim(job) - self._aggressor(co) - inter, -self.max_step), self.max_step)
             pv = self._factor(self.p, job.job_type)
             qs = [self._factor(self.q, a.job_type) for a in co]
             qbar = sum(qs) / len(co)

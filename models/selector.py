@@ -65,6 +65,9 @@ class Selector:
         self.scored_in: dict[str, list[Candidate]] = {}
         """Per slot with its own errors, the candidates scored there (what :meth:`choice` weighs)."""
         self.pending: list[Pending] = []
+        self.job_sets: set[tuple[str, ...]] = set()
+        """Job sets (the sorted types of a slot's job and co-runners) measured since this selector started (not
+        saved): a new slot of one of these is the same job set's other role, scored in neither regime."""
         self.selected: dict[str, dict[str, Choice]] = {regime: {} for regime in REGIMES}
         self.stale = set(REGIMES)
         """Regimes whose errors changed since their last selection (``new`` changes rarely: first observations
@@ -99,16 +102,25 @@ class Selector:
         """Test every candidate due on the ``n``-th observation, then train them; the batch ones are tested later."""
         key = views.slot
         seen = self.measurements.measured(key) > 0
+        job_set = tuple(sorted((views.sample.job_type, *views.sample.co_job_types)))
+        regime: str | None
         regime, own = ("seen", self._own_slot(key)) if seen else ("new", None)
+        if not seen and job_set in self.job_sets:
+            # a slot never measured, of a job set measured: its other role, usually of the same window.  Online
+            # learners have just learned that role; scored as ``new`` they would be judged on a question a
+            # what-if of a job set never measured never asks (there every role is unmeasured), and beat the batch
+            # models' grouped-CV error with an error they do not have there.
+            regime = None
         due = [c for c in self._immediate if c.due(n)]
         for c in due:
             x = c.features(views)
-            if x and c.ready():
+            if regime is not None and x and c.ready():
                 self._score(c, c.predict_one(x), y, regime, own)
         for c in due:
             c.learn(views, y)
         self.measurements.update(key, y, (views.sample.job_type, *views.sample.co_job_types))
-        if self._batched:
+        self.job_sets.add(job_set)
+        if self._batched and regime is not None:
             self.pending.append(Pending(views, y, regime, own))
             if len(self.pending) >= self.config.score_batch_every:
                 self.score_pending()

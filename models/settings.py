@@ -27,6 +27,9 @@ class Config:
     """Rank of its victim x aggressor factors (0: biases only)."""
     newcomer_prior: float = 2.0
     """Its shrinkage: a type measured ``n`` times keeps ``n / (n + prior)`` of its mean residual."""
+    compose_margin: float = 0.25
+    """A job set of 3+ never measured is composed from its pairs (:mod:`models.compose`) until, on its first
+    observations, the composition's error exceeds the served model's by this share."""
     predict_novel: bool = True
     """A job type never measured here but with a solo profile is predicted from the profile (placement mode,
     ``regime`` ``novel``, its interval widened to the spread of every measured slowdown); False: withheld, as

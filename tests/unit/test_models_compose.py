@@ -46,7 +46,7 @@ def test_a_three_job_set_never_measured_is_composed_from_its_pairs_better_than_t
     em.refit_now()
     job, co = "net4 (batch size 8)", ["net3 (batch size 8)", "net4 (batch size 8)"]
     truth = _truth(job, co)
-    feature_model = em.predict_sample(_sample(job, co, math.nan), "placement")
+    feature_model = em.predict_sample(_sample(job, co, math.nan), "placement", compose=False)
     served = em.predict_placement(job, _profile(SENS[job]), co, [_profile(SENS[c]) for c in co])
     assert feature_model is not None and served is not None
     assert feature_model.regime == served.regime == "new" and served.model.startswith("compose/")
@@ -76,9 +76,49 @@ def test_the_composition_is_not_served_where_its_prequential_error_is_worse_and_
     served = em.predict_placement(job, _profile(SENS[job]), co, [_profile(SENS[c]) for c in co])
     assert served is not None and served.regime == "new" and not served.model.startswith("compose/")
     # its interval: at least as wide as the feature model's, and as what the sets of three measured first were off by
-    own = em.predict_sample(_sample(job, co, math.nan), "placement")
+    own = em.predict_sample(_sample(job, co, math.nan), "placement", compose=False)
     truth = max(_pair_pct(job, c) for c in co)
     assert own is not None and own.interval_pct is not None and served.interval_pct is not None
     assert served.interval_pct[0] <= own.interval_pct[0] and served.interval_pct[1] >= own.interval_pct[1]
     assert served.interval_pct[0] <= truth <= served.interval_pct[1], (truth, own.interval_pct, served.interval_pct)
     assert not own.interval_pct[0] <= truth <= own.interval_pct[1]  # the pairs' interval misses it
+
+
+def test_a_three_job_set_with_a_pair_never_measured_is_composed_and_so_is_its_running_jobs_prediction() -> None:
+    rng = np.random.default_rng(1)
+    em = EnvironmentModels("v100", config=FAST)
+    names = sorted(SENS)
+    job, co = "net4 (batch size 8)", ["net3 (batch size 8)", "net2 (batch size 8)"]
+    for _ in range(8):  # every pair but net4 next to net3
+        for a in names:
+            for b in names:
+                if (a, b) != (job, co[0]):
+                    em.learn_sample(_sample(a, [b], _pair_pct(a, b) + float(rng.normal(0, 0.5))))
+    em.refit_now()
+    truth = _truth(job, co)
+    feature_model = em.predict_sample(_sample(job, co, math.nan), "placement", compose=False)
+    served = em.predict_placement(job, _profile(SENS[job]), co, [_profile(SENS[c]) for c in co])
+    running = em.predict_sample(_sample(job, co, math.nan), "placement")  # what the running job is told
+    assert feature_model is not None and served is not None and running is not None
+    assert served.regime == "new" and served.model.startswith("compose/") and running.model == served.model
+    assert abs(served.interference_pct - truth) < 5.0 < abs(feature_model.interference_pct - truth), (
+        truth, feature_model.interference_pct, served.interference_pct,
+    )  # fmt: skip
+
+
+def test_a_composed_slowdown_compounds_past_the_bound_of_one_pair() -> None:
+    em = EnvironmentModels("v100", config=Config(**{**FAST.__dict__, "max_pct": 60.0}))
+    names = sorted(SENS)
+    for _ in range(8):
+        for a in names:
+            for b in names:
+                em.learn_sample(_sample(a, [b], min(60.0, _pair_pct(a, b))))
+    em.refit_now()
+    job, co = "net4 (batch size 8)", ["net4 (batch size 8)", "net3 (batch size 8)"]
+    served = em.predict_placement(job, _profile(SENS[job]), co, [_profile(SENS[c]) for c in co])
+    assert served is not None and served.model.startswith("compose/")
+    # each pair at the bound (60 %): a third of solo speed is 1.6 x 1.6 = 2.56 x the time, 156 %, not 60 %
+    assert 150.0 < served.interference_pct <= 156.0 + 1e-9
+    # a running job's own prediction keeps the bound (what stage 2 publishes as its slowdown: [-100, max_pct])
+    running = em.predict_sample(_sample(job, co, math.nan), "placement")
+    assert running is not None and running.model.startswith("compose/") and running.interference_pct == 60.0 and running.clipped

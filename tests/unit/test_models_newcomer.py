@@ -135,3 +135,17 @@ def test_a_novel_type_with_a_solo_profile_is_predicted_from_it_with_a_wide_inter
     assert em.predict_placement("brand-new", {}, ["net1 (batch size 8)"], [_profile(KNOWN["net1 (batch size 8)"])]) is None
     off = _trained(dataclasses.replace(FAST, predict_novel=False))
     assert off.predict_placement("brand-new", profile, ["net1 (batch size 8)"], [_profile(KNOWN["net1 (batch size 8)"])]) is None
+
+
+def test_online_factors_stay_finite_on_residuals_of_hundreds_of_points() -> None:
+    """Early residuals of a job set far beyond the feature model's range (hundreds of points): the factors' SGD
+    steps are bounded (``max_step``), so they neither overflow nor swamp the biases."""
+    m = Newcomer(rank=2, prior=2.0, seed=0)
+    rng = np.random.default_rng(0)
+    names = [f"t{i} (batch size 8)" for i in range(4)]
+    for _ in range(400):
+        job, co = rng.choice(names), list(rng.choice(names, size=2))
+        m.learn_one(*roles(str(job), [str(c) for c in co]), float(rng.choice([-900.0, 900.0])))
+    factors = np.array([*m.p.values(), *m.q.values()])
+    assert np.isfinite(factors).all() and np.abs(factors).max() < 1e3
+    assert all(math.isfinite(m.predict_one(*roles(a, [b]))) for a in names for b in names)

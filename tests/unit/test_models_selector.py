@@ -289,3 +289,24 @@ def test_a_state_of_another_format_is_refused_with_a_clear_error(stream, tmp_pat
     path.write_bytes(msgspec.json.encode(state))
     with pytest.raises(msgspec.ValidationError, match="format"):
         EnvironmentModels.load(tmp_path / "state" / "v100")
+
+
+def test_the_other_role_of_a_job_set_just_measured_is_not_scored_as_new() -> None:
+    """A GPU's window gives one observation per job: ``a | b``, then ``b | a``.  The second is a slot never
+    measured, but its job set was, one observation ago: an online learner that has just learned ``a | b`` would be
+    judged there on a question no what-if of a job set never measured asks.  Only the first counts as new."""
+    from models.candidates import CandidateKey
+    from models.datasets import Sample
+
+    def sample(job: str, co: str, y: float) -> Sample:
+        prof = {"a": {"S": 10.0, "M": 100.0}, "b": {"S": 50.0, "M": 300.0}, "c": {"S": 90.0, "M": 200.0}}
+        return Sample(job, (co,), y, " + ".join(sorted((job, co))), "v100", {}, prof[job], (prof[co],))
+
+    em = EnvironmentModels("v100", config=Config(online_models=("river.LinearRegression",), batch_models=("LinearRegression",)))
+    key = CandidateKey("placement", "all", "river.LinearRegression")
+    for job, co in (("a", "b"), ("b", "a"), ("a", "c"), ("c", "a"), ("b", "c"), ("c", "b")):
+        em.learn_sample(sample(job, co, 10.0))
+    new = em.candidates[key].record.errors["new"]
+    assert new.n == 2  # a + c and b + c (the first, a + b, came before anything was learned: not ready)
+    em.learn_sample(sample("a", "b", 10.0))  # measured now: seen
+    assert em.candidates[key].record.errors["seen"].n >= 1 and new.n == 2

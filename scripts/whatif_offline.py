@@ -1,0 +1,159 @@
+"""Offline profile of predictions for job sets never measured (no broker, no worker): the accuracy bench's fleet
+(16 v100 GPUs, seed 3) chopped into 10 s windows, learned in time order by one EnvironmentModels (refits run
+synchronously when due), and in the second half every window's placement predictions of co-located jobs and the
+what-if entries of each GPU's running set scored against the simulator's truth.
+
+    python scripts/whatif_offline.py [--quick] [--every N] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from aip.bench.truth import what_if_truth
+from events import Observation
+from models.environment import EnvironmentModels
+from placement.experiment import Truth
+from producers import calibration as cal
+from producers.sim import Simulator
+
+WINDOW_S = 10.0
+
+
+def windows(sim: Simulator) -> list[tuple[float, str, list[tuple[str, str]]]]:
+    """(window end, gpu, [(job id, type)] active the whole window) for every 10 s window of every GPU."""
+    out = []
+    n = int(sim.ticks // WINDOW_S)
+    for gpu in sim.gpus:
+        for w in range(n):
+            lo, hi = w * WINDOW_S, (w + 1) * WINDOW_S
+            active = [(j.job_id, j.job_type) for j in gpu.jobs if j.start_k <= lo and j.end_k >= hi]
+            out.append((sim.start_ts + hi, gpu.uuid, active))
+    out.sort(key=lambda r: (r[0], r[1]))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--every", type=int, default=1, help="score every Nth window of the second half")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--dump", help="write every scored what-if row to this JSON file")
+    args = ap.parse_args()
+    duration = 1800.0 if args.quick else 3000.0
+    sim = Simulator(16, seed=3, start_ts=1.0e9, duration_s=duration)
+    truth = Truth("v100")
+    rng = random.Random(0)
+    models = EnvironmentModels("v100", seed=0)
+    half = sim.start_ts + duration / 2
+    types = sorted(sim.table)
+    measured: set[tuple[str, ...]] = set()
+    pred_rows: list[tuple[str, int, float, float]] = []  # regime, co-runners, truth, predicted
+    wi_rows: list[dict] = []
+    t0 = time.monotonic()
+    wins = windows(sim)
+    k = 0
+    for end, gpu, active in wins:
+        if len(active) >= 2 and end > half:
+            k += 1
+            score = k % args.every == 0
+        else:
+            score = False
+        if end > half and not active and k % args.every == 0:
+            for t in types:
+                wi_rows.append({"running": 0, "newcomer": t, "set": [t], "truth": 0.0, "existing_truth": 0.0, "measured": True,
+                                "pred": 0.0, "existing": 0.0, "model": "idle", "regime": "idle", "interval": [0.0, 0.0],
+                                "end": end, "gpu": gpu})
+        if end > half and active and (score or len(active) == 1) and (k % args.every == 0):
+            running = [t for _, t in active]
+            from streams.stage2 import what_if_entries
+
+            known = {t: truth.solo(t) for t in types if t in models.measurements.types}
+            got = {w.job_type: w for w in what_if_entries(models, known, running, [truth.solo(r) for r in running])}
+            for t in types:
+                w = got.get(t)
+                tr = what_if_truth(sim.table, running, t)
+                if tr is None:
+                    continue
+                key = tuple(sorted([*running, t]))
+                row = {"running": len(running), "newcomer": t, "set": list(key), "truth": tr[0], "existing_truth": tr[1],
+                       "measured": key in measured, "pred": None if w is None else w.newcomer_pct,
+                       "existing": None if w is None else w.existing_pct, "model": None,
+                       "regime": None if w is None else w.regime, "interval": None if w is None else w.interval_pct,
+                       "end": end, "gpu": gpu}
+                wi_rows.append(row)
+        if len(active) >= 2:
+            obs = []
+            for i, (jid, t) in enumerate(active):
+                co = [o for k2, o in enumerate(active) if k2 != i]
+                frac = cal.speed_fraction(sim.table, t, [c for _, c in co]) or 1.0
+                y = cal.interference_pct(1.0, frac * (1.0 + rng.gauss(0.0, 0.002)))
+                obs.append(Observation(window_start=end - WINDOW_S, window_end=end, gpu_uuid=gpu, environment="v100",
+                                       job_id=jid, job_type=t, co_job_types=[c for _, c in co], co_job_ids=[c for c, _ in co],
+                                       solo=truth.solo(t), co_solo=[truth.solo(c) for _, c in co], interference_pct=y))
+            if score:
+                for o in obs:
+                    r = models.predict(o, "placement")
+                    if r is not None:
+                        pred_rows.append((r.regime, len(o.co_job_types), float(o.interference_pct), r.interference_pct))
+            for o in obs:
+                models.learn(o)
+            measured.add(tuple(sorted(t for _, t in active)))
+            if models.refit_due():
+                models.refit_now()
+    out: dict = {"seconds": round(time.monotonic() - t0, 1), "observations": models.observations, "refits": models.refits}
+    for regime in ("seen", "new", "novel"):
+        for nco in (1, 2):
+            e = [abs(t - p) for g, c, t, p in pred_rows if g == regime and c == nco]
+            out[f"pred_{regime}_{nco}co"] = (len(e), round(statistics.mean(e), 2) if e else None)
+    e = [abs(t - p) for _, _, t, p in pred_rows]
+    out["pred_all"] = (len(e), round(statistics.mean(e), 3) if e else None)
+    by = defaultdict(list)
+    cov = defaultdict(list)
+    for r in wi_rows:
+        if r["pred"] is None or r["running"] == 0:
+            continue
+        g = "seen" if r["measured"] else "new"
+        by[(r["running"], g)].append(abs(r["pred"] - r["truth"]))
+        if r["interval"]:
+            cov[(r["running"], g)].append(r["interval"][0] <= r["truth"] <= r["interval"][1])
+    out["what_if"] = {f"{n}:{g}": (len(v), round(statistics.mean(v), 1), round(statistics.median(v), 1),
+                                   round(statistics.mean(cov[(n, g)]), 3) if cov[(n, g)] else None)
+                      for (n, g), v in sorted(by.items())}
+    qs: dict = defaultdict(list)
+    for r in wi_rows:
+        if r["pred"] is not None:
+            qs[(r["end"], r["newcomer"])].append(r)
+    chosen, rand = [], []
+    cost = lambda n, e: max(0.0, n) + max(0.0, e)  # noqa: E731
+    for ans in qs.values():
+        if len(ans) < 2:
+            continue
+        best = min(cost(a["truth"], a["existing_truth"]) for a in ans)
+        pick = min(ans, key=lambda a: (cost(a["pred"], a["existing"]), a["gpu"]))
+        chosen.append(cost(pick["truth"], pick["existing_truth"]) - best)
+        rand.append(statistics.mean(cost(a["truth"], a["existing_truth"]) for a in ans) - best)
+    out["regret"] = (len(chosen), round(statistics.mean(chosen), 2), round(statistics.mean(rand), 2),
+                     round(statistics.mean(chosen) / statistics.mean(rand), 4))
+    out["served"] = [(s.mode, s.regime, s.model, s.category, None if s.error_pct is None else round(s.error_pct, 2)) for s in models.served()]
+    board = sorted(((c.record.errors["new"].get() or 1e9, k.mode, k.category, k.model) for k, c in models.candidates.items()
+                    if c.record.errors["new"].get() is not None and k.category == "all"))
+    out["new_board"] = [(round(e, 2), m, c, n) for e, m, c, n in board[:8]] + [
+        (round(e, 2), m, c, n) for e, m, c, n in board if n == "Newcomer"]
+    out["compose_scores"] = {str(k): (v.n, round(v.composed_abs, 1), round(v.served_abs, 1)) for k, v in models.compose_scores.items()}
+    if args.dump:
+        Path(args.dump).write_text(json.dumps(wi_rows))
+    print(json.dumps(out, indent=None if args.json else 1))
+
+
+if __name__ == "__main__":
+    main()
