@@ -31,7 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:  # a Ctrl-C while the commands' modules import (torch, faust: seconds) is no traceback either
+        parser = build_parser()
+    except KeyboardInterrupt:
+        return 130
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
