@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -582,6 +583,42 @@ def create_app(settings: Settings, **kwargs: Any) -> Streams:
     return Streams(settings, **kwargs)
 
 
+STOP_WITHIN_S = 45.0
+"""After SIGINT or SIGTERM a worker is gone within this long (``AIP_WORKER_STOP_WITHIN_S``).  A clean stop takes
+seconds; one whose broker went away meanwhile waited for it for good (measured: an orphaned worker still retrying
+50 min later), so the process then exits without its final save, which loses nothing: the committed offsets
+never run ahead of the saved state, and what is read again is deduplicated."""
+
+
+def stop_within_s() -> float:
+    value = os.environ.get("AIP_WORKER_STOP_WITHIN_S", "")
+    try:
+        return float(value) if value else STOP_WITHIN_S
+    except ValueError:
+        return STOP_WITHIN_S
+
+
+def exit_within(seconds: float, exit: Callable[[int], None] = os._exit) -> threading.Timer | None:
+    """Arm (once per process) a watchdog that ends the process with exit code 1 if it is still here ``seconds``
+    from now; None when one is armed already."""
+    global _WATCHDOG
+    if _WATCHDOG is not None:
+        return None
+
+    def leave() -> None:
+        log.error("the worker did not stop within %g s of the signal (broker unreachable?); exiting without the final save", seconds)
+        logging.shutdown()
+        exit(1)
+
+    _WATCHDOG = threading.Timer(seconds, leave)
+    _WATCHDOG.daemon = True
+    _WATCHDOG.start()
+    return _WATCHDOG
+
+
+_WATCHDOG: threading.Timer | None = None
+
+
 def faust_worker(app: faust.App, loglevel: str = "warn") -> Any:
     """A faust Worker without its terminal spinner.
 
@@ -593,8 +630,13 @@ def faust_worker(app: faust.App, loglevel: str = "warn") -> Any:
     """
     from faust.worker import Worker
 
+    class BoundedStopWorker(Worker):  # type: ignore[misc]
+        def _schedule_shutdown(self, sig: Any) -> None:  # mode's Worker: SIGINT and SIGTERM both come here
+            exit_within(stop_within_s())
+            super()._schedule_shutdown(sig)
+
     levels = {"crit": "critical", "warn": "warning"}
-    worker = Worker(app, loglevel=levels.get(loglevel, loglevel), quiet=True, redirect_stdouts=False)
+    worker = BoundedStopWorker(app, loglevel=levels.get(loglevel, loglevel), quiet=True, redirect_stdouts=False)
     worker.spinner = None
     return worker
 

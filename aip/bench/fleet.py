@@ -141,6 +141,7 @@ def run_fleet(
     from producers.sim import Simulator
     from transport import ensure_project_topics
 
+    workdir.mkdir(parents=True, exist_ok=True)
     with EmbeddedBroker(port=free_port()) as broker:
         settings = Settings.from_env(broker=broker.address, topic_prefix=f"fleet{int(time.time())}.", partitions=partitions)
         ensure_project_topics(settings)
@@ -234,9 +235,34 @@ def run_fleet(
     }
 
 
+CURVE_GPUS = (500, 2000, 10_000)
+"""Fleet sizes of the cost curve."""
+CURVE_S = {False: 120.0, True: 60.0}
+"""Seconds of each cost-curve run other than the main one (full, ``--quick``)."""
+
+
+def curve_point(fleet: dict[str, Any]) -> dict[str, Any]:
+    """One point of the cost curve: what a fleet run cost per GPU sample and per observation.
+
+    >>> curve_point({"gpus": 500, "duration_s": 60.2, "cpu_ms_per_gpu_sample": 0.2, "cpu_ms_per_observation": 9.5,
+    ...              "worker_cpu_pct": [10.0, 5.0], "kept_up": True, "lag": {}})
+    {'gpus': 500, 'duration_s': 60.2, 'cpu_ms_per_gpu_sample': 0.2, 'cpu_ms_per_observation': 9.5, 'worker_cpu_pct': [10.0, 5.0], 'kept_up': True}
+    """
+    keys = ("gpus", "duration_s", "cpu_ms_per_gpu_sample", "cpu_ms_per_observation", "worker_cpu_pct", "kept_up")
+    return {k: fleet[k] for k in keys}
+
+
 def run(quick: bool, progress: Any, gpus: int | None = None, workers: int | None = None) -> dict[str, Any]:
+    """The main run (``--gpus``, default 10,000; ``--quick`` 2,000), then, unless ``--gpus`` was given, shorter
+    runs at the other sizes of :data:`CURVE_GPUS`: ``cost_curve`` lists every size's CPU per unit."""
     import tempfile
 
     n = gpus or (2000 if quick else 10_000)
+    w = workers or 2
     with tempfile.TemporaryDirectory() as tmp:
-        return {"fleet": run_fleet(n, workers or 2, 120.0 if quick else 600.0, Path(tmp), progress)}
+        main = run_fleet(n, w, 120.0 if quick else 600.0, Path(tmp) / "main", progress)
+        points = {n: curve_point(main)}
+        for size in () if gpus else (g for g in CURVE_GPUS if g != n):
+            progress(f"cost curve: {size} GPUs for {CURVE_S[quick]:g} s")
+            points[size] = curve_point(run_fleet(size, w, CURVE_S[quick], Path(tmp) / f"curve{size}", progress))
+    return {"fleet": main | {"cost_curve": [points[g] for g in sorted(points)]}}
