@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -121,6 +122,16 @@ def sample_of(obs: Observation) -> Sample:
     )  # fmt: skip
 
 
+def draw(observation_id: str) -> int:
+    """A deterministic draw of an observation (CRC-32 of its id): the same on every worker, in any order, after
+    any restart, so a rebuild from the topic samples the same observations.
+
+    >>> draw("GPU-a/j1/1700000000.0") == draw("GPU-a/j1/1700000000.0")
+    True
+    """
+    return zlib.crc32(observation_id.encode())
+
+
 def _log_ratio(actual_pct: float, predicted_pct: float) -> float:
     """``log((1 + actual) / (1 + predicted))`` of two slowdowns in percent (each floored at a 99.9 % speed-up).
 
@@ -181,12 +192,15 @@ class EnvironmentModels:
     # ------------------------------------------------------------------ learning
 
     def learn(self, obs: Observation) -> None:
-        """Test-then-train: every candidate predicts ``obs``, is scored, then learners learn it.  No-op when unlabelled."""
+        """Test-then-train: every candidate due predicts ``obs``, is scored, then learns it (the online learners on
+        their sample, see ``Config.online_sample``).  No-op when unlabelled."""
         if obs.interference_pct is None or not math.isfinite(obs.interference_pct):
             return
-        self.learn_sample(sample_of(obs))
+        self.learn_sample(sample_of(obs), draw(obs.observation_id))
 
-    def learn_sample(self, sample: Sample) -> None:
+    def learn_sample(self, sample: Sample, draw: int | None = None) -> None:
+        """``draw``: the observation's :func:`draw`, which says whether the online learners take it; None: they
+        all take it (the heavy ones on their stride of the observation count)."""
         y = sample.target
         views = Views(sample)
         # drift: the error of what predict() serves for this sample, before anything learns it
@@ -206,7 +220,7 @@ class EnvironmentModels:
                 if det.drift_detected and det.estimation > before:  # the error rose (a fall is learning, not drift)
                     self._drift = True
                     self.drift_events += 1
-        self.selector.learn_one(views, y, self.observations)
+        self.selector.learn_one(views, y, self.observations, draw)
         self.observations += 1
         self._since_refit += 1
         self.history.append(sample)

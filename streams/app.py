@@ -547,14 +547,16 @@ class Streams:
             self.publish_observations(self.state.take_released())
 
     async def stage2_batch(self, batch: Iterable[Any]) -> None:
-        boards = {}
+        envs: dict[str, None] = {}  # the environments of the batch, in order: one leaderboard each, after it
         for event in batch:
             self._consumed(event)
             await self.rebuild.before(event.message.partition, event.message.offset)
             try:
                 obs = decode(Observation, event.value)
-                out = self.stage2.on_observation(obs)
+                out = self.stage2.on_observation(obs, leaderboard=False)
                 self.metrics.observations[obs.environment] += 1
+                if obs.colocated:  # what stage 2 learns from (a solo window's answer changes no leaderboard)
+                    envs[obs.environment] = None
             except RecordError as exc:
                 await self.send_dead_letter(event, f"invalid interference.observations record: {exc}", "stage2")
                 continue
@@ -567,10 +569,10 @@ class Streams:
                 await self.send("predictions", p.gpu_uuid, p)
             for a in out.alerts:
                 await self.send("alerts", a.gpu_uuid, a)
-            if out.leaderboard is not None:
-                boards[out.leaderboard.environment] = out.leaderboard
-        for env, board in boards.items():
-            await self.send("leaderboard", env, board)
+        for env in envs:
+            board = self.stage2.leaderboard_of(env)
+            if board is not None:
+                await self.send("leaderboard", env, board)
         self.start_refits()
 
     def start_refits(self) -> None:
