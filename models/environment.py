@@ -357,11 +357,18 @@ class EnvironmentModels:
         """Each sample's slowdown composed from its job's predicted slowdown next to each co-runner alone
         (:func:`models.compose.compose_pct`), bounded to ``[-100, max_pct]``, with the composed interval and whether
         every pair was measured; None where a pair has no prediction."""
-        pairs = [
-            Sample(s.job_type, (co,), math.nan, "", s.environment, {}, dict(s.solo), (dict(cs),))
-            for s in samples for co, cs in zip(s.co_job_types, s.co_solos, strict=True)
-        ]  # fmt: skip
-        preds = iter(self._predict_many([(Views(p), "placement") for p in pairs]))
+        # each distinct pair predicted once per call: a window's what-if asks the pairs of the jobs already there
+        # once per newcomer (same types, same profiles, so the same prediction)
+        keys: list[tuple[Any, ...]] = []
+        unique: dict[tuple[Any, ...], Sample] = {}
+        for s in samples:
+            for co, cs in zip(s.co_job_types, s.co_solos, strict=True):
+                key = (s.job_type, co, tuple(sorted(s.solo.items())), tuple(sorted(cs.items())))
+                keys.append(key)
+                if key not in unique:
+                    unique[key] = Sample(s.job_type, (co,), math.nan, "", s.environment, {}, dict(s.solo), (dict(cs),))
+        by_key = dict(zip(unique, self._predict_many([(Views(p), "placement") for p in unique.values()]), strict=True))
+        preds = iter([by_key[k] for k in keys])
         out: list[tuple[float, tuple[float, float] | None, bool] | None] = []
         for s in samples:
             rs = [next(preds) for _ in s.co_job_types]
