@@ -547,7 +547,11 @@ class Streams:
             self.publish_observations(self.state.take_released())
 
     async def stage2_batch(self, batch: Iterable[Any]) -> None:
-        envs: dict[str, None] = {}  # the environments of the batch, in order: one leaderboard each, after it
+        """Stage 2 for a batch: every observation first, then each environment's leaderboard (once per batch: a
+        worker published only the batch's last one), then what they produced, so that the views' leaderboard is
+        current before the batch's first prediction is out."""
+        outs = []
+        envs: dict[str, None] = {}  # the environments learned from in this batch, in order
         for event in batch:
             self._consumed(event)
             await self.rebuild.before(event.message.partition, event.message.offset)
@@ -565,14 +569,15 @@ class Streams:
                 await self.send_dead_letter(event, f"stage 2 error: {type(exc).__name__}: {exc}", "stage2")
                 continue
             self.interference.observe(obs, out.predictions, out.alerts)
+            outs.append(out)
+        boards = [board for env in envs if (board := self.stage2.leaderboard_of(env)) is not None]
+        for out in outs:
             for p in out.predictions:
                 await self.send("predictions", p.gpu_uuid, p)
             for a in out.alerts:
                 await self.send("alerts", a.gpu_uuid, a)
-        for env in envs:
-            board = self.stage2.leaderboard_of(env)
-            if board is not None:
-                await self.send("leaderboard", env, board)
+        for board in boards:
+            await self.send("leaderboard", board.environment, board)
         self.start_refits()
 
     def start_refits(self) -> None:
