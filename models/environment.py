@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -121,6 +122,16 @@ def sample_of(obs: Observation) -> Sample:
     )  # fmt: skip
 
 
+def draw(observation_id: str) -> int:
+    """A deterministic draw of an observation (CRC-32 of its id): the same on every worker, in any order, after
+    any restart, so a rebuild from the topic samples the same observations.
+
+    >>> draw("GPU-a/j1/1700000000.0") == draw("GPU-a/j1/1700000000.0")
+    True
+    """
+    return zlib.crc32(observation_id.encode())
+
+
 def _log_ratio(actual_pct: float, predicted_pct: float) -> float:
     """``log((1 + actual) / (1 + predicted))`` of two slowdowns in percent (each floored at a 99.9 % speed-up).
 
@@ -181,12 +192,15 @@ class EnvironmentModels:
     # ------------------------------------------------------------------ learning
 
     def learn(self, obs: Observation) -> None:
-        """Test-then-train: every candidate predicts ``obs``, is scored, then learners learn it.  No-op when unlabelled."""
+        """Test-then-train: every candidate due predicts ``obs``, is scored, then learns it (the online learners on
+        their sample, see ``Config.online_sample``).  No-op when unlabelled."""
         if obs.interference_pct is None or not math.isfinite(obs.interference_pct):
             return
-        self.learn_sample(sample_of(obs))
+        self.learn_sample(sample_of(obs), draw(obs.observation_id))
 
-    def learn_sample(self, sample: Sample) -> None:
+    def learn_sample(self, sample: Sample, draw: int | None = None) -> None:
+        """``draw``: the observation's :func:`draw`, which says whether the online learners take it; None: they
+        all take it (the heavy ones on their stride of the observation count)."""
         y = sample.target
         views = Views(sample)
         # drift: the error of what predict() serves for this sample, before anything learns it
@@ -206,7 +220,7 @@ class EnvironmentModels:
                 if det.drift_detected and det.estimation > before:  # the error rose (a fall is learning, not drift)
                     self._drift = True
                     self.drift_events += 1
-        self.selector.learn_one(views, y, self.observations)
+        self.selector.learn_one(views, y, self.observations, draw)
         self.observations += 1
         self._since_refit += 1
         self.history.append(sample)
@@ -369,11 +383,18 @@ class EnvironmentModels:
         (:func:`models.compose.compose_pct`), bounded to ``-100`` and to what pairs each at ``max_pct`` compose to (a
         slowdown compounds past any one pair's bound: Gavel-style sharing, not a cap), with the composed interval and whether
         every pair was measured; None where a pair has no prediction."""
-        pairs = [
-            Sample(s.job_type, (co,), math.nan, "", s.environment, {}, dict(s.solo), (dict(cs),))
-            for s in samples for co, cs in zip(s.co_job_types, s.co_solos, strict=True)
-        ]  # fmt: skip
-        preds = iter(self._predict_many([(Views(p), "placement") for p in pairs]))
+        # each distinct pair predicted once per call: a window's what-if asks the pairs of the jobs already there
+        # once per newcomer (same types, same profiles, so the same prediction)
+        keys: list[tuple[Any, ...]] = []
+        unique: dict[tuple[Any, ...], Sample] = {}
+        for s in samples:
+            for co, cs in zip(s.co_job_types, s.co_solos, strict=True):
+                key = (s.job_type, co, tuple(sorted(s.solo.items())), tuple(sorted(cs.items())))
+                keys.append(key)
+                if key not in unique:
+                    unique[key] = Sample(s.job_type, (co,), math.nan, "", s.environment, {}, dict(s.solo), (dict(cs),))
+        by_key = dict(zip(unique, self._predict_many([(Views(p), "placement") for p in unique.values()]), strict=True))
+        preds = iter([by_key[k] for k in keys])
         out: list[tuple[float, tuple[float, float] | None, bool] | None] = []
         for s in samples:
             rs = [next(preds) for _ in s.co_job_types]

@@ -27,8 +27,9 @@ _BATCH = re.compile(r"^\s*(?P<family>.*?)\s*\(\s*batch\s*size\s*(?P<batch>\d+)\s
 _SUFFIX_BATCH = re.compile(r"^(?P<family>.*?)[\s_:@-]+(?:bs|b|batch)[\s_=-]*(?P<batch>\d+)$", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=8192)
 def parse_job_type(job_type: str) -> tuple[str, int | None]:
-    """Model family and batch size from a job type name.
+    """Model family and batch size from a job type name (memoised: a what-if asks it of every job type ~100 times).
 
     >>> parse_job_type("ResNet-18 (batch size 64)")
     ('resnet-18', 64)

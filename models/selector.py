@@ -98,8 +98,11 @@ class Selector:
             c.score(y - clip_pct(pred, self.config.max_pct)[0], regime, own)
             self.stale.add(regime)
 
-    def learn_one(self, views: Views, y: float, n: int) -> None:
-        """Test every candidate due on the ``n``-th observation, then train them; the batch ones are tested later."""
+    def learn_one(self, views: Views, y: float, n: int, draw: int | None = None) -> None:
+        """Test every candidate due on the ``n``-th observation, then train them; the batch ones are tested later.
+
+        ``draw`` (:func:`models.environment.draw`): the online learners are due where ``draw % online_sample`` is 0,
+        each on its stride of ``draw // online_sample``; None: all of them, on their stride of ``n``."""
         key = views.slot
         seen = self.measurements.measured(key) > 0
         job_set = tuple(sorted((views.sample.job_type, *views.sample.co_job_types)))
@@ -111,7 +114,12 @@ class Selector:
             # what-if of a job set never measured never asks (there every role is unmeasured), and beat the batch
             # models' grouped-CV error with an error they do not have there.
             regime = None
-        due = [c for c in self._immediate if c.due(n)]
+        if draw is None:
+            due = [c for c in self._immediate if c.due(n)]
+        else:
+            sample = max(1, self.config.online_sample)
+            online, m = draw % sample == 0, draw // sample
+            due = [c for c in self._immediate if (online and c.due(m) if c.kind == "online" else c.due(n))]
         for c in due:
             x = c.features(views)
             if regime is not None and x and c.ready():

@@ -16,6 +16,11 @@ class Config:
     heavy_stride: int = 12
     """Each heavy online learner (KNN, Hoeffding tree, AMF) x mode x category learns every ``heavy_stride``-th
     observation, staggered so that about two heavy updates happen per observation."""
+    online_sample: int = 4
+    """The online learners (river) are tested and trained on a deterministic sample of the observations, one in
+    ``online_sample`` by the hash of the observation's id (:func:`models.environment.draw`), the heavy ones on
+    their stride within it; the baselines, the newcomer candidates and the batch candidates' scoring see every
+    one.  1: every observation (before issue 23)."""
     score_batch_every: int = 256
     """Observations scored by the batch candidates in one vectorised pass (and at every refit and save)."""
     max_pct: float = 1000.0

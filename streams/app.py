@@ -548,14 +548,20 @@ class Streams:
             self.publish_observations(self.state.take_released())
 
     async def stage2_batch(self, batch: Iterable[Any]) -> None:
-        boards = {}
+        """Stage 2 for a batch: every observation first, then each environment's leaderboard (once per batch: a
+        worker published only the batch's last one), then what they produced, so that the views' leaderboard is
+        current before the batch's first prediction is out."""
+        outs = []
+        envs: dict[str, None] = {}  # the environments learned from in this batch, in order
         for event in batch:
             self._consumed(event)
             await self.rebuild.before(event.message.partition, event.message.offset)
             try:
                 obs = decode(Observation, event.value)
-                out = self.stage2.on_observation(obs)
+                out = self.stage2.on_observation(obs, leaderboard=False)
                 self.metrics.observations[obs.environment] += 1
+                if obs.colocated:  # what stage 2 learns from (a solo window's answer changes no leaderboard)
+                    envs[obs.environment] = None
             except RecordError as exc:
                 await self.send_dead_letter(event, f"invalid interference.observations record: {exc}", "stage2")
                 continue
@@ -564,14 +570,15 @@ class Streams:
                 await self.send_dead_letter(event, f"stage 2 error: {type(exc).__name__}: {exc}", "stage2")
                 continue
             self.interference.observe(obs, out.predictions, out.alerts)
+            outs.append(out)
+        boards = [board for env in envs if (board := self.stage2.leaderboard_of(env)) is not None]
+        for out in outs:
             for p in out.predictions:
                 await self.send("predictions", p.gpu_uuid, p)
             for a in out.alerts:
                 await self.send("alerts", a.gpu_uuid, a)
-            if out.leaderboard is not None:
-                boards[out.leaderboard.environment] = out.leaderboard
-        for env, board in boards.items():
-            await self.send("leaderboard", env, board)
+        for board in boards:
+            await self.send("leaderboard", board.environment, board)
         self.start_refits()
 
     def start_refits(self) -> None:

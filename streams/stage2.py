@@ -8,6 +8,11 @@ with ``occupancy`` ``solo``) is never learned: it gets one :func:`solo_predictio
 with the what-if entries of the GPU's lone job, so that every GPU answers the
 scheduler's question; an idle GPU's answer is :func:`idle_prediction`.  Refits are handed out as
 snapshot callables for the caller to run in an executor.
+
+What-if entries are served from a version of the environment's models (:class:`WhatIfCache`): computed once per
+version for a set of running job types and the job types known, then reused by every window of that set, until
+the version moves on (a refit, a job type measured for the first time, ``what_if_every`` observations learned
+and ``what_if_min_s`` of event time; more often while the models are young).
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -61,6 +67,10 @@ class Stage2:
         clock: Callable[[], float] = time.time,
         dedupe_capacity: int = 200_000,
         max_pct: float = Config.max_pct,
+        what_if_every: int = 256,
+        what_if_min_s: float = 60.0,
+        refit_share: float = 0.25,
+        refit_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.models: dict[str, EnvironmentModels] = {}
         self.max_pct = max_pct
@@ -73,7 +83,14 @@ class Stage2:
         self.latest: dict[str, dict[str, dict[str, Any]]] = {}  # gpu -> job -> mode -> prediction dict
         self.leaderboards: dict[str, Leaderboard] = {}
         self.counters: Counter[str] = Counter()
-        self._what_if_cache: tuple[tuple[Any, ...], list[WhatIf]] | None = None
+        self.what_ifs = WhatIfCache(what_if_every, what_if_min_s)
+        self.refit_share = refit_share
+        """Refits of an environment take at most this share of the time: after a refit of ``d`` seconds the next
+        one waits ``d * (1 / share - 1)`` (:meth:`refits_due`).  A worker that keeps up is not held back (its
+        refits are due every ``Config.refit_every`` observations, further apart than that); a saturated one spends
+        the rest on its observations.  1.0: no wait (before issue 23)."""
+        self.refit_clock = refit_clock
+        self.refit_ready_at: dict[str, float] = {}
         # observations partition -> offset of the last observation applied (in memory) / covered by the snapshot
         self.positions: dict[int, int] = {}
         self.covers: dict[int, int] = {}
@@ -212,7 +229,10 @@ class Stage2:
         return saved
 
     # ------------------------------------------------------------ observations
-    def on_observation(self, obs: Observation) -> Output:
+    def on_observation(self, obs: Observation, *, leaderboard: bool = True) -> Output:
+        """Predict, alert and learn one observation.  ``leaderboard`` False: ``Output.leaderboard`` stays None and
+        the caller asks :meth:`leaderboard_of` once for a batch (a worker publishes one per environment and batch;
+        building the record costs more than the rest of a solo window)."""
         if not obs.colocated:
             return self.on_solo(obs)
         out = Output()
@@ -268,7 +288,8 @@ class Stage2:
         elif observed is not None:
             self._alert(out, obs, float(observed.interference_pct), "predicted", now)
         models.learn(obs)
-        out.leaderboard = self._leaderboard(env)
+        if leaderboard:
+            out.leaderboard = self._leaderboard(env)
         return out
 
     def on_solo(self, obs: Observation) -> Output:
@@ -311,16 +332,11 @@ class Stage2:
         )
 
     def _what_if(self, models: EnvironmentModels, obs: Observation) -> list[WhatIf]:
-        """Each known job type as a newcomer to this GPU's running set (cached per window)."""
+        """Each known job type as a newcomer to this GPU's running set (see :class:`WhatIfCache`)."""
         known = self.job_types.get(obs.environment, {})
         running_types = [obs.job_type, *obs.co_job_types]
         running_solos: list[Mapping[str, float | None]] = [obs.solo, *obs.co_solo]
-        key = (obs.gpu_uuid, obs.window_start, tuple(sorted(running_types)), tuple(sorted(known)))
-        if self._what_if_cache is not None and self._what_if_cache[0] == key:
-            return self._what_if_cache[1]
-        entries = what_if_entries(models, known, running_types, running_solos)
-        self._what_if_cache = (key, entries)
-        return entries
+        return self.what_ifs.entries(models, known, running_types, running_solos, obs.window_end)
 
     def _leaderboard(self, env: str) -> Leaderboard | None:
         board = self.models[env].leaderboard()
@@ -331,10 +347,24 @@ class Stage2:
 
     # ------------------------------------------------------------------ refits
     def refits_due(self) -> list[tuple[str, Callable[[], Any]]]:
-        return [(env, m.refit_task()) for env, m in self.models.items() if m.refit_due()]
+        """The refit task of every environment whose models want one and whose wait after its last refit is over
+        (see :attr:`refit_share`); a refit held back is counted once per call (``refits_waited``)."""
+        now = self.refit_clock()
+        out = []
+        for env, m in self.models.items():
+            if not m.refit_due():
+                continue
+            if now < self.refit_ready_at.get(env, -math.inf):
+                self.counters["refits_waited"] += 1
+                continue
+            out.append((env, m.refit_task()))
+        return out
 
     def apply_refit(self, env: str, result: Any) -> Leaderboard | None:
         self.models[env].apply_refit(result)
+        seconds = getattr(result, "seconds", None)
+        if seconds is not None and 0.0 < self.refit_share < 1.0:
+            self.refit_ready_at[env] = self.refit_clock() + seconds * (1.0 / self.refit_share - 1.0)
         return self._leaderboard(env)
 
 
@@ -366,6 +396,80 @@ def what_if_entries(
                 )
             )  # fmt: skip
     return entries
+
+
+class Version(NamedTuple):
+    """Where the models were when the entries served now were first computed."""
+
+    refits: int
+    measured_types: int
+    observations: int
+    event_ts: float
+
+
+class WhatIfCache:
+    """What-if entries by (environment, running job types, known job types), per version of the models.
+
+    An entry of a set of running job types is computed once per version, with the solo profiles of the first
+    window that asks, and served to every window of that set (any GPU, any job of it) until the version moves on
+    (:meth:`stale`): at a refit, when a job type is measured for the first time, and once the models have learned
+    ``every`` more observations (1, 2, 4, ... while they are younger than that) and, past that age, ``min_s`` more
+    seconds of event time have gone by.  The models change a little with every observation; the entries served
+    are at most that old.  The count bounds a small fleet's staleness, the time a large one's cost: 10,000 GPUs
+    learn 256 observations in about a second, while every distinct job set of an environment asks its own
+    entries.  Without the cache every window paid its own (docs/BENCHMARKS.md, "Stage 2 per observation")."""
+
+    def __init__(self, every: int = 256, min_s: float = 60.0, capacity: int = 50_000) -> None:
+        self.every = max(1, every)
+        self.min_s = min_s
+        self.capacity = capacity
+        self.entries_by_key: dict[tuple[Any, ...], list[WhatIf]] = {}
+        self.version: dict[str, Version] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def stale(self, v: Version, models: EnvironmentModels, event_ts: float) -> bool:
+        """Whether entries computed at ``v`` are no longer served by ``models`` at ``event_ts``.
+
+        >>> from models.environment import EnvironmentModels
+        >>> m, c = EnvironmentModels("v100"), WhatIfCache(every=256, min_s=60.0)
+        >>> m.observations = 300
+        >>> c.stale(Version(0, 0, 100, 0.0), m, 10.0), c.stale(Version(0, 0, 256, 0.0), m, 10.0)
+        (True, False)
+        >>> m.observations = 600; c.stale(Version(0, 0, 256, 0.0), m, 10.0), c.stale(Version(0, 0, 256, 0.0), m, 70.0)
+        (False, True)
+        """
+        if v.refits != models.refits or v.measured_types != len(models.measurements.types):
+            return True
+        learned = models.observations - v.observations
+        if v.observations < self.every:  # young models: again after as many as they had
+            return learned >= max(1, v.observations)
+        return learned >= self.every and event_ts - v.event_ts >= self.min_s
+
+    def entries(
+        self,
+        models: EnvironmentModels,
+        known: Mapping[str, Mapping[str, float | None]],
+        running_types: Sequence[str],
+        running_solos: Sequence[Mapping[str, float | None]],
+        event_ts: float = 0.0,
+    ) -> list[WhatIf]:
+        """The entries of ``running_types`` (``event_ts``: the window's end, event time)."""
+        env = models.environment
+        v = self.version.get(env)
+        if v is None or self.stale(v, models, event_ts):  # entries of an older version are never served again
+            self.entries_by_key = {k: e for k, e in self.entries_by_key.items() if k[0] != env}
+            self.version[env] = Version(models.refits, len(models.measurements.types), models.observations, event_ts)
+        key = (env, tuple(sorted(running_types)), tuple(sorted(known)))
+        hit = self.entries_by_key.get(key)
+        if hit is not None:
+            self.hits += 1
+            return hit
+        self.misses += 1
+        if len(self.entries_by_key) >= self.capacity:
+            self.entries_by_key.clear()
+        entries = self.entries_by_key[key] = what_if_entries(models, known, running_types, running_solos)
+        return entries
 
 
 SOLO_MODEL = "solo"

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any
 
-PARTS = ("producers", "stage1", "e2e", "models", "accuracy", "placement", "faults")
+PARTS = ("producers", "stage1", "stage2", "e2e", "models", "accuracy", "placement", "faults")
 """What ``aip bench all`` runs."""
 ALONE = ("fleet",)
 """Parts run only when named (``fleet``: minutes of real time, N GPUs)."""

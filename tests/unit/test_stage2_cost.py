@@ -1,0 +1,132 @@
+"""Stage 2's cost per observation (issue 23, item 4): the what-if cache, the online learners' sample, the refits'
+share of the time, and ``aip bench stage2``'s keys (counts only: timing is the bench's, never a test's)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import msgspec
+from test_streams import BASE, observations
+
+from aip.bench import stage2 as bench
+from models.environment import Config, EnvironmentModels, draw
+from models.synthetic import gavel_observations
+from streams.stage2 import Stage2, WhatIfCache, what_if_entries
+
+
+def _learned(n: int, seed: int = 3) -> tuple[EnvironmentModels, dict]:
+    em = EnvironmentModels("v100")
+    known: dict = {}
+    for o in gavel_observations(n, seed=seed):
+        em.learn(o)
+        known.setdefault(o.job_type, o.solo)
+    return em, known
+
+
+def test_the_what_if_cache_serves_what_recomputing_gives_until_the_models_change() -> None:
+    em, known = _learned(300)
+    cache = WhatIfCache(every=256, min_s=60.0)
+    running = sorted(known)[:2]
+    solos = [known[t] for t in running]
+    first = cache.entries(em, known, running, solos)
+    assert first == what_if_entries(em, known, running, solos) and first and cache.misses == 1
+    # another window of the same job types (the other job's, in the other order): served, not recomputed
+    again = cache.entries(em, known, running[::-1], solos[::-1])
+    assert again is first and cache.hits == 1 and cache.misses == 1
+    # a refit is a new version of the models: recomputed, and equal to what the refitted models answer
+    em.refit_now()
+    refitted = cache.entries(em, known, running, solos)
+    assert cache.misses == 2 and refitted == what_if_entries(em, known, running, solos) and refitted != first
+    # so are ``every`` more observations learned, once a minute of event time has gone by
+    for o in gavel_observations(256, seed=4):
+        em.learn(o)
+    assert cache.entries(em, known, running, solos, event_ts=59.0) is refitted and cache.misses == 2
+    later = cache.entries(em, known, running, solos, event_ts=60.0)
+    assert cache.misses == 3 and later == what_if_entries(em, known, running, solos)
+    # a job type newly known asks another question
+    more = {**known, "new-type": known[running[0]]}
+    assert {w.job_type for w in cache.entries(em, more, running, solos)} >= set(known) and cache.misses == 4
+
+
+def test_stage2_serves_a_lone_job_from_the_cache_and_recomputes_after_a_refit() -> None:
+    stage = Stage2(clock=lambda: BASE)
+    for o in observations():
+        stage.on_observation(o)
+    last = observations()[-1]
+    lone = msgspec.structs.replace(
+        last, job_id="j9", co_job_types=[], co_job_ids=[], co_solo=[], interference_pct=None, occupancy="solo",
+        window_start=last.window_start + 100, window_end=last.window_end + 100,
+    )  # fmt: skip
+    [a] = stage.on_observation(lone).predictions
+    [b] = stage.on_observation(msgspec.structs.replace(lone, gpu_uuid="GPU-B", job_id="j10")).predictions
+    assert a.what_if == b.what_if and stage.what_ifs.hits >= 1
+    models = stage.models_for("v100")
+    models.refit_now()
+    [c] = stage.on_observation(lone).predictions
+    known = stage.job_types["v100"]
+    assert c.what_if == what_if_entries(models, known, [lone.job_type], [lone.solo])
+
+
+def test_online_learners_take_a_deterministic_sample_and_the_baselines_every_observation() -> None:
+    obs = gavel_observations(200, seed=5)
+    em = EnvironmentModels("v100", config=Config(online_sample=4))
+    for o in obs:
+        em.learn(o)
+    sampled = sum(1 for o in obs if draw(o.observation_id) % 4 == 0)
+    assert 0 < sampled < len(obs)
+    light = [c for k, c in em.candidates.items() if c.kind == "online" and c.key.model == "river.LinearRegression"]
+    assert light and all(c.estimator.n == sampled for c in light if c.features)
+    assert em.measurements.labels == len(obs) and em.observations == len(obs)  # the slot baselines' view: all
+    # the sample is the observations', not the order's: the same learners' counts in another order
+    other = EnvironmentModels("v100", config=Config(online_sample=4))
+    for o in reversed(obs):
+        other.learn(o)
+    assert [c.estimator.n for c in light] == [
+        c.estimator.n for k, c in other.candidates.items() if c.kind == "online" and c.key.model == "river.LinearRegression"
+    ]
+    every = EnvironmentModels("v100", config=Config(online_sample=1))
+    for o in obs:
+        every.learn(o)
+    assert all(
+        c.estimator.n == len(obs)
+        for k, c in every.candidates.items()
+        if c.kind == "online" and k.model == "river.LinearRegression"
+    )
+
+
+def test_a_refit_holds_the_next_one_back_for_its_share_of_the_time() -> None:
+    now = [1000.0]
+    stage = Stage2(clock=lambda: BASE, refit_share=0.25, refit_clock=lambda: now[0])
+    for o in gavel_observations(40, seed=6):
+        stage.on_observation(o)
+    [(env, task)] = stage.refits_due()
+    result = task()
+    stage.apply_refit(env, dataclasses.replace(result, seconds=2.0))
+    models = stage.models_for(env)
+    models._drift = True  # due again at once
+    assert models.refit_due() and stage.refits_due() == [] and stage.counters["refits_waited"] == 1
+    now[0] += 5.9  # a 2 s refit at a share of 0.25 waits 6 s
+    assert stage.refits_due() == []
+    now[0] += 0.2
+    assert [e for e, _ in stage.refits_due()] == [env]
+
+
+def test_bench_stage2_keys_and_counts() -> None:
+    result = bench.measure(4, 400.0, progress=lambda _: None)
+    headline = {
+        "ms_per_observation_median",
+        "ms_per_observation_p95",
+        "ms_per_observation_amortised",
+        "ms_per_colocated_observation_amortised",
+    }
+    assert headline <= result.keys()
+    assert all(k.startswith(("ms_per_observation_", "ms_per_colocated_observation_", "stage2_")) for k in result)
+    kinds = sum(result[f"stage2_{k}_units_steady"] for k in bench.KINDS)
+    assert kinds == result["stage2_units_steady"] > 0
+    assert result["stage2_colocated_units_steady"] > 0 and result["stage2_solo_units_steady"] > 0
+    items = list(bench.units(4, 400.0))
+    assert result["stage2_units_steady"] + result["stage2_units_warmup"] == len(items)
+    answered = sum(1 for k, _ in items if k != "idle")
+    assert result["stage2_what_if_hits"] + result["stage2_what_if_misses"] <= 2 * answered
+    assert result["stage2_observations_learned"] == sum(1 for k, _ in items if k == "colocated")
+    assert result["stage2_refits_total"] >= 1 and result["stage2_gpus"] == 4
