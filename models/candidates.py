@@ -13,9 +13,7 @@ it learns:
   the slot rather than on features;
 * :class:`NewcomerCandidate`: a batch model of the last refit (placement mode) plus :class:`models.newcomer.Newcomer`
   learning its residuals online: what was measured of a job type, as the job and as a co-runner, carried to its
-  job sets never measured;
-* :class:`EnsembleCandidate`: the mean, in log-speed points, of the last refit's best placement models by CV
-  (:func:`log_mean_pct`), with the CV score of their out-of-fold predictions averaged the same way.
+  job sets never measured.
 
 A new kind is one subclass and one entry in :data:`KINDS`.
 
@@ -306,12 +304,7 @@ class NewcomerState(msgspec.Struct, tag="newcomer"):
     """:func:`models.newcomer.dump`."""
 
 
-class EnsembleState(msgspec.Struct, tag="ensemble"):
-    members: list[tuple[str, str, str]]
-    """The keys of the batch candidates it averages (their estimators are saved with them)."""
-
-
-EstimatorState = RiverFile | BatchDir | LastMeasuredState | RollingMedianState | NewcomerState | EnsembleState
+EstimatorState = RiverFile | BatchDir | LastMeasuredState | RollingMedianState | NewcomerState
 
 
 class OnlineCandidate(Candidate):
@@ -530,96 +523,8 @@ class NewcomerCandidate(Candidate):
         return [cls(CandidateKey(VIA_MODE, "all", NEWCOMER), NewcomerEstimator(model), config)]
 
 
-def log_mean_pct(preds: Sequence[np.ndarray]) -> np.ndarray:
-    """The element-wise mean of slowdown predictions (%) in log-speed points (:func:`to_log_pct`), back in percent:
-    the geometric mean of ``1 + pct / 100`` (floored at a 99.9 % speed-up, like :func:`to_log_pct`).
-
-    >>> [round(float(v), 6) for v in log_mean_pct([np.array([0.0, 300.0]), np.array([0.0, 0.0])])]
-    [0.0, 100.0]
-    """
-    logs = np.mean([np.log(np.maximum(1e-3, 1.0 + np.asarray(p, dtype=float) / 100.0)) for p in preds], axis=0)
-    return np.asarray((np.exp(logs) - 1.0) * 100.0, dtype=float)
-
-
-ENSEMBLE = "Ensemble"
-
-
-class EnsembleEstimator:
-    """The batch models ``members`` (candidate keys, placement mode, any category) averaged by :func:`log_mean_pct`."""
-
-    __slots__ = ("keys", "models")
-
-    def __init__(self, keys: Sequence[CandidateKey], models: Sequence[Any] = ()) -> None:
-        self.keys = tuple(keys)
-        self.models = tuple(models)
-
-    def predict_views(self, views: Sequence[Views]) -> np.ndarray:
-        return log_mean_pct(
-            [m.predict_rows([v.get(k.mode, k.category) for v in views]) for k, m in zip(self.keys, self.models, strict=True)]
-        )
-
-    def predict_frame(self, frame: Any) -> np.ndarray:
-        return log_mean_pct([m.predict(frame) for m in self.models])
-
-
-class EnsembleCandidate(Candidate):
-    """``Ensemble``, placement mode: the mean in log-speed points of the ``ensemble_k`` batch models of the last
-    refit with the smallest CV error (fitted ones, any category).  The refit scores it on its members' out-of-fold
-    predictions averaged the same way (:func:`models.refit.ensemble_of`), so it is judged in the ``new`` regime by
-    the same grouped-CV rows as they are and served only where that error is the smallest; it learns nothing
-    between refits (tested in the batch candidates' vectorised pass).  Not servable before the first refit."""
-
-    kind = "ensemble"
-    board_kind = "batch"
-    batched = True
-    __slots__ = ()
-
-    @property
-    def servable(self) -> bool:
-        est = self.estimator
-        return isinstance(est, EnsembleEstimator) and bool(est.models) and len(est.models) == len(est.keys)
-
-    def features(self, views: Views) -> Any:
-        return views if views.full(VIA_MODE) else None
-
-    def predict_many(self, xs: Sequence[Any]) -> list[float | None]:
-        return [float(v) for v in self.estimator.predict_views(xs)]
-
-    def predict_one(self, x: Any) -> float | None:
-        return self.predict_many([x])[0]
-
-    def predict_frame(self, frame: Any) -> np.ndarray:
-        return np.asarray(self.estimator.predict_frame(frame), dtype=float)
-
-    def link(self, candidates: Mapping[CandidateKey, Candidate], *, refit: bool) -> None:
-        """``Selector.apply`` sets the estimator to the refit's member keys (or None); here they become models."""
-        est = self.estimator
-        keys = est.keys if isinstance(est, EnsembleEstimator) else est
-        if not keys:
-            self.estimator = None
-            return
-        members = [candidates.get(CandidateKey(*k)) for k in keys]
-        ok = all(c is not None and c.kind == "batch" and c.servable for c in members)
-        self.estimator = EnsembleEstimator(
-            [CandidateKey(*k) for k in keys], [c.estimator for c in members if c is not None] if ok else ()
-        )
-
-    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
-        est = self.estimator
-        return EnsembleState([tuple(k) for k in est.keys]) if isinstance(est, EnsembleEstimator) else None  # type: ignore[misc]
-
-    @classmethod
-    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: Config) -> Any:
-        assert state is None or isinstance(state, EnsembleState)
-        return None if state is None else EnsembleEstimator([CandidateKey(*k) for k in state.members])
-
-    @classmethod
-    def starting(cls, config: Config, seed: int) -> list[Candidate]:
-        return [cls(CandidateKey(VIA_MODE, "all", ENSEMBLE), None, config)] if config.ensemble_k >= 2 else []
-
-
 KINDS: dict[str, type[Candidate]] = {
-    c.kind: c for c in (OnlineCandidate, BatchCandidate, BaselineCandidate, NewcomerCandidate, EnsembleCandidate)
+    c.kind: c for c in (OnlineCandidate, BatchCandidate, BaselineCandidate, NewcomerCandidate)
 }
 """Every kind of candidate, by :attr:`Candidate.kind` (what a save says each candidate is), in the order their
 :meth:`Candidate.starting` candidates are made."""

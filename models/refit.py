@@ -16,12 +16,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from events import MODES
-from models.candidates import ENSEMBLE, CandidateKey, CvScore, log_mean_pct
+from models.candidates import CandidateKey, CvScore
 from models.datasets import Sample
 from models.intervals import conformal_offsets
 from models.live import MEDIAN, median_cv_mae
 from models.parallel import Fits
-from models.selection import COST_ORDER, cross_validate, grouped_folds, score_of
+from models.selection import COST_ORDER, cross_validate, grouped_folds
 from models.settings import Config
 
 
@@ -56,8 +56,7 @@ class RefitResult:
 
     @property
     def fitted(self) -> dict[CandidateKey, Any]:
-        """The batch models fitted on every row (not the ensemble, whose model is its members' keys)."""
-        return {k: r.model for k, r in self.candidates.items() if r.model is not None and k.model != ENSEMBLE}
+        return {k: r.model for k, r in self.candidates.items() if r.model is not None}
 
 
 def best_by_cv(scores: Mapping[CandidateKey, CvScore], keep: int | None, models: Iterable[str]) -> list[CandidateKey]:
@@ -85,45 +84,6 @@ def _finite(v: float) -> float | None:
 def _offsets(residuals: np.ndarray) -> tuple[float, float] | None:
     lo, hi = conformal_offsets(residuals)
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
-
-
-ENSEMBLE_MODE = "placement"
-
-
-def ensemble_of(
-    out: Mapping[CandidateKey, Refitted], oof: Mapping[CandidateKey, np.ndarray], y: np.ndarray, k: int
-) -> tuple[CandidateKey, Refitted] | None:
-    """The ``Ensemble`` candidate of a refit: the ``k`` fitted placement models with the smallest CV MAE, scored on
-    their out-of-fold predictions averaged in log-speed points (:func:`models.candidates.log_mean_pct`) over the
-    rows every one of them tested; its model is the members' keys (``EnsembleCandidate.link`` makes it).  None
-    with fewer than ``k`` fitted models or ``k`` < 2.
-
-    >>> key = lambda n: CandidateKey("placement", "all", n)
-    >>> out = {key(n): Refitted(CvScore(e, None, 2), None, object()) for n, e in (("a", 1.0), ("b", 2.0), ("c", 3.0))}
-    >>> oof = {key("a"): np.array([0.0, 300.0]), key("b"): np.array([0.0, 0.0]), key("c"): np.array([9.0, 9.0])}
-    >>> ens_key, ens = ensemble_of(out, oof, np.array([0.0, 100.0]), 2)
-    >>> ens_key.model, ens.cv.mae, ens.model
-    ('Ensemble', 0.0, (('placement', 'all', 'a'), ('placement', 'all', 'b')))
-    """
-    if k < 2:
-        return None
-    ranked = sorted(
-        (r.cv.mae, key) for key, r in out.items()
-        if key.mode == ENSEMBLE_MODE and r.model is not None and r.cv is not None and r.cv.mae is not None
-        and key in oof and len(oof[key]) == len(y)
-    )  # fmt: skip
-    if len(ranked) < k:
-        return None
-    members = [key for _, key in ranked[:k]]
-    preds = [oof[m] for m in members]
-    tested = np.all([np.isfinite(p) for p in preds], axis=0)
-    avg = np.full(len(y), np.nan)
-    if tested.any():
-        avg[tested] = log_mean_pct([p[tested] for p in preds])
-    score = score_of(ENSEMBLE, "all", ENSEMBLE_MODE, avg, y)
-    offsets = _offsets((y - avg)[tested]) if tested.any() else None
-    cv = CvScore(_finite(score.mae), score.relative_error, score.samples)
-    return CandidateKey(ENSEMBLE_MODE, "all", ENSEMBLE), Refitted(cv, offsets, tuple(tuple(m) for m in members))
 
 
 def run_refit(samples: Sequence[Sample], config: Config, seed: int) -> RefitResult:
@@ -154,9 +114,6 @@ def run_refit(samples: Sequence[Sample], config: Config, seed: int) -> RefitResu
         for c, model in zip(calls, fits.run(final_fit, calls), strict=True):
             key = CandidateKey(c[0], c[1], c[3])
             out[key] = out[key]._replace(model=model)
-    ensemble = ensemble_of(out, {CandidateKey(s.mode, s.category, s.model): s.oof for s in cv}, y, config.ensemble_k)
-    if ensemble is not None:
-        out[ensemble[0]] = ensemble[1]
     folds = grouped_folds([s.group for s in samples], config.folds, seed)
     if folds:
         med = CvScore(_finite(median_cv_mae([s.target for s in samples], folds)), None, len(samples))

@@ -27,9 +27,6 @@ class Config:
     """Rank of its victim x aggressor factors (0: biases only)."""
     newcomer_prior: float = 2.0
     """Its shrinkage: a type measured ``n`` times keeps ``n / (n + prior)`` of its mean residual."""
-    ensemble_k: int = 2
-    """The ``Ensemble`` candidate (:class:`models.candidates.EnsembleCandidate`) averages the refit's ``ensemble_k``
-    best placement models by CV in log-speed points (fewer than 2: no such candidate)."""
     compose_margin: float = 0.25
     """A job set of 3+ never measured is composed from its pairs (:mod:`models.compose`) until, on its first
     observations, the composition's error exceeds the served model's by this share."""
