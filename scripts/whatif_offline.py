@@ -129,6 +129,16 @@ def main() -> None:
     out["what_if"] = {f"{n}:{g}": (len(v), round(statistics.mean(v), 1), round(statistics.median(v), 1),
                                    round(statistics.mean(cov[(n, g)]), 3) if cov[(n, g)] else None)
                       for (n, g), v in sorted(by.items())}
+    # the same, apart for job sets the simulator would place (Truth.fits: at most 3 jobs, memory, every job at 0.2 of
+    # solo speed or more) and those no fleet of it ever runs
+    split: dict = defaultdict(list)
+    for r in wi_rows:
+        if r["pred"] is not None and r["running"] and not r["measured"]:
+            split[(r["running"], truth.fits(r["set"]))].append(abs(r["pred"] - r["truth"]))
+    out["what_if_new_by_placeable"] = {
+        f"{n}:{'placeable' if fits else 'never_placed'}": (len(v), round(statistics.mean(v), 1), round(statistics.median(v), 1))
+        for (n, fits), v in sorted(split.items())
+    }
     qs: dict = defaultdict(list)
     for r in wi_rows:
         if r["pred"] is not None:
