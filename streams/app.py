@@ -605,25 +605,21 @@ def stop_within_s() -> float:
         return STOP_WITHIN_S
 
 
-def exit_within(seconds: float, exit: Callable[[int], None] = os._exit) -> threading.Timer | None:
-    """Arm (once per process) a watchdog that ends the process with exit code 1 if it is still here ``seconds``
-    from now; None when one is armed already."""
-    global _WATCHDOG
-    if _WATCHDOG is not None:
-        return None
+def exit_within(seconds: float, exit: Callable[[int], None] = os._exit) -> threading.Timer:
+    """A started watchdog that ends the process with exit code 1 (``exit(1)``) if it is still here ``seconds``
+    from now (``cancel()`` disarms it)."""
 
     def leave() -> None:
-        log.error("the worker did not stop within %g s of the signal (broker unreachable?); exiting without the final save", seconds)
+        log.error(
+            "the worker did not stop within %g s of the signal (broker unreachable?); exiting without the final save", seconds
+        )
         logging.shutdown()
         exit(1)
 
-    _WATCHDOG = threading.Timer(seconds, leave)
-    _WATCHDOG.daemon = True
-    _WATCHDOG.start()
-    return _WATCHDOG
-
-
-_WATCHDOG: threading.Timer | None = None
+    timer = threading.Timer(seconds, leave)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def faust_worker(app: faust.App, loglevel: str = "warn") -> Any:
@@ -638,8 +634,11 @@ def faust_worker(app: faust.App, loglevel: str = "warn") -> Any:
     from faust.worker import Worker
 
     class BoundedStopWorker(Worker):  # type: ignore[misc]
+        watchdog: threading.Timer | None = None
+
         def _schedule_shutdown(self, sig: Any) -> None:  # mode's Worker: SIGINT and SIGTERM both come here
-            exit_within(stop_within_s())
+            if self.watchdog is None:
+                self.watchdog = exit_within(stop_within_s())
             super()._schedule_shutdown(sig)
 
     levels = {"crit": "critical", "warn": "warning"}

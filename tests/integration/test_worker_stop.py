@@ -1,7 +1,9 @@
 """A worker asked to stop is gone within ``AIP_WORKER_STOP_WITHIN_S``, even when its broker went away first.
 
-Without the watchdog (``AIP_TEST_STOP_WITHIN_S=1000``, the planted defect) the worker below was still retrying
-the broker 60 s after SIGTERM (measured; an orphan of a killed ``aip up`` was still there 50 min later)."""
+Without the watchdog (``AIP_TEST_STOP_WITHIN_S=1000``) the hang is not certain: of three such runs of this
+scenario, one worker was still retrying the broker 60 s after SIGTERM and two stopped in seconds; orphans of
+killed ``aip up`` runs were still there 50 min later.  The watchdog itself is tested exactly in
+``tests/unit/test_stream_agents.py``."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ pytestmark = pytest.mark.integration
 STOP_WITHIN_S = float(os.environ.get("AIP_TEST_STOP_WITHIN_S", "5"))
 
 
+# the simulator's producer is cut off with the broker, by design: its garbage-collected client complains
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_busy_worker_whose_broker_is_gone_still_stops_on_sigterm(tmp_path: Path) -> None:
     broker = EmbeddedBroker(port=free_port()).start()
     try:
@@ -34,7 +38,7 @@ def test_a_busy_worker_whose_broker_is_gone_still_stops_on_sigterm(tmp_path: Pat
         env = {"AIP_WORKER_STOP_WITHIN_S": f"{STOP_WITHIN_S:g}"}
         worker = WorkerProcess(settings, free_port(), tmp_path / "worker.log", extra_env=env).start()
         worker.wait_ready()
-        PacedSender(settings, _fleet(8, 3, START_TS, 600.0), 20.0).start()  # work in flight when the broker goes
+        PacedSender(settings, _fleet(8, 3, START_TS, 600.0), 20.0).start()  # still sending when the broker goes
         wait_for(
             lambda: worker.counter("aip_stream_published_records_total", topic="observations") > 0,
             timeout_s=60,

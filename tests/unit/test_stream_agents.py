@@ -93,3 +93,19 @@ def test_the_prediction_bound_setting_reaches_stage_2(tmp_path: Any) -> None:
     streams = create_app(Settings(topic_prefix="unit.", state_dir=str(tmp_path), prediction_max_pct=42.0), web=False)
     assert streams.stage2.max_pct == 42.0
     assert streams.stage2.models_for("v100").config.max_pct == 42.0
+
+
+def test_the_stop_watchdog_ends_a_worker_still_there_and_nothing_once_cancelled(monkeypatch: Any) -> None:
+    from streams.app import STOP_WITHIN_S, exit_within, stop_within_s
+
+    codes: list[int] = []
+    exit_within(0.05, exit=codes.append).join(5)
+    assert codes == [1]
+    cancelled = exit_within(0.05, exit=codes.append)
+    cancelled.cancel()
+    cancelled.join(5)
+    assert codes == [1]
+    monkeypatch.setenv("AIP_WORKER_STOP_WITHIN_S", "7.5")
+    assert stop_within_s() == 7.5
+    monkeypatch.setenv("AIP_WORKER_STOP_WITHIN_S", "soon")
+    assert stop_within_s() == STOP_WITHIN_S
