@@ -189,3 +189,10 @@ def test_replicas_with_the_same_state_path_get_different_membership_ids(monkeypa
     assert len(ids) == 2
     assert app_config(Settings())["web_bind"] == "127.0.0.1"
     assert app_config(Settings(web_host="0.0.0.0"))["web_bind"] == "0.0.0.0"
+
+
+def test_docker_waits_for_a_worker_longer_than_the_worker_takes_to_be_gone() -> None:
+    from streams.app import STOP_WITHIN_S
+
+    grace = COMPOSE["services"]["worker"]["stop_grace_period"]
+    assert grace.endswith("s") and float(grace[:-1]) > STOP_WITHIN_S
