@@ -23,15 +23,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from whatif_offline import WINDOW_S, windows
+from whatif_offline import labelled, windows
 
 from aip.bench.truth import what_if_truth
-from events import Observation
 from models.candidates import Views
 from models.datasets import Sample
 from models.environment import EnvironmentModels
 from placement.experiment import Truth
-from producers import calibration as cal
 from producers.sim import Simulator
 
 
@@ -87,14 +85,7 @@ def replay(quick: bool, checkpoints: int) -> list[dict]:
             print(f"checkpoint {end - sim.start_ts:.0f} s: {len(rows)} rows, {len(keys)} unmeasured pairs", file=sys.stderr)
         if len(active) >= 2:
             key = tuple(sorted(t for _, t in active))
-            obs = []
-            for i, (jid, t) in enumerate(active):
-                co = [o for k2, o in enumerate(active) if k2 != i]
-                frac = cal.speed_fraction(sim.table, t, [c for _, c in co]) or 1.0
-                y = cal.interference_pct(1.0, frac * (1.0 + rng.gauss(0.0, 0.002)))
-                obs.append(Observation(window_start=end - WINDOW_S, window_end=end, gpu_uuid=gpu, environment="v100",
-                                       job_id=jid, job_type=t, co_job_types=[c for _, c in co], co_job_ids=[c for c, _ in co],
-                                       solo=truth.solo(t), co_solo=[truth.solo(c) for _, c in co], interference_pct=y))
+            obs = labelled(sim, truth, rng, gpu, end, active)
             if key not in seen_sets:
                 seen_sets.add(key)
                 for o in obs:

@@ -42,6 +42,20 @@ def windows(sim: Simulator) -> list[tuple[float, str, list[tuple[str, str]]]]:
     return out
 
 
+def labelled(sim: Simulator, truth: Truth, rng: random.Random, gpu: str, end: float, active: list[tuple[str, str]]) -> list[Observation]:
+    """The observations of one co-located window: each job's slowdown from the simulator's calibration, with the
+    bench fleet's 0.2 % label noise."""
+    obs = []
+    for i, (jid, t) in enumerate(active):
+        co = [o for k2, o in enumerate(active) if k2 != i]
+        frac = cal.speed_fraction(sim.table, t, [c for _, c in co]) or 1.0
+        y = cal.interference_pct(1.0, frac * (1.0 + rng.gauss(0.0, 0.002)))
+        obs.append(Observation(window_start=end - WINDOW_S, window_end=end, gpu_uuid=gpu, environment="v100",
+                               job_id=jid, job_type=t, co_job_types=[c for _, c in co], co_job_ids=[c for c, _ in co],
+                               solo=truth.solo(t), co_solo=[truth.solo(c) for _, c in co], interference_pct=y))
+    return obs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -92,14 +106,7 @@ def main() -> None:
                        "end": end, "gpu": gpu}
                 wi_rows.append(row)
         if len(active) >= 2:
-            obs = []
-            for i, (jid, t) in enumerate(active):
-                co = [o for k2, o in enumerate(active) if k2 != i]
-                frac = cal.speed_fraction(sim.table, t, [c for _, c in co]) or 1.0
-                y = cal.interference_pct(1.0, frac * (1.0 + rng.gauss(0.0, 0.002)))
-                obs.append(Observation(window_start=end - WINDOW_S, window_end=end, gpu_uuid=gpu, environment="v100",
-                                       job_id=jid, job_type=t, co_job_types=[c for _, c in co], co_job_ids=[c for c, _ in co],
-                                       solo=truth.solo(t), co_solo=[truth.solo(c) for _, c in co], interference_pct=y))
+            obs = labelled(sim, truth, rng, gpu, end, active)
             if score:
                 for o in obs:
                     r = models.predict(o, "placement")
