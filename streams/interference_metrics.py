@@ -22,6 +22,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
 from events import Alert, Observation, Prediction
+from streams.stage2 import alert_value
 
 ENV_GPU = ["environment", "gpu_uuid"]
 HORIZON_WINDOWS = 6
@@ -50,20 +51,6 @@ class GpuState:
     window_end: float
     received_s: float
     what_if: dict[str, float] = field(default_factory=dict)  # job type -> newcomer + existing slowdown, %
-
-
-def alert_value(obs: Observation, predictions: Iterable[Prediction]) -> tuple[float | None, str]:
-    """The value stage 2's alert hysteresis judges for this observation, and its source (as in
-    :meth:`streams.stage2.Stage2.on_observation`): the measured rate, else the observed-mode prediction; a job
-    alone on its GPU (a solo window) is not slowed."""
-    if obs.occupancy == "solo":
-        return 0.0, "measured"
-    if obs.interference_pct is not None:
-        return obs.interference_pct, "measured"
-    for p in predictions:
-        if p.mode == "observed":
-            return p.interference_pct, "predicted"
-    return None, ""
 
 
 def max_by(rows: Iterable[tuple[tuple[str, ...], float]]) -> dict[tuple[str, ...], float]:

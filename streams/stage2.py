@@ -54,6 +54,21 @@ def leaderboard_changed(before: Leaderboard | None, after: Leaderboard) -> bool:
     return msgspec.structs.replace(before, ts=after.ts) != after  # records compare field by field
 
 
+def alert_value(obs: Observation, predictions: Iterable[Prediction]) -> tuple[float | None, AlertSource]:
+    """The value a job's alert hysteresis judges for this observation, and its source: the measured rate when the
+    job reports progress, else the observed-mode prediction among ``predictions`` (None: there is none); a job alone
+    on its GPU (a solo window) is not slowed.  The same value is the Prometheus series the alert rule reads
+    (:mod:`streams.interference_metrics`)."""
+    if obs.occupancy == "solo":
+        return 0.0, "measured"
+    if obs.interference_pct is not None:
+        return obs.interference_pct, "measured"
+    for p in predictions:
+        if p.mode == "observed":
+            return p.interference_pct, "predicted"
+    return None, "predicted"
+
+
 class Stage2:
     """Models, predictions, alerts and leaderboards for every environment seen."""
 
@@ -282,11 +297,9 @@ class Stage2:
             )
             out.predictions.append(pred)
             self.latest.setdefault(obs.gpu_uuid, {}).setdefault(obs.job_id, {})[result.mode] = to_dict(pred)
-        # alerts: the measured rate when the job reports progress, else the observed-mode prediction
-        if obs.interference_pct is not None:
-            self._alert(out, obs, obs.interference_pct, "measured", now)
-        elif observed is not None:
-            self._alert(out, obs, float(observed.interference_pct), "predicted", now)
+        value, source = alert_value(obs, out.predictions)
+        if value is not None:
+            self._alert(out, obs, value, source, now)
         models.learn(obs)
         if leaderboard:
             out.leaderboard = self._leaderboard(env)
@@ -306,8 +319,9 @@ class Stage2:
         now = self.clock()
         pred = solo_prediction(obs, self._what_if(models, obs), now=now)
         out.predictions.append(pred)
-        if self.alerts.is_raised((obs.gpu_uuid, obs.job_id)):
-            self._alert(out, obs, 0.0, "measured", now)  # alone, the job is not slowed: its alert clears
+        value, source = alert_value(obs, [])  # alone, the job is not slowed: a raised alert clears
+        if value is not None and self.alerts.is_raised((obs.gpu_uuid, obs.job_id)):
+            self._alert(out, obs, value, source, now)
         self.latest.setdefault(obs.gpu_uuid, {}).setdefault(obs.job_id, {})[pred.mode] = to_dict(pred)
         return out
 
