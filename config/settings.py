@@ -99,6 +99,9 @@ class Settings:
     )
     web_host: str = _setting("127.0.0.1", "worker HTTP bind address (0.0.0.0 in the container image)")
     web_port: int = _setting(6066, "worker HTTP port: /predictions, /leaderboard, /profiles, /metrics")
+    worker_stop_within_s: float = _setting(
+        45.0, "after SIGINT/SIGTERM a worker is gone within this long, its broker reachable or not (then exit 1, no final save)"
+    )
     metrics_port: int = _setting(0, "producer Prometheus port (0: off)")
     # scheduler extender (`aip extender`)
     extender_host: str = _setting("127.0.0.1", "extender HTTP bind address (0.0.0.0 in a container)")

@@ -590,21 +590,6 @@ def create_app(settings: Settings, **kwargs: Any) -> Streams:
     return Streams(settings, **kwargs)
 
 
-STOP_WITHIN_S = 45.0
-"""After SIGINT or SIGTERM a worker is gone within this long (``AIP_WORKER_STOP_WITHIN_S``).  A clean stop takes
-seconds; one whose broker went away meanwhile waited for it for good (measured: an orphaned worker still retrying
-50 min later), so the process then exits without its final save, which loses nothing: the committed offsets
-never run ahead of the saved state, and what is read again is deduplicated."""
-
-
-def stop_within_s() -> float:
-    value = os.environ.get("AIP_WORKER_STOP_WITHIN_S", "")
-    try:
-        return float(value) if value else STOP_WITHIN_S
-    except ValueError:
-        return STOP_WITHIN_S
-
-
 def exit_within(seconds: float, exit: Callable[[int], None] = os._exit) -> threading.Timer:
     """A started watchdog that ends the process with exit code 1 (``exit(1)``) if it is still here ``seconds``
     from now (``cancel()`` disarms it)."""
@@ -622,7 +607,7 @@ def exit_within(seconds: float, exit: Callable[[int], None] = os._exit) -> threa
     return timer
 
 
-def faust_worker(app: faust.App, loglevel: str = "warn") -> Any:
+def faust_worker(app: faust.App, loglevel: str = "warn", stop_within_s: float = 45.0) -> Any:
     """A faust Worker without its terminal spinner.
 
     At a log level of WARN or above, faust's Worker sets the root logger to DEBUG and adds a
@@ -630,6 +615,11 @@ def faust_worker(app: faust.App, loglevel: str = "warn") -> Any:
     debug call in faust and aiokafka (one per sent record, per broker response) then builds a
     LogRecord. Measured in the stage-1 bench: about 1 % of the worker's samples in logging.
     Without the spinner the root logger stays at ``loglevel``.
+
+    After SIGINT or SIGTERM the process is gone within ``stop_within_s`` (``AIP_WORKER_STOP_WITHIN_S``): a clean
+    stop takes seconds, but a busy worker whose broker went away meanwhile waited for it for good (measured: an
+    orphaned worker still retrying 50 min later).  It then exits without its final save, which loses nothing:
+    the committed offsets never run ahead of the saved state, and what is read again is deduplicated.
     """
     from faust.worker import Worker
 
@@ -638,7 +628,7 @@ def faust_worker(app: faust.App, loglevel: str = "warn") -> Any:
 
         def _schedule_shutdown(self, sig: Any) -> None:  # mode's Worker: SIGINT and SIGTERM both come here
             if self.watchdog is None:
-                self.watchdog = exit_within(stop_within_s())
+                self.watchdog = exit_within(stop_within_s)
             super()._schedule_shutdown(sig)
 
     levels = {"crit": "critical", "warn": "warning"}
@@ -650,7 +640,7 @@ def faust_worker(app: faust.App, loglevel: str = "warn") -> Any:
 def run_worker(settings: Settings, *, loglevel: str = "warn", web_port: int | None = None) -> None:
     """Run one worker in this process until SIGINT or SIGTERM (faust's Worker stops cleanly on both)."""
     streams = create_app(settings, web_port=web_port)
-    worker = faust_worker(streams.app, loglevel)
+    worker = faust_worker(streams.app, loglevel, settings.worker_stop_within_s)
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:

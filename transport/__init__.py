@@ -11,6 +11,7 @@ from transport.kafka import (
     decode_message,
     ensure_project_topics,
     ensure_topics,
+    group_offsets,
     kafka_config,
 )
 
@@ -25,5 +26,6 @@ __all__ = [
     "decode_message",
     "ensure_project_topics",
     "ensure_topics",
+    "group_offsets",
     "kafka_config",
 ]

@@ -597,6 +597,23 @@ class RawConsumer:
         self.close()
 
 
+def group_offsets(settings: Settings, group_id: str, full_name: str) -> dict[int, tuple[int, int]]:
+    """``{partition: (committed, end)}`` of a topic for a consumer group (committed 0 where it has none), asked by
+    a consumer that names the group and never joins it: the group's members are not disturbed."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    try:
+        consumer = KafkaConsumer(**kafka_config(settings) | {"group_id": group_id, "enable_auto_commit": False})
+    except Exception as exc:
+        raise _wrap_errors(settings, "consumer", exc) from None
+    try:
+        tps = [TopicPartition(full_name, p) for p in sorted(consumer.partitions_for_topic(full_name) or ())]
+        ends = consumer.end_offsets(tps)
+        return {tp.partition: (consumer.committed(tp) or 0, ends[tp]) for tp in tps}
+    finally:
+        consumer.close(autocommit=False)
+
+
 class RecordConsumer:
     """Consume project topics and yield :class:`Received` items.
 

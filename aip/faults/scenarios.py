@@ -875,21 +875,12 @@ def _wait_learned_and_saved(workers: list[Any], obs: TopicReader, timeout_s: flo
 
 def committed_through_end(settings: Settings, topic: str) -> bool:
     """Whether the workers' consumer group has committed, on every partition of ``topic`` (a base name) that holds
-    records, the partition's end offset (asked by a consumer that names the group but never joins it)."""
-    from kafka import KafkaConsumer, TopicPartition
-
+    records, the partition's end offset."""
     from streams.app import app_id
-    from transport.kafka import kafka_config
+    from transport import group_offsets
 
-    full = Topics(settings.topic_prefix).name(topic)
-    consumer = KafkaConsumer(**kafka_config(settings) | {"group_id": app_id(settings), "enable_auto_commit": False})
-    try:
-        tps = [TopicPartition(full, p) for p in sorted(consumer.partitions_for_topic(full) or ())]
-        ends = consumer.end_offsets(tps)
-        committed = {tp: consumer.committed(tp) or 0 for tp in tps}
-    finally:
-        consumer.close(autocommit=False)
-    return bool(tps) and all(committed[tp] >= end for tp, end in ends.items() if end > 0)
+    offsets = group_offsets(settings, app_id(settings), Topics(settings.topic_prefix).name(topic))
+    return bool(offsets) and all(committed >= end for committed, end in offsets.values() if end > 0)
 
 
 def worker_failover(

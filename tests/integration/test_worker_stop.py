@@ -32,11 +32,14 @@ def test_a_busy_worker_whose_broker_is_gone_still_stops_on_sigterm(tmp_path: Pat
     broker = EmbeddedBroker(port=free_port()).start()
     try:
         settings = Settings.from_env(
-            broker=broker.address, topic_prefix=f"stop{uuid.uuid4().hex[:8]}.", partitions=2, state_dir=str(tmp_path / "state")
+            broker=broker.address,
+            topic_prefix=f"stop{uuid.uuid4().hex[:8]}.",
+            partitions=2,
+            state_dir=str(tmp_path / "state"),
+            worker_stop_within_s=STOP_WITHIN_S,
         )
         ensure_project_topics(settings)
-        env = {"AIP_WORKER_STOP_WITHIN_S": f"{STOP_WITHIN_S:g}"}
-        worker = WorkerProcess(settings, free_port(), tmp_path / "worker.log", extra_env=env).start()
+        worker = WorkerProcess(settings, free_port(), tmp_path / "worker.log").start()
         worker.wait_ready()
         PacedSender(settings, _fleet(8, 3, START_TS, 600.0), 20.0).start()  # still sending when the broker goes
         wait_for(

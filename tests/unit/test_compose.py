@@ -192,7 +192,7 @@ def test_replicas_with_the_same_state_path_get_different_membership_ids(monkeypa
 
 
 def test_docker_waits_for_a_worker_longer_than_the_worker_takes_to_be_gone() -> None:
-    from streams.app import STOP_WITHIN_S
+    from config import Settings
 
     grace = COMPOSE["services"]["worker"]["stop_grace_period"]
-    assert grace.endswith("s") and float(grace[:-1]) > STOP_WITHIN_S
+    assert grace.endswith("s") and float(grace[:-1]) > Settings().worker_stop_within_s
