@@ -174,7 +174,7 @@ def run_fleet(
             series: list[tuple[float, dict[str, Any]]] = []
             while sender.is_alive():
                 sender.join(SAMPLE_EVERY_S)
-                if time.monotonic() - t0 > duration_s + BEHIND_S:
+                if time.monotonic() - t0 > duration_s + BEHIND_S and not sender.stop.is_set():
                     sender.stop.set()  # the simulator fell behind real time: what was not sent by now is not
                     progress(f"the sender is {time.monotonic() - t0 - duration_s:.0f} s behind real time: stopped")
                 snap = _snapshot(procs)
