@@ -135,12 +135,14 @@ class Stage2:
         if directory is None or not directory.exists():
             return None
         try:
-            return EnvironmentModels.load(directory)
+            models = EnvironmentModels.load(directory)
         except NotImplementedError:
             return None
         except Exception as exc:  # a damaged save must not stop the worker
             log.warning("could not load models of %s from %s: %s", environment, directory, exc)
             return None
+        self.counters["models_restored_observations"] += models.observations  # learned before a restart
+        return models
 
     def _seen_path(self) -> Path | None:
         return None if self.state_dir is None else self.state_dir / "stage2-seen.json"

@@ -335,8 +335,6 @@ def _kill_and_restart(worker: Any, settings: Settings, resume_timeout_s: float) 
     def stage1(kind: str) -> int:
         return int(worker.counter("aip_stream_stage_events_total", stage="stage1", kind=kind))
 
-    board_now = worker.get("/leaderboard").get(CRASH_GPU_MODEL, {})
-    learned_here = worker.counter("aip_stream_stage_events_total", stage="stage2", kind="observations")
     return Kill(
         learned_before=learned_before,
         no_solo_before=no_solo_before,
@@ -345,7 +343,7 @@ def _kill_and_restart(worker: Any, settings: Settings, resume_timeout_s: float) 
         recovery_s=recovery_s,
         restored_profiles=stage1("restored_profiles"),
         restored_gpus=stage1("restored_gpus"),
-        models_restored=max(0, int(board_now.get("observations", 0) - learned_here)),
+        models_restored=int(worker.counter("aip_stream_stage_events_total", stage="stage2", kind="models_restored_observations")),
     )
 
 
