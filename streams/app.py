@@ -552,7 +552,7 @@ class Streams:
         worker published only the batch's last one), then what they produced, so that the views' leaderboard is
         current before the batch's first prediction is out."""
         outs = []
-        envs: dict[str, None] = {}  # the environments learned from in this batch, in order
+        envs: dict[str, None] = {}  # the environments of this batch, in order (a board goes out only when changed)
         for event in batch:
             self._consumed(event)
             await self.rebuild.before(event.message.partition, event.message.offset)
@@ -560,8 +560,7 @@ class Streams:
                 obs = decode(Observation, event.value)
                 out = self.stage2.on_observation(obs, leaderboard=False)
                 self.metrics.observations[obs.environment] += 1
-                if obs.colocated:  # what stage 2 learns from (a solo window's answer changes no leaderboard)
-                    envs[obs.environment] = None
+                envs[obs.environment] = None  # a solo window's too: its prediction is no earlier than its leaderboard
             except RecordError as exc:
                 await self.send_dead_letter(event, f"invalid interference.observations record: {exc}", "stage2")
                 continue
