@@ -122,7 +122,7 @@ def fed_worker(broker: Any, tmp_path_factory: Any) -> Iterator[Any]:
         yield settings, env, proc, log
     finally:
         proc.terminate()
-        proc.wait(30)
+        proc.wait(60)  # a worker is gone within worker_stop_within_s (45 s) of SIGTERM
 
 
 def test_load_balancer_acts_once_per_raised_alert_from_a_worker(fed_worker: Any) -> None:

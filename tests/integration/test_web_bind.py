@@ -106,7 +106,7 @@ def stop_together(workers: list[WorkerProcess]) -> None:
             w.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
     for w in workers:
         try:
-            w.proc.wait(30)  # type: ignore[union-attr]
+            w.proc.wait(60)  # type: ignore[union-attr]  # within worker_stop_within_s (45 s)
         except subprocess.TimeoutExpired:
             w.kill()
 
