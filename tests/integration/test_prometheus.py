@@ -190,9 +190,22 @@ def test_prometheus_alerts_on_the_gpus_the_alerts_topic_has_in_alert(stack: tupl
     wait_for(settled, timeout_s=120, interval_s=0.5, what="the worker to process the run")
     emitted = sum(metric_values(worker.get("/metrics"), "aip_stream_published_records_total", topic="observations"))
     observations = read_all(s, "interference.observations", lambda r: len(r) >= emitted)
-    published = sum(metric_values(worker.get("/metrics"), "aip_stream_published_records_total", topic="alerts"))
-    alerts = read_all(s, "interference.alerts", lambda r: len(r) >= published)
-    assert len(alerts) == published > 0
+
+    # the topic holds every alert the worker counts: read until a count taken after the read agrees (the
+    # worker may publish more in between, as its last windows close)
+    def published_alerts() -> int:
+        return sum(metric_values(worker.get("/metrics"), "aip_stream_published_records_total", topic="alerts"))
+
+    alerts: list = []
+
+    def topic_agrees() -> bool:
+        nonlocal alerts
+        before = published_alerts()
+        alerts = read_all(s, "interference.alerts", lambda r: len(r) >= before)
+        return len(alerts) == published_alerts() == before
+
+    wait_for(topic_agrees, timeout_s=60, interval_s=1, what="the alerts topic to hold every alert the worker counts")
+    assert alerts
     expected = gpus_in_alert_on_the_topic(observations, alerts, HORIZON_WINDOWS * s.window_s)
     shown = {r["metric"]["gpu_uuid"] for r in prometheus.query("aip:gpu_interference_percent:max")}
     assert expected and shown - expected, f"the run must have GPUs in alert and GPUs not: {expected} of {shown}"
