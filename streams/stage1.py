@@ -258,6 +258,12 @@ class Stage1:
 
     # ---------------------------------------------------------------- windows
     def _advance(self, gpu: str, st: GpuState, lifecycle_pending: bool = False) -> list[Observation]:
+        if (
+            st.closed is not None
+            and st.metrics_wm is not None
+            and window_index(st.metrics_wm - self.lateness_s, self.window_s) <= st.closed
+        ):
+            return []  # no window can close: the limit is never past the metrics watermark less the lateness
         limit = st.closable(self.window_s, self.lateness_s, self.hold_s, self.progress_hold_s, lifecycle_pending)
         if limit is None or (st.closed is not None and limit <= st.closed):
             return []

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,14 +42,16 @@ def new_acc() -> list[float]:
     return [0.0] * ACC_LEN
 
 
+_fields_of = operator.attrgetter(*FIELDS)
+
+
 def add_sample(acc: list[float], sample: Any) -> None:
     """Add one MetricSample's fields to a window accumulator (null fields are skipped)."""
     acc[0] += 1
-    for i, name in enumerate(FIELDS):
-        v = getattr(sample, name)
+    for i, v in enumerate(_fields_of(sample), 1):
         if v is not None:
-            acc[1 + i] += v
-            acc[1 + NKEYS + i] += 1
+            acc[i] += v
+            acc[NKEYS + i] += 1
 
 
 def add_extras(extras: dict[int, dict[str, list[float]]], k: int, sample: Any) -> None:
