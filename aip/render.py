@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from events import Alert, DeadLetter, HostMetrics, JobEvent, Leaderboard, MetricSample, Observation, Prediction
+from events import Alert, DeadLetter, HostJobEvents, HostMetrics, JobEvent, Leaderboard, MetricSample, Observation, Prediction
 
 
 def fmt_ts(ts: float | None) -> str:
@@ -31,6 +31,8 @@ def render(record: Any) -> str:
     """
     if isinstance(record, HostMetrics):  # one line per GPU, as per-GPU records
         return "\n".join(render(s) for s in record.samples)
+    if isinstance(record, HostJobEvents):  # one line per event
+        return "\n".join(render(e) for e in record.events)
     if isinstance(record, MetricSample):
         procs = len(record.processes) if record.processes is not None else "-"
         return (

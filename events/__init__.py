@@ -1,6 +1,18 @@
 """The wire contract: one record per topic, validation, and the JSON codec."""
 
-from events.codec import MetricsRecord, Rejected, b64, decode, decode_obj, decode_on_topic, encode, metric_samples, to_dict
+from events.codec import (
+    JobsRecord,
+    MetricsRecord,
+    Rejected,
+    b64,
+    decode,
+    decode_obj,
+    decode_on_topic,
+    encode,
+    job_events,
+    metric_samples,
+    to_dict,
+)
 from events.records import (
     ALERT_SOURCES,
     ALERT_STATES,
@@ -15,6 +27,7 @@ from events.records import (
     Alert,
     DeadLetter,
     GpuProcess,
+    HostJobEvents,
     HostMetrics,
     JobEvent,
     Leaderboard,
@@ -46,8 +59,10 @@ __all__ = [
     "Alert",
     "DeadLetter",
     "GpuProcess",
+    "HostJobEvents",
     "HostMetrics",
     "JobEvent",
+    "JobsRecord",
     "Leaderboard",
     "LeaderboardEntry",
     "MetricSample",
@@ -66,6 +81,7 @@ __all__ = [
     "decode_obj",
     "decode_on_topic",
     "encode",
+    "job_events",
     "metric_samples",
     "profile_key",
     "to_dict",

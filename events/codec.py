@@ -14,7 +14,18 @@ import msgspec
 import msgspec.inspect
 from msgspec import Meta
 
-from events.records import MAX_GPUS_PER_HOST, HostMetrics, MetricSample, RecordError, Str, Ts, Version
+from events.records import (
+    MAX_EVENTS_PER_HOST_BATCH,
+    MAX_GPUS_PER_HOST,
+    HostJobEvents,
+    HostMetrics,
+    JobEvent,
+    MetricSample,
+    RecordError,
+    Str,
+    Ts,
+    Version,
+)
 
 T = TypeVar("T")
 
@@ -127,12 +138,38 @@ class _HostMetricsView(msgspec.Struct, frozen=True, gc=False):
     schema_version: Version = 1
 
 
-BATCH_MARK = b'"samples"'
-"""Only a :class:`HostMetrics` has this key (a MetricSample that carries it as an unknown field is still read as one)."""
+class _HostJobEventsView(msgspec.Struct, frozen=True, gc=False):
+    """:class:`HostJobEvents` with each event left undecoded (same fields)."""
+
+    ts: Ts
+    host: Str
+    events: Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=MAX_EVENTS_PER_HOST_BATCH)]
+    producer_id: Str | None = None
+    schema_version: Version = 1
+
+
+class _Batching(NamedTuple):
+    """How a topic's batch of one host is read: its record, its batch, the batch undecoded, the list's key."""
+
+    item: type
+    batch: type
+    view: type
+    field: str
+
+    @property
+    def mark(self) -> bytes:
+        """Only the batch has this key (a record that carries it as an unknown field is still read as one)."""
+        return f'"{self.field}"'.encode()
+
+
+_BATCHING: dict[type, _Batching] = {
+    MetricSample: _Batching(MetricSample, HostMetrics, _HostMetricsView, "samples"),
+    JobEvent: _Batching(JobEvent, HostJobEvents, _HostJobEventsView, "events"),
+}
 
 
 class Rejected(NamedTuple):
-    """One sample of a batch that cannot be used: its own JSON and why."""
+    """One record of a batch that cannot be used: its own JSON and why."""
 
     payload: bytes
     error: str
@@ -144,6 +181,45 @@ class MetricsRecord(NamedTuple):
     samples: list[MetricSample]
     rejected: list[Rejected]
     batched: bool
+
+
+class JobsRecord(NamedTuple):
+    """What one ``jobs.lifecycle`` record holds: its valid events, the rejected ones, and whether it was a batch."""
+
+    events: list[JobEvent]
+    rejected: list[Rejected]
+    batched: bool
+
+
+def _read(b: _Batching, data: bytes | bytearray | memoryview | str | None) -> tuple[list[Any], list[Rejected], bool]:
+    """(valid records, rejected ones, batched) of one message that is a ``b.item`` or a ``b.batch``."""
+    data = _as_bytes(data)
+    if data is None or b.mark not in data:
+        return [decode(b.item, data)], [], False
+    try:
+        return list(getattr(_decoder(b.batch).decode(data), b.field)), [], True  # one call for a valid batch
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        pass
+    try:
+        view: Any = decode(b.view, data)
+    except RecordError as not_a_batch:
+        try:
+            return [decode(b.item, data)], [], False
+        except RecordError:
+            raise not_a_batch from None
+    items: list[Any] = []
+    rejected: list[Rejected] = []
+    for i, raw in enumerate(getattr(view, b.field)):
+        try:
+            item: Any = decode(b.item, bytes(raw))
+        except RecordError as exc:
+            rejected.append(Rejected(bytes(raw), f"{b.field}[{i}]: {exc}"))
+            continue
+        if item.host != view.host:
+            rejected.append(Rejected(bytes(raw), f"{b.field}[{i}]: host {item.host!r} is not the batch's host {view.host!r}"))
+            continue
+        items.append(item)
+    return items, rejected, True
 
 
 def metric_samples(data: bytes | bytearray | memoryview | str | None) -> MetricsRecord:
@@ -161,42 +237,31 @@ def metric_samples(data: bytes | bytearray | memoryview | str | None) -> Metrics
     >>> metric_samples(one).batched
     False
     """
-    data = _as_bytes(data)
-    if data is None or BATCH_MARK not in data:
-        return MetricsRecord([decode(MetricSample, data)], [], False)
-    try:
-        return MetricsRecord(list(_decoder(HostMetrics).decode(data).samples), [], True)  # one call for a valid batch
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-        pass
-    try:
-        view = decode(_HostMetricsView, data)
-    except RecordError as not_a_batch:
-        try:
-            return MetricsRecord([decode(MetricSample, data)], [], False)
-        except RecordError:
-            raise not_a_batch from None
-    samples: list[MetricSample] = []
-    rejected: list[Rejected] = []
-    for i, raw in enumerate(view.samples):
-        try:
-            sample = decode(MetricSample, bytes(raw))
-        except RecordError as exc:
-            rejected.append(Rejected(bytes(raw), f"samples[{i}]: {exc}"))
-            continue
-        if sample.host != view.host:
-            rejected.append(Rejected(bytes(raw), f"samples[{i}]: host {sample.host!r} is not the batch's host {view.host!r}"))
-            continue
-        samples.append(sample)
-    return MetricsRecord(samples, rejected, True)
+    return MetricsRecord(*_read(_BATCHING[MetricSample], data))
 
 
-def decode_on_topic(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> T | HostMetrics:
-    """:func:`decode`, except that where ``cls`` is :class:`MetricSample` a :class:`HostMetrics` batch is read too
-    (whole: any invalid sample fails it; stage 1 reads batches with :func:`metric_samples`)."""
+def job_events(data: bytes | bytearray | memoryview | str | None) -> JobsRecord:
+    """The job events of one ``jobs.lifecycle`` record: a :class:`JobEvent`, or a :class:`HostJobEvents`
+    (read as :func:`metric_samples` reads samples).
+
+    >>> one = b'{"ts": 1.7e9, "kind": "started", "job_id": "j1", "job_type": "r50", "gpu_uuid": "GPU-1", "host": "h"}'
+    >>> other = one.replace(b'"host": "h"', b'"host": "g"')
+    >>> out = job_events(b'{"ts": 1.7e9, "host": "h", "events": [' + one + b", " + other + b"]}")
+    >>> [e.job_id for e in out.events], [r.error for r in out.rejected], out.batched
+    (['j1'], ["events[1]: host 'g' is not the batch's host 'h'"], True)
+    """
+    return JobsRecord(*_read(_BATCHING[JobEvent], data))
+
+
+def decode_on_topic(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> T | HostMetrics | HostJobEvents:
+    """:func:`decode`, except that where ``cls`` is a record a topic also carries batches of (:class:`MetricSample`,
+    :class:`JobEvent`) its batch is read too (whole: any invalid record fails it; stage 1 reads batches with
+    :func:`metric_samples` and :func:`job_events`)."""
     data = _as_bytes(data)
-    if cls is MetricSample and data is not None and BATCH_MARK in data:
+    b = _BATCHING.get(cls)
+    if b is not None and data is not None and b.mark in data:
         try:
-            return decode(HostMetrics, data)
+            return decode(b.batch, data)
         except RecordError as not_a_batch:
             try:
                 return decode(cls, data)

@@ -233,6 +233,41 @@ class JobEvent(Record, frozen=True):
         return self.host
 
 
+MAX_EVENTS_PER_HOST_BATCH = MAX_LIST_LEN
+"""Job events in one :class:`HostJobEvents`."""
+
+
+def events_of_host(batch: HostJobEvents) -> None:
+    """Every event of a :class:`HostJobEvents` is of its host (the key its partition was chosen by)."""
+    for i, event in enumerate(batch.events):
+        if event.host != batch.host:
+            raise RecordError(f"events[{i}]: host {event.host!r} is not the batch's host {batch.host!r} - at `$.host`")
+
+
+class HostJobEvents(Record, frozen=True):
+    """Job events of one host sent together (one sampling tick's).  Topic ``jobs.lifecycle``, key ``host``.
+
+    As :class:`HostMetrics` for samples: one record instead of one per event, so a consumer pays its
+    per-message cost once per host and tick.  ``ts`` is the latest event's; each event keeps its own
+    ``ts``, ``seq`` and ``producer_id``, and the events are in the order they happened.  It shares
+    ``jobs.lifecycle`` with single :class:`JobEvent` records: a record with ``events`` is a batch.  A
+    reader that finds one invalid event in a batch keeps the others.
+    """
+
+    ts: Ts
+    host: Str
+    events: Annotated[list[JobEvent], Meta(min_length=1, max_length=MAX_EVENTS_PER_HOST_BATCH)]
+    producer_id: Str | None = None
+    schema_version: Version = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        events_of_host(self)
+
+    @property
+    def key(self) -> str:
+        return self.host
+
+
 class Observation(Record, frozen=True):
     """One job in one co-located window (or, with ``occupancy`` ``solo``, a job alone in its window).
     Topic ``interference.observations``, key ``environment``.

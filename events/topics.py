@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from events.records import (
     Alert,
     DeadLetter,
+    HostJobEvents,
     HostMetrics,
     JobEvent,
     Leaderboard,
@@ -45,8 +46,9 @@ RECORD_OF: dict[str, type] = {
     PROFILES: SoloProfile,
 }
 ALL = tuple(RECORD_OF)
-BATCH_OF: dict[str, type] = {METRICS: HostMetrics}
-"""Topics that also carry batches of their record: ``gpu.metrics`` one :class:`HostMetrics` per host and tick."""
+BATCH_OF: dict[str, type] = {METRICS: HostMetrics, LIFECYCLE: HostJobEvents}
+"""Topics that also carry batches of their record, one per host and tick: :class:`HostMetrics` on ``gpu.metrics``,
+:class:`HostJobEvents` on ``jobs.lifecycle``."""
 
 
 @dataclass(frozen=True)

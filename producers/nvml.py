@@ -36,7 +36,7 @@ from typing import Any
 
 from events import GpuProcess, MetricSample
 from events.topics import LIFECYCLE, METRICS
-from producers.batching import host_metrics
+from producers.batching import host_job_events, host_metrics
 from producers.gpm import GpmReader
 from producers.metrics import ProducerMetrics
 
@@ -326,21 +326,25 @@ def run_sampler(
     clock: Callable[[], float] = time.monotonic,
     per_gpu: bool = False,
 ) -> int:
-    """Sample every ``interval_s`` until ``stop`` is set; publish each round's samples as one :class:`HostMetrics`
-    (with ``per_gpu``: one MetricSample each, for consumers older than batches), then the job events
-    discovered in it. Returns rounds."""
+    """Sample every ``interval_s`` until ``stop`` is set; publish each round's samples as one :class:`HostMetrics`,
+    then the job events discovered in it as one :class:`HostJobEvents` (with ``per_gpu``: one record each, for
+    consumers older than batches). Returns rounds."""
     rounds = 0
     next_t = clock()
     while not stop.is_set() and (max_rounds is None or rounds < max_rounds):
         samples = sampler.sample()
         if samples and not per_gpu:
             publish(METRICS, host_metrics(samples))
+        events = []
         for s in samples:
             if per_gpu:
                 publish(METRICS, s)
             if tracker is not None:
-                for ev in tracker.update(s):
-                    publish(LIFECYCLE, ev)
+                events.extend(tracker.update(s))
+        if events and not per_gpu:
+            publish(LIFECYCLE, host_job_events(events))
+        for ev in events if per_gpu else ():
+            publish(LIFECYCLE, ev)
         rounds += 1
         next_t += interval_s
         now = clock()

@@ -1,6 +1,7 @@
 """Replay recorded ``gpu.metrics`` and ``jobs.lifecycle`` lines (as written by ``aip tail --json``).
 
-A recorded :class:`HostMetrics` batch is loaded as its samples (``aip produce replay`` batches them again).
+A recorded batch (:class:`HostMetrics`, :class:`HostJobEvents`) is loaded as its records (``aip produce replay``
+batches them again).
 
 >>> import json, tempfile
 >>> line = {"_topic": "jobs.lifecycle", "ts": 1.7e9, "kind": "started", "job_id": "j", "job_type": "t",
@@ -20,8 +21,9 @@ from typing import Any
 
 import msgspec
 
-from events import HostMetrics, RecordError, decode_obj
+from events import RecordError, decode_obj
 from events.topics import BATCH_OF, LIFECYCLE, METRICS, RECORD_OF
+from producers.batching import per_gpu
 
 REPLAYABLE = (METRICS, LIFECYCLE)
 
@@ -46,11 +48,12 @@ def load(path: str | Path) -> tuple[list[tuple[str, Any]], int]:
                 continue
             fields = {k: v for k, v in obj.items() if not k.startswith("_")}
             try:
-                record = decode_obj(BATCH_OF[topic] if topic in BATCH_OF and "samples" in fields else RECORD_OF[topic], fields)
+                batch = topic in BATCH_OF and ("samples" in fields or "events" in fields)
+                record = decode_obj(BATCH_OF[topic] if batch else RECORD_OF[topic], fields)
             except RecordError:
                 skipped += 1
                 continue
-            out.extend((topic, s) for s in record.samples) if isinstance(record, HostMetrics) else out.append((topic, record))
+            out.extend(per_gpu([(topic, record)]))
     out.sort(key=lambda item: item[1].ts)
     return out, skipped
 

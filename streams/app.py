@@ -32,13 +32,14 @@ from config import Settings
 from events import (
     JobEvent,
     MetricSample,
-    MetricsRecord,
     Observation,
     RecordError,
+    Rejected,
     SoloProfile,
     Topics,
     decode,
     encode,
+    job_events,
     metric_samples,
 )
 from events.topics import LIFECYCLE, METRICS
@@ -63,7 +64,7 @@ InputRecord = MetricSample | JobEvent
 
 def decode_input(topic: str, value: bytes | None) -> list[InputRecord] | None:
     """The stage-1 records of one per-GPU input message of base topic ``topic`` (None: not an input topic);
-    a host's batch of samples is read by :func:`events.metric_samples` (``Streams.on_host_metrics``).
+    a host's batch is read by :func:`events.metric_samples` or :func:`events.job_events` (``Streams.on_host_batch``).
 
     Raises :class:`events.RecordError` for a message that is not a valid record.
     """
@@ -418,10 +419,15 @@ class Streams:
         replay = not self.state.offsets.store(self._tp(base, m.partition)[1], m.offset)
         try:
             if base == METRICS:
-                batch = metric_samples(event.value)
-                if batch.batched:  # a host's samples: each on its own (a bad one costs only itself)
-                    return self.on_host_metrics(event, batch, replay), None
-                records: list[InputRecord] | None = list(batch.samples)
+                samples = metric_samples(event.value)
+                if samples.batched:  # a host's samples: each on its own (a bad one costs only itself)
+                    return self.on_host_batch(event, samples.samples, samples.rejected, replay), None
+                records: list[InputRecord] | None = list(samples.samples)
+            elif base == LIFECYCLE:
+                jobs = job_events(event.value)
+                if jobs.batched:  # a host's job events, likewise
+                    return self.on_host_batch(event, jobs.events, jobs.rejected, replay), None
+                records = list(jobs.events)
             else:
                 records = decode_input(base, event.value)
             if records is None:
@@ -446,25 +452,30 @@ class Streams:
             log.exception("stage 1 failed on %s p%s@%s", event.message.topic, event.message.partition, event.message.offset)
             return [], f"stage 1 error: {type(exc).__name__}: {exc}"
 
-    def on_host_metrics(self, event: Any, record: MetricsRecord, replay: bool) -> list[Observation]:
-        """Stage 1 for each sample of a host's batch, as for per-GPU records, except that a sample that cannot
-        be used (invalid, late, or failing stage 1) is dead-lettered alone, its own JSON as the payload."""
+    def on_host_batch(self, event: Any, records: list[InputRecord], rejected: list[Rejected], replay: bool) -> list[Observation]:
+        """Stage 1 for each record of a host's batch (samples or job events), as for single records, except that a
+        record that cannot be used (invalid, late, or failing stage 1) is dead-lettered alone, its own JSON as the
+        payload."""
         m = event.message
-        errors = [(r.payload, f"invalid {METRICS} record: {r.error}") for r in record.rejected]
+        base = self._base(m.topic)
+        errors = [(r.payload, f"invalid {base} record: {r.error}") for r in rejected]
         pending = self.lifecycle_pending(m.partition)
         out: list[Observation] = []
-        for sample in record.samples:
-            self.state.read_from(sample.gpu_uuid, m.partition)
+        for record in records:
+            self.state.read_from(record.gpu_uuid, m.partition)
             try:
-                out.extend(self.stage1.on_metric(sample, pending))
+                if isinstance(record, MetricSample):
+                    out.extend(self.stage1.on_metric(record, pending))
+                else:
+                    out.extend(self.stage1.on_job(record, pending))
             except LateEvent as exc:
                 if replay:
                     self.stage1.counters["replayed_late"] += 1
                 else:
-                    errors.append((encode(sample), str(exc)))
-            except Exception as exc:  # a bug on one sample must not cost the others
-                log.exception("stage 1 failed on a sample of %s p%s@%s", m.topic, m.partition, m.offset)
-                errors.append((encode(sample), f"stage 1 error: {type(exc).__name__}: {exc}"))
+                    errors.append((encode(record), str(exc)))
+            except Exception as exc:  # a bug on one record must not cost the others
+                log.exception("stage 1 failed on a record of %s p%s@%s", m.topic, m.partition, m.offset)
+                errors.append((encode(record), f"stage 1 error: {type(exc).__name__}: {exc}"))
         for payload, error in errors:
             self.dead_letter_soon(event, payload, error, "stage1")
         return out

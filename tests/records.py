@@ -9,7 +9,18 @@ import msgspec
 import msgspec.inspect as mi
 from hypothesis import strategies as st
 
-from events import RECORD_OF, GpuProcess, HostMetrics, JobEvent, LeaderboardEntry, MetricSample, Prediction, ProfileSource, WhatIf
+from events import (
+    RECORD_OF,
+    GpuProcess,
+    HostJobEvents,
+    HostMetrics,
+    JobEvent,
+    LeaderboardEntry,
+    MetricSample,
+    Prediction,
+    ProfileSource,
+    WhatIf,
+)
 from events.records import TS_MAX_S, TS_MIN_S
 from events.topics import BATCH_OF
 
@@ -54,6 +65,13 @@ def records_of(cls: type) -> st.SearchStrategy[Any]:
                 ts=ts, host=host, samples=[msgspec.structs.replace(x, host=host) for x in samples], producer_id=producer_id
             ),
             fields["host"], fields["ts"], st.lists(records_of(MetricSample), min_size=1, max_size=3), fields["producer_id"],
+        )  # fmt: skip
+    if cls is HostJobEvents:  # every event of the batch's host
+        return st.builds(
+            lambda host, ts, events, producer_id: HostJobEvents(
+                ts=ts, host=host, events=[msgspec.structs.replace(x, host=host) for x in events], producer_id=producer_id
+            ),
+            fields["host"], fields["ts"], st.lists(records_of(JobEvent), min_size=1, max_size=3), fields["producer_id"],
         )  # fmt: skip
     return st.builds(cls, **fields)
 

@@ -76,7 +76,8 @@ def _records(events: Any, per_gpu: bool) -> Any:
 
 
 def _samples(record: Any) -> int:
-    return len(getattr(record, "samples", None) or ()) or 1
+    """GPU samples or job events in one record (a host batch holds several)."""
+    return len(getattr(record, "samples", None) or getattr(record, "events", None) or ()) or 1
 
 
 def _seconds(text: str) -> float:
@@ -155,7 +156,7 @@ def run_sim(args: argparse.Namespace) -> int:
         )
         pub = _publisher(settings, f"sim-{os.getpid()}")
         counts = {"gpu.metrics": 0, "jobs.lifecycle": 0}
-        samples = 0
+        samples = job_events = 0
         progress = _Progress()
         last_ts = sim.start_ts
         try:
@@ -164,6 +165,8 @@ def run_sim(args: argparse.Namespace) -> int:
                 counts[topic] += 1
                 if topic == "gpu.metrics":
                     samples += _samples(record)
+                else:
+                    job_events += _samples(record)
                 last_ts = record.ts
                 progress(
                     lambda last_ts=last_ts: (
@@ -180,6 +183,7 @@ def run_sim(args: argparse.Namespace) -> int:
             "sim_seconds": round(last_ts - sim.start_ts, 1),
             **counts,
             "gpu_samples": samples,
+            "job_events": job_events,
         }
         if args.ground_truth:
             summary["ground_truth_rows"] = sim.write_ground_truth(args.ground_truth)

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from events import HostMetrics, MetricSample
+from events import HostJobEvents, HostMetrics, MetricSample
 from transport import RecordConsumer
 
 pytestmark = pytest.mark.integration
@@ -45,7 +45,10 @@ def test_produce_sim_publishes_metrics_and_the_whole_lifecycle(settings, tmp_pat
     assert {type(b) for b in batches} == {HostMetrics} and sorted({len(b.samples) for b in batches}) == [1, 2]
     assert summary["gpu_samples"] == sum(len(b.samples) for b in batches) == 3 * 399  # no samples at tick 0
     gpus = {s.gpu_uuid for b in batches for s in b.samples}
-    kinds = Counter(i.record.kind for i in items if i.topic.endswith("jobs.lifecycle"))
+    job_batches = [i.record for i in items if i.topic.endswith("jobs.lifecycle")]
+    assert {type(b) for b in job_batches} == {HostJobEvents} and max(len(b.events) for b in job_batches) > 1
+    assert summary["job_events"] == sum(len(b.events) for b in job_batches) > len(job_batches)
+    kinds = Counter(e.kind for b in job_batches for e in b.events)
     assert len(gpus) == 3 and kinds["started"] and kinds["progress"] and kinds["finished"]
     hosts = {i.record.host for i in items}
     assert summary["hosts"] == 2 and hosts == {"sim2-host00", "sim2-host01"}  # 3 GPUs, 2 per host

@@ -190,13 +190,14 @@ def test_bad_records_are_dead_lettered_exactly_and_the_worker_keeps_going(worker
 
 
 def test_host_batches_and_an_older_per_gpu_producer_feed_one_worker(worker: WorkerProcess) -> None:
-    """A host-batched fleet (one bad sample added to one batch) and a fleet sent the old way (per-GPU records keyed
-    by GPU) on one worker: every window of both yields the observation a reference stage 1 finds, and the bad
-    sample alone is dead-lettered, with its own JSON as the payload."""
+    """A host-batched fleet (samples and job events; one bad sample added to one batch, one bad event to another)
+    and a fleet sent the old way (per-GPU records keyed by GPU) on one worker: every window of both yields the
+    observation a reference stage 1 finds, and the bad sample and the bad event alone are dead-lettered, each with
+    its own JSON as the payload."""
     import base64
     import json
 
-    from events import HostMetrics
+    from events import HostJobEvents, HostMetrics
     from producers.batching import host_batches
     from producers.sim import Simulator
     from streams.stage1 import Stage1
@@ -216,14 +217,22 @@ def test_host_batches_and_an_older_per_gpu_producer_feed_one_worker(worker: Work
 
     batched = list(host_batches(new))
     assert {type(r) for t, r in batched if t == "gpu.metrics"} == {HostMetrics}
+    assert {type(r) for t, r in batched if t == "jobs.lifecycle"} == {HostJobEvents}
     i, spoilt = next((i, r) for i, (t, r) in enumerate(batched) if t == "gpu.metrics" and r.ts > t0 + 100)
     body = json.loads(encode(spoilt))
     bad = {**body["samples"][0], "gpu_uuid": "GPU-not-there", "sm_util_pct": 150.0}
     body["samples"].insert(1, bad)
+    # and one invalid job event in a batch of job events
+    j, spoilt_jobs = next((j, r) for j, (t, r) in enumerate(batched) if t == "jobs.lifecycle" and r.ts > t0 + 200)
+    jobs_body = json.loads(encode(spoilt_jobs))
+    bad_event = {**jobs_body["events"][0], "job_id": "job-not-there", "ts": 12.0}
+    jobs_body["events"].append(bad_event)
     with RecordProducer(s) as p:
         for k, (topic, record) in enumerate(batched):
             if k == i:
                 p.send_raw(topic, json.dumps(body).encode(), key=spoilt.host.encode())
+            elif k == j:
+                p.send_raw(topic, json.dumps(jobs_body).encode(), key=spoilt_jobs.host.encode())
             else:
                 p.send(topic, record)
         for topic, record in old:
@@ -238,8 +247,16 @@ def test_host_batches_and_an_older_per_gpu_producer_feed_one_worker(worker: Work
     letters = [
         i.record
         for i in consume(s, "aip.deadletter", lambda _: False, timeout_s=2)
-        if i.record is not None and i.record.key == spoilt.host
+        if i.record is not None and i.record.key in (spoilt.host, spoilt_jobs.host)
     ]
-    assert len(letters) == 1, [d.error for d in letters]
-    assert json.loads(base64.b64decode(letters[0].payload_b64)) == bad
-    assert letters[0].error == "invalid gpu.metrics record: samples[1]: Expected `float` <= 100.0 - at `$.sm_util_pct`"
+    by_source = {d.source_topic: d for d in letters}
+    assert len(letters) == 2 and set(by_source) == {"gpu.metrics", "jobs.lifecycle"}, [d.error for d in letters]
+    assert json.loads(base64.b64decode(by_source["gpu.metrics"].payload_b64)) == bad
+    assert by_source["gpu.metrics"].error == (
+        "invalid gpu.metrics record: samples[1]: Expected `float` <= 100.0 - at `$.sm_util_pct`"
+    )
+    assert json.loads(base64.b64decode(by_source["jobs.lifecycle"].payload_b64)) == bad_event
+    n = len(jobs_body["events"]) - 1
+    assert by_source["jobs.lifecycle"].error == (
+        f"invalid jobs.lifecycle record: events[{n}]: Expected `float` >= 946684800.0 - at `$.ts`"
+    )

@@ -1,16 +1,28 @@
-"""Host-batched samples (HostMetrics): decoding, invalid input, and compatibility with per-GPU records."""
+"""Host batches (HostMetrics, HostJobEvents): decoding, invalid input, and compatibility with single records."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from records import job_event, records_of, sample
 
-from events import HostMetrics, MetricSample, RecordError, decode, decode_on_topic, encode, metric_samples
-from events.topics import METRICS
+from events import (
+    HostJobEvents,
+    HostMetrics,
+    JobEvent,
+    MetricSample,
+    RecordError,
+    decode,
+    decode_on_topic,
+    encode,
+    job_events,
+    metric_samples,
+)
+from events.topics import LIFECYCLE, METRICS
 from producers.batching import host_batches, per_gpu
 from producers.sim import Simulator
 
@@ -110,6 +122,10 @@ def test_the_simulator_batched_per_host_and_tick_splits_back_into_its_stream() -
     assert all(isinstance(b, HostMetrics) for b in batches)
     assert {len(b.samples) for b in batches} == {8, 4}  # hosts of 8, 8 and 4 GPUs
     assert len(batches) == 3 * 29  # one per host and tick (no samples at tick 0)
+    jobs = [r for t, r in batched if t == LIFECYCLE]
+    assert all(isinstance(b, HostJobEvents) for b in jobs) and max(len(b.events) for b in jobs) > 1
+    events = [r for t, r in stream if t == LIFECYCLE]
+    assert len(jobs) < len(events) / 2 and sum(len(b.events) for b in jobs) == len(events)
     assert list(per_gpu(batched)) == stream
     ts = [r.ts for _t, r in batched]
     assert ts == sorted(ts)  # still in time order (a batch is stamped with its latest sample)
@@ -131,3 +147,57 @@ def test_a_recorded_batch_replays_as_its_samples(tmp_path) -> None:
     records, skipped = replay.load(path)
     assert records == [(METRICS, a), (METRICS, b), (METRICS, later)] and skipped == 1
     assert [[s.gpu_uuid for s in r.samples] for _t, r in host_batches(records)] == [["GPU-a", "GPU-b"], ["GPU-a"]]
+
+
+def job_batch_bytes(*events: JobEvent, host: str = "host-a", **envelope: object) -> bytes:
+    body = {"ts": events[0].ts if events else 1.7e9, "host": host, "events": [json.loads(encode(e)) for e in events]}
+    return json.dumps({**body, **envelope}).encode()
+
+
+def test_a_job_events_batch_decodes_into_its_events_in_order() -> None:
+    a = job_event("started", job_id="j1", gpu_uuid="GPU-a")
+    b = job_event("progress", job_id="j1", gpu_uuid="GPU-a", seq=1)
+    c = job_event("finished", job_id="j2", gpu_uuid="GPU-b")
+    record = HostJobEvents(ts=c.ts, host="host-a", events=[a, b, c], producer_id="p")
+    out = job_events(encode(record))
+    assert out.batched and out.rejected == [] and out.events == [a, b, c]
+    assert decode_on_topic(JobEvent, encode(record)) == record
+    assert job_events(encode(a)) == ([a], [], False)  # a single event reads as before
+    assert decode_on_topic(JobEvent, encode(a)) == a
+    extra = json.dumps({**json.loads(encode(a)), "events": 3}).encode()  # an unknown field named like the batch's
+    assert job_events(extra) == ([a], [], False)
+
+
+def test_one_invalid_job_event_is_rejected_alone_with_its_payload_and_reason() -> None:
+    good = [job_event("started", job_id=f"j{i}", gpu_uuid=f"GPU-{i}") for i in range(3)]
+    body = json.loads(job_batch_bytes(*good))
+    body["events"][1]["kind"] = "progress"  # progress without steps
+    body["events"].append(json.loads(encode(job_event(host="host-b"))))  # another host's event
+    out = job_events(json.dumps(body).encode())
+    assert out.batched and out.events == [good[0], good[2]]
+    assert [json.loads(r.payload) for r in out.rejected] == [body["events"][1], body["events"][3]]
+    assert out.rejected[0].error.startswith("events[1]: ") and "steps" in out.rejected[0].error
+    assert out.rejected[1].error == "events[3]: host 'host-b' is not the batch's host 'host-a'"
+    with pytest.raises(RecordError, match="steps"):  # read whole (aip tail), a batch fails on any event
+        decode_on_topic(JobEvent, json.dumps(body).encode())
+    with pytest.raises(RecordError, match=re.escape("Expected `array` of length >= 1 - at `$.events`")):
+        job_events(job_batch_bytes(good[0], events=[]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=records_of(HostJobEvents))
+def test_every_valid_job_events_batch_round_trips(batch: HostJobEvents) -> None:
+    assert job_events(encode(batch)) == (batch.events, [], True)
+
+
+def test_a_recorded_job_events_batch_replays_as_its_events(tmp_path) -> None:
+    from events import to_dict
+    from producers import replay
+
+    a, b = job_event("started", job_id="j1", ts=1.7e9), job_event("started", job_id="j2", gpu_uuid="GPU-b", ts=1.7e9 + 0.1)
+    lines = [{"_topic": "jobs.lifecycle", **to_dict(HostJobEvents(ts=b.ts, host="host-a", events=[a, b]))}]
+    path = tmp_path / "rec.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    records, skipped = replay.load(path)
+    assert records == [(LIFECYCLE, a), (LIFECYCLE, b)] and skipped == 0
+    assert [(t, r.events) for t, r in host_batches(records)] == [(LIFECYCLE, [a, b])]

@@ -85,7 +85,7 @@ def test_the_profiles_schema_in_the_integration_guide_is_the_generated_one() -> 
 
 def _published(tmp_path) -> dict[type, list[object]]:
     """What the simulator, stage 1 and stage 2 publish for a short simulated fleet, by record class."""
-    from events import HostMetrics
+    from events import HostJobEvents, HostMetrics
     from producers.batching import host_batches
     from producers.sim import Simulator
     from streams.deadletters import dead_letter
@@ -95,7 +95,7 @@ def _published(tmp_path) -> dict[type, list[object]]:
     start_ts = 1_700_000_000.0
     stream = list(Simulator(gpus=2, gpu_model="v100", seed=1, start_ts=start_ts, duration_s=400.0).events())
     events = [r for _t, r in stream]
-    batches = [r for _t, r in host_batches(stream) if isinstance(r, HostMetrics)]
+    batches = [r for _t, r in host_batches(stream) if isinstance(r, HostMetrics | HostJobEvents)]
     stage1 = Stage1(window_s=10.0, lateness_s=2.0)
     observations = [o for e in events for o in (stage1.on_metric(e) if hasattr(e, "power_w") else stage1.on_job(e))]
     stage2 = Stage2(clock=lambda: start_ts + 400.0, max_pct=20.0, state_dir=tmp_path)

@@ -129,8 +129,9 @@ def test_processes_that_appear_and_disappear_become_job_events() -> None:
     run_sampler(s, lambda t, r: published.append((t, r)), 0.0, stop, tracker=tracker, max_rounds=2)
     nv.gpus[0].processes = []
     run_sampler(s, lambda t, r: published.append((t, r)), 0.0, stop, tracker=tracker, max_rounds=1)
-    life = [(r.kind, r.pid, r.job_type) for t, r in published if t == "jobs.lifecycle"]
-    assert life == [("started", 7, "unknown"), ("finished", 7, "unknown")]
+    batches = [r for t, r in published if t == "jobs.lifecycle"]  # one per round that found any
+    life = [[(e.kind, e.pid, e.job_type) for e in r.events] for r in batches]
+    assert life == [[("started", 7, "unknown")], [("finished", 7, "unknown")]]
     assert sum(t == "gpu.metrics" for t, _ in published) == 3
 
 
@@ -277,3 +278,20 @@ def test_each_round_is_one_host_batch_unless_per_gpu() -> None:
     published.clear()
     run_sampler(s, lambda t, r: published.append((t, r)), 0.0, threading.Event(), max_rounds=1, per_gpu=True)
     assert [type(r) for _t, r in published] == [MetricSample] * 3
+
+
+def test_a_rounds_job_events_are_one_host_batch_unless_per_gpu() -> None:
+    from events import HostJobEvents, JobEvent
+
+    for per_gpu, expected in ((False, [HostJobEvents]), (True, [JobEvent, JobEvent])):
+        nv = fleet(2)
+        nv.gpus[0].processes, nv.gpus[1].processes = [(7, None)], [(8, None)]
+        published: list = []
+        run_sampler(
+            sampler(nv), lambda t, r, out=published: out.append((t, r)), 0.0, threading.Event(),
+            tracker=ProcessTracker("p1"), max_rounds=1, per_gpu=per_gpu,
+        )  # fmt: skip
+        life = [r for t, r in published if t == "jobs.lifecycle"]
+        assert [type(r) for r in life] == expected
+        events = life[0].events if not per_gpu else life
+        assert [(e.kind, e.pid) for e in events] == [("started", 7), ("started", 8)]
