@@ -550,7 +550,9 @@ def fit_leaf_weighted(tree: Any, data: Prepared) -> Any:
     would count distinct rows), so its minimum leaf becomes a weight fraction."""
     _, _, weight = data.distinct()
     if weight is not None and tree.min_samples_leaf > 1:
-        tree.set_params(min_weight_fraction_leaf=tree.min_samples_leaf / float(weight.sum()), min_samples_leaf=1)
+        # scikit-learn takes a fraction up to 0.5: a tree of fewer than 2 m rows' weight is a stump or a leaf anyway
+        fraction = min(0.5, tree.min_samples_leaf / float(weight.sum()))
+        tree.set_params(min_weight_fraction_leaf=fraction, min_samples_leaf=1)
     return fit_weighted(tree, data)
 
 

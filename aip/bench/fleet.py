@@ -2,7 +2,8 @@
 
 Everything on this machine: the embedded broker, W ``aip worker`` processes (each with its own state
 directory, as on its own host) and a simulated fleet (``producers.sim``, one environment, 8 GPUs per
-host) sent as :class:`events.HostMetrics` records, paced at real time (not sped up).  Every
+host) sent as :class:`events.HostMetrics` and :class:`events.HostJobEvents` records, paced at real time (not sped
+up).  Every
 ``SAMPLE_EVERY_S`` the harness reads each worker's ``/metrics`` (consumer lag per topic, records
 consumed and published) and its CPU time and RSS (psutil); a consumer of ``interference.predictions``
 times each prediction from its window's end (the wall-clock time its last sample was due: the
@@ -77,7 +78,7 @@ class _Sender(threading.Thread):
     def __init__(self, settings: Any, sim: Any) -> None:
         super().__init__(name="aip-bench-fleet-sender", daemon=True)
         self.settings, self.sim = settings, sim
-        self.batches = self.samples = self.job_events = 0
+        self.batches = self.samples = self.job_batches = self.job_events = 0
         self.error: BaseException | None = None
         self.stop = threading.Event()
 
@@ -96,7 +97,8 @@ class _Sender(threading.Thread):
                         self.batches += 1
                         self.samples += len(record.samples)
                     else:
-                        self.job_events += 1
+                        self.job_batches += 1
+                        self.job_events += len(record.events)
                 p.flush(60)
         except BaseException as exc:  # reported by the harness
             if not self.stop.is_set():
@@ -209,7 +211,7 @@ def run_fleet(
     observations = end["observations"] - base["observations"]
     cpu_s = [max(0.0, e - b) for e, b in zip(end["cpu_s"], base["cpu_s"], strict=True)]  # a refit child may have exited
     lag: dict[str, Any] = {}
-    rates = {"stage1": (sender.batches + sender.job_events) / elapsed, "stage2": observations / elapsed}
+    rates = {"stage1": (sender.batches + sender.job_batches) / elapsed, "stage2": observations / elapsed}
     for stage in STAGES:
         points = [(t, s["lag"][stage]) for t, s in series]
         most = max((v for _t, v in points), default=0.0)
@@ -227,6 +229,8 @@ def run_fleet(
         "hosts": len({g.host for g in sim.gpus}),
         "duration_s": round(elapsed, 1),
         "gpu_samples_sent": sender.samples,
+        "job_events_sent": sender.job_events,
+        "input_records_sent": sender.batches + sender.job_batches,  # host batches of samples and of job events
         "gpu_samples_consumed": round(consumed_batches * samples_per_batch),
         "gpu_samples_per_s": round(min(consumed_batches, sender.batches) * samples_per_batch / elapsed, 1),
         "observations_per_s": round(observations / elapsed, 2),

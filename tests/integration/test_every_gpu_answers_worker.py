@@ -122,4 +122,4 @@ def test_lone_and_idle_gpus_answer_on_the_topic_and_in_prioritize(settings: Any,
     finally:
         extender.terminate()
         extender.wait(20)
-        worker.stop(30)
+        worker.stop(60)

@@ -110,7 +110,7 @@ def stack(broker: Any, tmp_path: Path) -> Iterator[tuple[WorkerProcess, Promethe
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
-        assert worker.stop(30) in (0, -15), worker.log_tail()
+        assert worker.stop(60) in (0, -15), worker.log_tail()
 
 
 def produce(settings: Any, events: Any) -> None:

@@ -35,7 +35,7 @@ def worker(broker: Any, tmp_path_factory: Any) -> Iterator[WorkerProcess]:
         wait_for(w.ready, timeout_s=60, what="the worker's web server")  # raises with the log if it died
         yield w
     finally:
-        assert w.stop(30) in (0, -15), w.log_tail()
+        assert w.stop(60) in (0, -15), w.log_tail()
 
 
 def consume(settings: Any, topic: str, until: Any, timeout_s: float = 60.0) -> list[Any]:
