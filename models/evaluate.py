@@ -351,8 +351,8 @@ def evaluate(
 
     ``probes`` (``family`` only): ``K`` job sets of each held-out family revealed to the outer training rows
     (seeded, the same for every candidate, :func:`models.selection.reveal_probes`) and the rest scored; the inner
-    selection reveals ``K`` the same way, so the choice is made on the task it is scored on.  0: the plain
-    family holdout."""
+    selection reveals ``K`` the same way, so the choice is made on the task it is scored on, and every batch
+    candidate is its :data:`NEWCOMER` form (``candidate_scores(..., weighted=True)``).  0: the plain family holdout."""
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     samples = dataset.samples
