@@ -272,25 +272,36 @@ def candidate_scores(
     views: Sequence[str] = (),
     probes: int = 0,
     newcomer: bool = True,
+    weighted: bool = False,
 ) -> list[Score]:
     """Cross-validated error (``holdout`` scheme) of every candidate on ``samples``: the batch models per
     category (and per extra ``views``, see :data:`OBSERVED_VIEWS`), the average of the ``average`` best of them,
     and the baselines.  Empty when the scheme cannot
     make two folds (too few groups or families).  ``probes``: job sets of each held-out family revealed to the
-    folds' training rows (:func:`models.selection.reveal_probes`)."""
+    folds' training rows (:func:`models.selection.reveal_probes`).
+
+    ``weighted``: every batch model of every category and view is its :data:`NEWCOMER` form, fitted with the rows
+    of thin families weighted up (:func:`newcomer_weights`, in each fold on that fold's training rows) and named
+    ``Newcomer[model:category]``; the average is of those.  :func:`evaluate` asks it when job sets of each held-out
+    family are revealed (``probes`` > 0): the task is then a newcomer's, the same for every candidate.  Without it,
+    ``newcomer`` adds the one :func:`newcomer_name` candidate (placement mode)."""
     y = np.array([s.target for s in samples], dtype=float)
-    scores = cross_validate(samples, [mode], models=models, k=k, seed=seed, holdout=holdout, probes=probes)
+    weigh = newcomer_weights if weighted else None
+    scores = cross_validate(samples, [mode], models=models, k=k, seed=seed, holdout=holdout, probes=probes, weights=weigh)
     if not scores:
         return []
     for name in views:  # the extra views (OBSERVED_VIEWS), cross-validated on the same folds
         frame = pd.DataFrame([view(s, mode, name) for s in samples])
         extra = cross_validate(
             samples, [mode], models=models, categories=("all",), k=k, seed=seed, holdout=holdout,
-            frames={mode: {"all": frame}}, probes=probes,
+            frames={mode: {"all": frame}}, probes=probes, weights=weigh,
         )  # fmt: skip
         for s in extra:
             s.category = name
         scores += extra
+    if weighted:
+        for s in scores:
+            s.model = newcomer_name(s.model, s.category)
     folds = holdout_folds(samples, k, seed, holdout, probes)
     ranked = sorted((s for s in scores if math.isfinite(s.mae)), key=lambda s: (s.mae, s.model, s.category))
     if average > 1 and len(ranked) >= average:
@@ -298,7 +309,7 @@ def candidate_scores(
         o = np.mean([s.oof for s in top], axis=0)
         name = f"{AVERAGE}[{','.join(f'{s.model}:{s.category}' for s in top)}]"
         scores.append(score_of(name, "all", mode, o, y))
-    if newcomer and mode == "placement":
+    if newcomer and mode == "placement" and not weighted:  # weighted: it is Newcomer[ExtraTrees:all], scored above
         name = newcomer_name()
         o = _oof(name, samples, folds, mode, seed)
         scores.append(score_of(name, "all", mode, o, y))
@@ -340,8 +351,8 @@ def evaluate(
 
     ``probes`` (``family`` only): ``K`` job sets of each held-out family revealed to the outer training rows
     (seeded, the same for every candidate, :func:`models.selection.reveal_probes`) and the rest scored; the inner
-    selection reveals ``K`` the same way, so the choice is made on the task it is scored on.  0: the plain
-    family holdout."""
+    selection reveals ``K`` the same way, so the choice is made on the task it is scored on, and every batch
+    candidate is its :data:`NEWCOMER` form (``candidate_scores(..., weighted=True)``).  0: the plain family holdout."""
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     samples = dataset.samples
@@ -371,7 +382,9 @@ def evaluate(
     for i, (train, test) in enumerate(folds):
         tr, te = [samples[j] for j in train], [samples[j] for j in test]
         scored[test] = True
-        inner = candidate_scores(tr, mode, models=models, k=inner_k, seed=seed + 1, holdout=holdout, views=views, probes=probes)
+        inner = candidate_scores(
+            tr, mode, models=models, k=inner_k, seed=seed + 1, holdout=holdout, views=views, probes=probes, weighted=probes > 0,
+        )  # fmt: skip
         pick = select(inner, mode)
         name, cat = (MEDIAN, "all") if pick is None else (pick.model, pick.category)  # None: too few groups inside
         heldout[test] = fit_candidate(name, cat, tr, mode, seed)(te)

@@ -234,6 +234,7 @@ def cross_validate(
     progress: Callable[[str], None] | None = None,
     holdout: str = "pair",
     probes: int = 0,
+    weights: Callable[[Sequence[Sample]], Sequence[int]] | None = None,
 ) -> list[Score]:
     """Out-of-fold predictions and errors of every model x category x mode, grouped by ``Sample.group``.
 
@@ -245,7 +246,9 @@ def cross_validate(
     says how many rows each fold trained on, summed over the folds / ``k - 1``.
 
     ``holdout`` is the scheme of the folds (:func:`holdout_folds`): ``pair`` by ``Sample.group``, ``family``
-    by job family (with ``probes`` job sets of each held-out family revealed to training).
+    by job family (with ``probes`` job sets of each held-out family revealed to training).  ``weights``: each
+    fold's training rows weighted by ``weights(training samples)`` (whole copies, one per unit; the models fit
+    distinct rows weighted by their copies), e.g. :func:`models.evaluate.newcomer_weights`.
 
     The fits (model x category x mode x fold) are independent: with ``workers`` > 1 (None: all cores) they run
     on :mod:`models.parallel`'s process pool, or on ``fits`` when given (which then keeps the arrays published
@@ -256,6 +259,8 @@ def cross_validate(
     folds = holdout_folds(samples, k, seed, holdout, probes)
     if not folds:
         return []
+    if weights is not None:
+        folds = [(np.repeat(tr, np.asarray(weights([samples[i] for i in tr]), dtype=int)), te) for tr, te in folds]
     jobs: list[tuple[str, str, list[str]]] = []
     arrays: dict[str, np.ndarray] = {"y": y}
     for i, (_, te) in enumerate(folds):

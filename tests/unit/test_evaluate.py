@@ -334,3 +334,28 @@ def test_cli_probes_json_and_report(tmp_path, capsys) -> None:  # type: ignore[n
     capsys.readouterr()
     assert main(["evaluate", str(data), "--probes", "2"]) == 2  # probes need --holdout family
     assert "--holdout family" in capsys.readouterr().err
+
+
+def test_probes_make_every_candidate_a_newcomer() -> None:
+    """With job sets revealed (``weighted``), every batch candidate and the average are the Newcomer forms (thin
+    families weighted up in each fold's own training rows); the baselines stay as they are.  A weight is whole
+    copies: a uniform one leaves least squares' predictions as they were and counts the copies trained."""
+    from models.evaluate import IDENTITY, MEDIAN, candidate_scores, fit_candidate, newcomer_weights
+
+    ds = _pairs(5, noise=1.0)
+    scores = candidate_scores(ds.samples, "placement", models=("DecisionTree", "LinearRegression"), k=2, holdout="family", probes=1, weighted=True)
+    names = {s.model for s in scores}
+    assert {MEDIAN, IDENTITY} < names
+    assert all(n.startswith(("Newcomer[", "Average[Newcomer[")) for n in names - {MEDIAN, IDENTITY})
+    assert "Newcomer[DecisionTree:all]" in names and any(n.startswith("Average[") for n in names)
+    avg = next(n for n in names if n.startswith("Average["))
+    assert np.isfinite(fit_candidate(avg, "all", ds.samples, "placement")(ds.samples[:3])).all()
+    one = {"models": ("LinearRegression",), "categories": ("all",), "k": 3}
+    plain = cross_validate(ds.samples, ["placement"], **one)  # type: ignore[arg-type]
+    copies = cross_validate(ds.samples, ["placement"], **one, weights=lambda tr: [3] * len(tr))  # type: ignore[arg-type]
+    assert np.allclose(plain[0].oof, copies[0].oof) and copies[0].trained == 3 * plain[0].trained
+    # the weights a fold's training rows get are those of its own rows: a family thin there is weighted
+    folds = holdout_folds(ds.samples, 5, 0, "family", 1)
+    tr, _ = folds[0]
+    w = newcomer_weights([ds.samples[i] for i in tr])
+    assert max(w) == 8 and min(w) == 1
