@@ -62,6 +62,17 @@ def scaled_offsets(
     return lo, hi, beta
 
 
+def steady_state_shrink(fading_factor: float) -> float:
+    """How much narrower than its residuals' interval an EWM's interval for the steady value is: an EWM (fading
+    factor ``a``) of measurements with i.i.d. noise ``sigma^2`` around a steady value is off it by ``a / (2 - a)
+    sigma^2`` and off the next measurement by ``2 / (2 - a) sigma^2``; the ratio of the deviations is ``sqrt(a / 2)``.
+
+    >>> steady_state_shrink(1.0) == math.sqrt(0.5), steady_state_shrink(0.5)  # the last value; an EWM of span 3
+    (True, 0.5)
+    """
+    return math.sqrt(fading_factor / 2.0)
+
+
 class ResidualWindow:
     """The last ``window`` prequential residuals of one candidate and their conformal offsets.
 
@@ -88,3 +99,16 @@ class ResidualWindow:
         """None until the window holds enough residuals for a finite interval."""
         lo, hi = conformal_offsets(np.fromiter(self.values, dtype=float, count=len(self.values)), coverage)
         return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
+
+    def offsets_or_range(self, coverage: float = COVERAGE) -> tuple[float, float] | None:
+        """:meth:`offsets`, else, with too few residuals for a finite ``coverage`` interval, their range (which
+        holds a new exchangeable residual with probability ``(n - 1) / (n + 1)``); None below two residuals.
+
+        >>> w = ResidualWindow(100, [-1.0, 0.5, 2.0])
+        >>> w.offsets(), w.offsets_or_range()
+        (None, (-1.0, 2.0))
+        """
+        got = self.offsets(coverage)
+        if got is not None or self.n < 2:
+            return got
+        return min(self.values), max(self.values)
