@@ -51,7 +51,7 @@ from models.candidates import KINDS, Candidate, CandidateKey, Views
 from models.compose import ComposeScore, compose_interval, compose_pct
 from models.datasets import Sample
 from models.features import observed_features as _observed_features
-from models.intervals import ResidualWindow, steady_state_shrink
+from models.intervals import ResidualWindow
 from models.live import LAST_MEASURED, MEDIAN, Measurements, clip_pct
 from models.refit import RefitResult, run_refit
 from models.selector import Choice, Selector
@@ -336,17 +336,19 @@ class EnvironmentModels:
 
     def _steady_state_interval(self, r: PredictionResult) -> PredictionResult:
         """A what-if of a measured job set served by its last measurements: the interval of the job set's slowdown,
-        not of one more window's measurement of it.  The last-measured baseline is an EWM of the job set's
-        measurements (fading factor ``a``, ``Config.baseline_span``): around a steady slowdown with a window's noise
-        ``sigma^2`` it is off by ``a / (2 - a) sigma^2``, and its residuals (a window's measurement against it, what
-        ``seen_residuals`` holds) spread ``2 / (2 - a) sigma^2``.  So the steady slowdown's interval is the residuals'
-        offsets times ``sqrt(a / 2)`` (one half at the default span of 3); log ratios, so a job set slowed more, whose
-        measurements spread more, gets a wider one.  Other what-ifs are unchanged."""
+        not of one more window's measurement of it.  ``seen_residuals`` are a window's measurement against the
+        last-measured estimate (an EWM of the job set's measurements): the estimate's error and the window's
+        own, each about one window's noise ``sigma^2`` (``2 sigma^2`` together); the steady slowdown is off the
+        estimate by the first alone, so the offsets are shrunk by ``sqrt(2)``.  Were window errors independent the EWM
+        would average them further (``sqrt(a / 2)``, a half at the default span): on the stream they are not (a window
+        that straddles a change of job set, a job's first windows), and with that shrink the live bench's measured
+        job sets' intervals held the truth for 0.83 of the entries (docs/BENCHMARKS.md).  Log ratios: a job set
+        slowed more, whose measurements spread more, gets a wider interval.  Other what-ifs are unchanged."""
         offsets = self.seen_residuals.offsets()
         if r.regime != "seen" or r.model != LAST_MEASURED or offsets is None:
             return r
-        v, shrink = r.interference_pct, steady_state_shrink(2.0 / (self.config.baseline_span + 1.0))
-        lo, hi = (clip_pct(_times_exp(v, o * shrink), self.config.max_pct)[0] for o in offsets)
+        v = r.interference_pct
+        lo, hi = (clip_pct(_times_exp(v, o / math.sqrt(2.0)), self.config.max_pct)[0] for o in offsets)
         return replace(r, interval_pct=(min(lo, v), max(hi, v)))
 
     def predict_sample(self, sample: Sample, mode: str, *, compose: bool = True) -> PredictionResult | None:

@@ -62,17 +62,6 @@ def scaled_offsets(
     return lo, hi, beta
 
 
-def steady_state_shrink(fading_factor: float) -> float:
-    """How much narrower than its residuals' interval an EWM's interval for the steady value is: an EWM (fading
-    factor ``a``) of measurements with i.i.d. noise ``sigma^2`` around a steady value is off it by ``a / (2 - a)
-    sigma^2`` and off the next measurement by ``2 / (2 - a) sigma^2``; the ratio of the deviations is ``sqrt(a / 2)``.
-
-    >>> steady_state_shrink(1.0) == math.sqrt(0.5), steady_state_shrink(0.5)  # the last value; an EWM of span 3
-    (True, 0.5)
-    """
-    return math.sqrt(fading_factor / 2.0)
-
-
 class ResidualWindow:
     """The last ``window`` prequential residuals of one candidate and their conformal offsets.
 

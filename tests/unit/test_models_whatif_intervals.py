@@ -1,6 +1,7 @@
 """The 90 % intervals of what-if entries (models/environment.py), on streams built so that the answer is known.
 
-* A measured job set's what-if is an interval for its steady slowdown, not for one more window's measurement.
+* A measured job set's what-if is an interval for its steady slowdown, not for one more window's measurement:
+  narrower than the running job's, multiplicative.
 * A job type never measured (``novel``) gets an interval at least as wide, multiplicatively, as the first
   measurements of the types measured so far were off by.
 """
@@ -33,7 +34,7 @@ def _measured(steady_pct: float, rng: np.random.Generator) -> float:
     return ((1 + steady_pct / 100) * (1 + float(rng.normal(0, NOISE))) - 1) * 100
 
 
-def test_a_measured_job_sets_what_if_interval_holds_its_steady_slowdown_near_90_percent_of_the_time() -> None:
+def test_a_measured_job_sets_what_if_interval_is_narrower_than_a_windows_and_holds_its_steady_slowdown() -> None:
     rng = np.random.default_rng(1)
     sens = {f"net{i} (batch size 8)": 5.0 + 6.0 * i for i in range(10)}
     # each pair's own slowdown, growing with both types' but not as any model of the profiles has it: the last
@@ -55,9 +56,15 @@ def test_a_measured_job_sets_what_if_interval_holds_its_steady_slowdown_near_90_
         assert w.interference_pct == r.interference_pct  # the same last measurements: only the interval differs
         inside.append(w.interval_pct[0] <= y <= w.interval_pct[1])
         inside_running.append(r.interval_pct[0] <= y <= r.interval_pct[1])
-    # the running job's interval is for its next window's measurement: its steady slowdown nearly always inside
-    assert np.mean(inside_running) > 0.97, np.mean(inside_running)
-    assert 0.8 <= np.mean(inside) <= 0.96, np.mean(inside)
+    # the running job's interval is for its next window's measurement; the what-if's, for the steady slowdown, is
+    # narrower and, with independent window noise, still holds it
+    assert np.mean(inside) >= 0.9 and np.mean(inside_running) >= 0.9, (np.mean(inside), np.mean(inside_running))
+    ratio = [
+        (w.interval_pct[1] - w.interval_pct[0]) / (r.interval_pct[1] - r.interval_pct[0])
+        for w, r in zip(what_ifs, running, strict=True)
+        if w and r and w.interval_pct and r.interval_pct
+    ]
+    assert np.mean(ratio) < 0.8, np.mean(ratio)
     # multiplicative: a job set slowed more gets a wider interval
     width = {
         pair: w.interval_pct[1] - w.interval_pct[0] for pair, w in zip(steady, what_ifs, strict=True) if w and w.interval_pct
