@@ -150,11 +150,11 @@ def main() -> None:
     out["what_if_by_regime"] = {g: cell([r for r in scored if r["regime"] == g]) for g in sorted({r["regime"] for r in scored})}
     out["what_if_by_running_regime"] = {f"{n}:{g}": cell([r for r in scored if r["running"] == n and r["regime"] == g])
                                         for n, g in sorted({(r["running"], r["regime"]) for r in scored})}
-    # the same, apart for job sets the simulator would place (Truth.fits: at most 3 jobs, memory, every job at 0.2 of
+    # the new regime's entries (the models' own: types all measured, this job set never), apart for job sets the simulator would place (Truth.fits: at most 3 jobs, memory, every job at 0.2 of
     # solo speed or more) and those no fleet of it ever runs
     split: dict = defaultdict(list)
     for r in wi_rows:
-        if r["pred"] is not None and r["running"] and not r["measured"]:
+        if r["pred"] is not None and r["running"] and r["regime"] == "new":
             split[(r["running"], truth.fits(r["set"]))].append(abs(r["pred"] - r["truth"]))
     out["what_if_new_by_placeable"] = {
         f"{n}:{'placeable' if fits else 'never_placed'}": (len(v), round(statistics.mean(v), 1), round(statistics.median(v), 1))
