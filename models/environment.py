@@ -179,8 +179,9 @@ class EnvironmentModels:
         """Log-ratio residuals ``log((1 + y) / (1 + served))`` of what is served on first observations of job sets of
         3+: the conformal interval of such a what-if, multiplicative like the composition; not saved."""
         self.seen_residuals = ResidualWindow(self.config.history)
-        """Log-ratio residuals of the last measurement served for a measured job set in placement mode (one window's
-        measurement against the one before): the steady-state interval of a measured job set's what-if; not saved."""
+        """Log-ratio residuals of the last-measured baseline where placement mode served it for a measured job set (a
+        window's measurement against the EWM of those before): the steady-state interval of a measured job set's
+        what-if (:meth:`_steady_state_interval`); not saved."""
         self.novel_residuals = ResidualWindow(self.config.history)
         """Log-ratio residuals of what placement mode served for observations holding a job type never measured
         before them (each type's first measurements, the ``novel`` regime's only honest test): the conformal interval
@@ -325,8 +326,9 @@ class EnvironmentModels:
         results = self._predict_many([(Views(s), mode) for s, mode in asks])
         if compose:
             results = self._serve_composed([s for s, _ in asks], results, what_if=what_if)
-        if what_if:
-            results = [None if r is None else self._steady_state_interval(r) for r in results]
+        if what_if and any(r is not None and r.regime == "seen" and r.model == LAST_MEASURED for r in results):
+            offsets = self.seen_residuals.offsets()  # one sort of the window per call, not per entry
+            results = [None if r is None else self._steady_state_interval(r, offsets) for r in results]
         self.clipped += sum(1 for r in results if r is not None and r.clipped)
         if self.observations:
             self.withheld_novel += sum(
@@ -334,7 +336,7 @@ class EnvironmentModels:
             )  # fmt: skip
         return results
 
-    def _steady_state_interval(self, r: PredictionResult) -> PredictionResult:
+    def _steady_state_interval(self, r: PredictionResult, offsets: tuple[float, float] | None) -> PredictionResult:
         """A what-if of a measured job set served by its last measurements: the interval of the job set's slowdown,
         not of one more window's measurement of it.  ``seen_residuals`` are a window's measurement against the
         last-measured estimate (an EWM of the job set's measurements): the estimate's error and the window's
@@ -343,8 +345,8 @@ class EnvironmentModels:
         would average them further (``sqrt(a / 2)``, a half at the default span): on the stream they are not (a window
         that straddles a change of job set, a job's first windows), and with that shrink the live bench's measured
         job sets' intervals held the truth for 0.83 of the entries (docs/BENCHMARKS.md).  Log ratios: a job set
-        slowed more, whose measurements spread more, gets a wider interval.  Other what-ifs are unchanged."""
-        offsets = self.seen_residuals.offsets()
+        slowed more, whose measurements spread more, gets a wider interval.  ``offsets``: ``seen_residuals``'
+        conformal offsets.  Other what-ifs are unchanged."""
         if r.regime != "seen" or r.model != LAST_MEASURED or offsets is None:
             return r
         v = r.interference_pct
