@@ -182,6 +182,7 @@ class EnvironmentModels:
         """Log-ratio residuals of the last-measured baseline where placement mode served it for a measured job set (a
         window's measurement against the EWM of those before): the steady-state interval of a measured job set's
         what-if (:meth:`_steady_state_interval`); not saved."""
+        self._seen_offsets_at: tuple[int, tuple[float, float] | None] = (-1, None)
         self.novel_residuals = ResidualWindow(self.config.history)
         """Log-ratio residuals of what placement mode served for observations holding a job type never measured
         before them (each type's first measurements, the ``novel`` regime's only honest test): the conformal interval
@@ -327,7 +328,7 @@ class EnvironmentModels:
         if compose:
             results = self._serve_composed([s for s, _ in asks], results, what_if=what_if)
         if what_if and any(r is not None and r.regime == "seen" and r.model == LAST_MEASURED for r in results):
-            offsets = self.seen_residuals.offsets()  # one sort of the window per call, not per entry
+            offsets = self._seen_offsets()
             results = [None if r is None else self._steady_state_interval(r, offsets) for r in results]
         self.clipped += sum(1 for r in results if r is not None and r.clipped)
         if self.observations:
@@ -335,6 +336,13 @@ class EnvironmentModels:
                 1 for r, (s, _) in zip(results, asks, strict=True) if r is None and self.measurements.novel((s.job_type, *s.co_job_types))
             )  # fmt: skip
         return results
+
+    def _seen_offsets(self) -> tuple[float, float] | None:
+        """``seen_residuals``' conformal offsets, sorted once per observation learned (a fleet's windows ask many
+        what-ifs between two)."""
+        if self._seen_offsets_at[0] != self.observations:
+            self._seen_offsets_at = (self.observations, self.seen_residuals.offsets())
+        return self._seen_offsets_at[1]
 
     def _steady_state_interval(self, r: PredictionResult, offsets: tuple[float, float] | None) -> PredictionResult:
         """A what-if of a measured job set served by its last measurements: the interval of the job set's slowdown,
