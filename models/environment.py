@@ -350,9 +350,10 @@ class EnvironmentModels:
         last-measured estimate (an EWM of the job set's measurements): the estimate's error and the window's
         own, each about one window's noise ``sigma^2`` (``2 sigma^2`` together); the steady slowdown is off the
         estimate by the first alone, so the offsets are shrunk by ``sqrt(2)``.  Were window errors independent the EWM
-        would average them further (``sqrt(a / 2)``, a half at the default span): on the stream they are not (a window
-        that straddles a change of job set, a job's first windows), and with that shrink the live bench's measured
-        job sets' intervals held the truth for 0.83 of the entries (docs/BENCHMARKS.md).  Log ratios: a job set
+        would average them further (``sqrt(a / 2)`` after many measurements, a half at the default span; after ``n``,
+        from the EWM's weights): on the stream they are not (a window that straddles a change of job set, stage 1's
+        measurement against the steady state, which no residual sees), and with those shrinks the live quick bench's
+        measured job sets' intervals held the truth for 0.83 and 0.81 of the entries (docs/BENCHMARKS.md).  Log ratios: a job set
         slowed more, whose measurements spread more, gets a wider interval.  ``offsets``: ``seen_residuals``'
         conformal offsets.  Other what-ifs are unchanged."""
         if r.regime != "seen" or r.model != LAST_MEASURED or offsets is None:
