@@ -41,7 +41,7 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -52,7 +52,7 @@ from models.compose import ComposeScore, compose_interval, compose_pct
 from models.datasets import Sample
 from models.features import observed_features as _observed_features
 from models.intervals import ResidualWindow
-from models.live import MEDIAN, Measurements, clip_pct
+from models.live import LAST_MEASURED, MEDIAN, Measurements, clip_pct
 from models.refit import RefitResult, run_refit
 from models.selector import Choice, Selector
 from models.settings import Config
@@ -141,6 +141,15 @@ def _log_ratio(actual_pct: float, predicted_pct: float) -> float:
     return math.log(max(1e-3, 1.0 + actual_pct / 100.0) / max(1e-3, 1.0 + predicted_pct / 100.0))
 
 
+def _times_exp(pct: float, log_ratio: float) -> float:
+    """The slowdown whose ``1 + pct/100`` is ``pct``'s times ``exp(log_ratio)``.
+
+    >>> round(_times_exp(100.0, math.log(1.5)), 6)
+    200.0
+    """
+    return (1.0 + pct / 100.0) * math.exp(log_ratio) * 100.0 - 100.0
+
+
 class EnvironmentModels:
     """The AIP selector of one environment: candidates, prequential scoring, selection, refits, drift, persistence."""
 
@@ -169,6 +178,15 @@ class EnvironmentModels:
         self.many_residuals = ResidualWindow(self.config.history)
         """Log-ratio residuals ``log((1 + y) / (1 + served))`` of what is served on first observations of job sets of
         3+: the conformal interval of such a what-if, multiplicative like the composition; not saved."""
+        self.seen_residuals = ResidualWindow(self.config.history)
+        """Log-ratio residuals of the last-measured baseline where placement mode served it for a measured job set (a
+        window's measurement against the EWM of those before): the steady-state interval of a measured job set's
+        what-if (:meth:`_steady_state_interval`); not saved."""
+        self._seen_offsets_at: tuple[int, tuple[float, float] | None] = (-1, None)
+        self.novel_residuals = ResidualWindow(self.config.history)
+        """Log-ratio residuals of what placement mode served for observations holding a job type never measured
+        before them (each type's first measurements, the ``novel`` regime's only honest test): the conformal interval
+        of a novel type's prediction, multiplicative; not saved."""
 
     @staticmethod
     def _new_detector() -> Any:
@@ -205,6 +223,10 @@ class EnvironmentModels:
         views = Views(sample)
         # drift: the error of what predict() serves for this sample, before anything learns it
         for served in self._predict_many([(views, mode) for mode in MODES]):
+            if served is not None and served.mode == "placement" and served.regime == "seen" and served.model == LAST_MEASURED:
+                self.seen_residuals.update(_log_ratio(y, served.interference_pct))
+            if served is not None and served.mode == "placement" and served.regime == "novel":
+                self.novel_residuals.update(_log_ratio(y, served.interference_pct))
             if served is not None and served.mode == "placement" and len(sample.co_job_types) >= 2 and served.regime == "new":
                 composed = self._compose([sample])[0]
                 final = served.interference_pct
@@ -289,6 +311,11 @@ class EnvironmentModels:
         if offsets is None:
             return None
         lo, hi = clip_pct(value + offsets[0], self.config.max_pct)[0], clip_pct(value + offsets[1], self.config.max_pct)[0]
+        if plan.regime == "novel":
+            ratio = self.novel_residuals.offsets_or_range()
+            if ratio is not None:  # at least as wide, multiplicatively, as each type's first measurements were off by
+                lo = min(lo, clip_pct(_times_exp(value, ratio[0]), self.config.max_pct)[0])
+                hi = max(hi, clip_pct(_times_exp(value, ratio[1]), self.config.max_pct)[0])
         return (min(lo, value), max(hi, value))
 
     def predict_samples(
@@ -300,12 +327,40 @@ class EnvironmentModels:
         results = self._predict_many([(Views(s), mode) for s, mode in asks])
         if compose:
             results = self._serve_composed([s for s, _ in asks], results, what_if=what_if)
+        if what_if and any(r is not None and r.regime == "seen" and r.model == LAST_MEASURED for r in results):
+            offsets = self._seen_offsets()
+            results = [None if r is None else self._steady_state_interval(r, offsets) for r in results]
         self.clipped += sum(1 for r in results if r is not None and r.clipped)
         if self.observations:
             self.withheld_novel += sum(
                 1 for r, (s, _) in zip(results, asks, strict=True) if r is None and self.measurements.novel((s.job_type, *s.co_job_types))
             )  # fmt: skip
         return results
+
+    def _seen_offsets(self) -> tuple[float, float] | None:
+        """``seen_residuals``' conformal offsets, sorted once per observation learned (a fleet's windows ask many
+        what-ifs between two)."""
+        if self._seen_offsets_at[0] != self.observations:
+            self._seen_offsets_at = (self.observations, self.seen_residuals.offsets())
+        return self._seen_offsets_at[1]
+
+    def _steady_state_interval(self, r: PredictionResult, offsets: tuple[float, float] | None) -> PredictionResult:
+        """A what-if of a measured job set served by its last measurements: the interval of the job set's slowdown,
+        not of one more window's measurement of it.  ``seen_residuals`` are a window's measurement against the
+        last-measured estimate (an EWM of the job set's measurements): the estimate's error and the window's
+        own, each about one window's noise ``sigma^2`` (``2 sigma^2`` together); the steady slowdown is off the
+        estimate by the first alone, so the offsets are shrunk by ``sqrt(2)``.  Were window errors independent the EWM
+        would average them further (``sqrt(a / 2)`` after many measurements, a half at the default span; after ``n``,
+        from the EWM's weights): on the stream they are not (a window that straddles a change of job set, stage 1's
+        measurement against the steady state, which no residual sees), and with those shrinks the live quick bench's
+        measured job sets' intervals held the truth for 0.83 and 0.81 of the entries (docs/BENCHMARKS.md).  Log ratios: a job set
+        slowed more, whose measurements spread more, gets a wider interval.  ``offsets``: ``seen_residuals``'
+        conformal offsets.  Other what-ifs are unchanged."""
+        if r.regime != "seen" or r.model != LAST_MEASURED or offsets is None:
+            return r
+        v = r.interference_pct
+        lo, hi = (clip_pct(_times_exp(v, o / math.sqrt(2.0)), self.config.max_pct)[0] for o in offsets)
+        return replace(r, interval_pct=(min(lo, v), max(hi, v)))
 
     def predict_sample(self, sample: Sample, mode: str, *, compose: bool = True) -> PredictionResult | None:
         return self.predict_samples([(sample, mode)], compose=compose)[0]

@@ -88,3 +88,16 @@ class ResidualWindow:
         """None until the window holds enough residuals for a finite interval."""
         lo, hi = conformal_offsets(np.fromiter(self.values, dtype=float, count=len(self.values)), coverage)
         return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
+
+    def offsets_or_range(self, coverage: float = COVERAGE) -> tuple[float, float] | None:
+        """:meth:`offsets`, else, with too few residuals for a finite ``coverage`` interval, their range (which
+        holds a new exchangeable residual with probability ``(n - 1) / (n + 1)``); None below two residuals.
+
+        >>> w = ResidualWindow(100, [-1.0, 0.5, 2.0])
+        >>> w.offsets(), w.offsets_or_range()
+        (None, (-1.0, 2.0))
+        """
+        got = self.offsets(coverage)
+        if got is not None or self.n < 2:
+            return got
+        return min(self.values), max(self.values)

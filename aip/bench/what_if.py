@@ -178,11 +178,17 @@ def regret(entries: Iterable[Entry]) -> dict[str, Any]:
     }
 
 
-def score(entries: Sequence[Entry], no_truth: int = 0) -> dict[str, Any]:
+def score(
+    entries: Sequence[Entry], no_truth: int = 0, placeable: Callable[[Sequence[str]], bool] | None = None
+) -> dict[str, Any]:
     """``accuracy.what_if``: the errors overall, by jobs already running and regime, by regime, and by how often the
     newcomer's type had been measured (job sets holding it); the placement regret over every answer, idle GPUs' too,
     and over the answers of GPUs running two jobs or more (``regret_without_lone_gpus``: the stream before every GPU
-    answered)."""
+    answered).
+
+    Reported besides, not part of any floor: ``known_types``, the errors of the entries whose every type was measured
+    here (all but ``novel``); with ``placeable`` (whether a fleet would run a job set), ``new_by_placeable``: the
+    ``new`` entries by jobs running, apart for job sets a fleet would place and those it never runs."""
     scored = [e for e in entries if not e.idle]
     by_running: dict[str, dict[str, Any]] = {}
     for n in sorted({len(e.running) for e in scored}):
@@ -202,7 +208,20 @@ def score(entries: Sequence[Entry], no_truth: int = 0) -> dict[str, Any]:
         "by_regime": {g: errors([e for e in scored if e.regime == g]) for g in sorted({e.regime for e in scored})},
         "by_running": by_running,
         "by_measured_job_sets": by_measured,
-    }
+        "known_types": errors([e for e in scored if e.regime != "novel"]),
+    } | ({} if placeable is None else {"new_by_placeable": _by_placeable([e for e in scored if e.regime == "new"], placeable)})
+
+
+def _by_placeable(entries: Sequence[Entry], placeable: Callable[[Sequence[str]], bool]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for n in sorted({len(e.running) for e in entries}):
+        cell = [e for e in entries if len(e.running) == n]
+        fits = [placeable([*e.running, e.job_type]) for e in cell]
+        out[str(n)] = {
+            "placeable": errors([e for e, f in zip(cell, fits, strict=True) if f]),
+            "never_placed": errors([e for e, f in zip(cell, fits, strict=True) if not f]),
+        }
+    return out
 
 
 def truth_from_table(table: dict[str, Any]) -> TruthOf:

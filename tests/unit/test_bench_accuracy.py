@@ -169,3 +169,24 @@ def test_the_what_if_floor() -> None:
     assert not what_if_floor({**good, "regret_ratio": 0.06})
     assert not what_if_floor({**good, "by_running": {"2": {"new": {"newcomer_mae": 26.0}}}})
     assert not what_if_floor({**good, "entries": 0})
+
+
+def test_what_if_entries_of_measured_types_and_of_job_sets_a_fleet_would_place_are_reported_apart() -> None:
+    from aip.bench.what_if import MeasuredHistory, entries_of, score, truth_from_table
+
+    novel = SimpleNamespace(job_type="c", newcomer_pct=100.0, existing_pct=40.0, interval_pct=[110.0, 140.0], regime="novel")
+    predictions = [
+        _answer("GPU-1", ["a"], T0 + 100, [_wi("b", 20.0, 90.0, [10.0, 30.0]), novel], occupancy="solo"),
+        _answer("GPU-3", ["a", "b"], T0 + 100, [_wi("c", 200.0, 100.0, [100.0, 300.0])]),
+    ]
+    entries, _ = entries_of(predictions, MeasuredHistory([]), truth_from_table(TABLE), since_ts=T0)
+    out = score(entries, placeable=lambda job_set: len(job_set) <= 2)
+    # truths: b+[a] 25 (error 5, inside), c+[a] 150 (novel: error 50, outside), c+[a, b] 400 (error 200, outside)
+    assert out["entries"] == 3 and out["interval_coverage"] == pytest.approx(1 / 3, abs=1e-3)
+    known = out["known_types"]
+    assert known["entries"] == 2 and known["newcomer_mae"] == 102.5 and known["interval_coverage"] == 0.5
+    split = out["new_by_placeable"]  # the new entries only: the novel one is in neither
+    assert split["1"]["placeable"]["entries"] == 1 and split["1"]["placeable"]["newcomer_mae"] == 5.0
+    assert split["1"]["never_placed"]["entries"] == 0
+    assert split["2"]["placeable"]["entries"] == 0 and split["2"]["never_placed"]["newcomer_mae"] == 200.0
+    assert "new_by_placeable" not in score(entries)  # reported only where the bench can say what a fleet places
