@@ -45,6 +45,7 @@ from events import (
 from events.topics import LIFECYCLE, METRICS
 from streams import changelog, views
 from streams.checkpoint import Checkpoint, TopicPartition
+from streams.consumer import App
 from streams.deadletters import dead_letter
 from streams.interference_metrics import HORIZON_WINDOWS, InterferenceMetrics
 from streams.metrics import StreamMetrics, dead_letter_reason
@@ -177,6 +178,7 @@ def app_config(settings: Settings, *, web: bool = True, web_port: int | None = N
         broker_commit_every=AUTO_COMMIT_OFF_EVERY,
         key_serializer="raw",
         value_serializer="raw",
+        fetch_max_wait_s=settings.fetch_max_wait_s,
     )
 
 
@@ -189,7 +191,7 @@ class Streams:
         self.settings = settings
         self.topics = Topics(settings.topic_prefix)
         self.clock = clock
-        self.app = faust.App(
+        self.app = App(
             app_id(settings), monitor=WorkerMonitor(self.on_commit_initiated), **app_config(settings, web=web, web_port=web_port)
         )
         app = self.app

@@ -64,8 +64,9 @@ def _per_gpu_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--per-gpu",
         action="store_true",
-        help="one gpu.metrics record per GPU sample, for stream workers older than host batches "
-        "(default: one record per host and tick with all its GPUs' samples)",
+        help="one gpu.metrics record per GPU sample and one jobs.lifecycle record per job event, for stream workers "
+        "older than host batches (default: one record per host and tick with all its GPUs' samples, and one with "
+        "its job events)",
     )
 
 
