@@ -42,6 +42,8 @@ from events import (
     metric_samples,
 )
 from events.topics import LIFECYCLE, METRICS
+from models import snapshot as snapshot_codec
+from models.snapshot import serving_models, snapshot_of
 from streams import changelog, views
 from streams.checkpoint import Checkpoint, TopicPartition
 from streams.deadletters import dead_letter
@@ -51,6 +53,8 @@ from streams.profiles import LOCAL
 from streams.readers import PartitionReader, TopicFollower
 from streams.rebuild import Rebuild
 from streams.refits import Refits
+from streams.serving import Serving
+from streams.snapshots import Assembler, Schedule, chunks, next_version
 from streams.stage1 import LateEvent, Stage1
 from streams.stage2 import Stage2, idle_prediction
 from streams.state import Stage1State
@@ -197,6 +201,7 @@ class Streams:
         self.observations = app.topic(t.observations, key_serializer="raw", value_serializer="raw")
         self.profiles_topic = app.topic(t.profiles, key_serializer="raw", value_serializer="raw")
         self.changelog_topic = app.topic(t.stage1_changelog, key_serializer="raw", value_serializer="raw")
+        self.snapshots_topic = app.topic(t.snapshots, key_serializer="raw", value_serializer="raw")
         self.out = {
             name: app.topic(getattr(t, name), key_serializer="raw", value_serializer="raw")
             for name in ("predictions", "alerts", "leaderboard", "deadletter")
@@ -220,10 +225,21 @@ class Streams:
             offsets=Checkpoint(commit=lambda: self.commit({t.metrics, t.lifecycle})),
         )
         self.state.load_checkpoint()
+        self.sharded = settings.serving == "sharded"
         self.stage2 = Stage2(
             settings.alert_threshold_pct, settings.alert_clear_pct, state_dir=state_dir(settings), clock=clock,
-            max_pct=settings.prediction_max_pct,
+            max_pct=settings.prediction_max_pct, serve=not self.sharded,
         )  # fmt: skip
+        self.serving = Serving(
+            settings.alert_threshold_pct, settings.alert_clear_pct, clock=clock, max_pct=settings.prediction_max_pct
+        )
+        """Serving sharded: the GPUs of this worker's stage 1, from the latest snapshots (unused with stage2)."""
+        self.snapshot_key = settings.snapshot_key.encode()
+        self.schedule = Schedule()
+        self.snapshot_versions: dict[str, int] = {}
+        self.dump_caches: dict[str, Any] = {}
+        self.event_ts: dict[str, float] = {}  # environment -> the latest window end learned
+        self.snapshot_follower: TopicFollower | None = None
         self.metrics = StreamMetrics(
             self.stage1.counters,
             self.stage2.counters,
@@ -235,7 +251,7 @@ class Streams:
             settings.alert_threshold_pct, settings.alert_clear_pct, horizon_s=HORIZON_WINDOWS * settings.window_s
         )
         self.metrics.registry.register(self.interference)
-        self.refits = Refits(self.stage2, lambda env, board: self.send("leaderboard", env, board))
+        self.refits = Refits(self.stage2, self.on_refit)
         self.rebuild = Rebuild(
             self.stage2,
             self.refits,
@@ -298,6 +314,71 @@ class Streams:
         ).start()
         return self.follower
 
+    # ------------------------------------------------------- serving sharded
+    def follow_snapshots(self) -> TopicFollower:
+        """Read every partition of ``models.snapshots`` in a thread (a GlobalKTable); build each newer complete
+        version's models there and install them on the event loop."""
+        loop = asyncio.get_running_loop()
+        assembler = Assembler()
+
+        def deliver(pairs: list[tuple[bytes | None, bytes | None]]) -> None:
+            for done in assembler.add(v for _, v in pairs):
+                try:
+                    snap = snapshot_codec.decode(done.data)
+                    models = serving_models(snap, self.snapshot_key)
+                except Exception as exc:  # a damaged snapshot or one signed with another key: keep the one served
+                    log.warning("model snapshot %s of %s refused: %s", done.version, done.environment, exc)
+                    self.serving.counters["snapshots_refused"] += 1
+                    continue
+                loop.call_soon_threadsafe(self.serving.install, done.environment, done.version, models, snap.known)
+
+        self.snapshot_follower = TopicFollower(self.settings, self.topics.snapshots, deliver, raw=True).start()
+        return self.snapshot_follower
+
+    def publish_snapshots(self, envs: Iterable[str]) -> int:
+        """Publish a snapshot of each environment learned here whose models moved on (:class:`streams.snapshots.Schedule`)."""
+        sent = 0
+        for env in envs:
+            models = self.stage2.models.get(env)
+            if models is None:
+                continue
+            known = self.stage2.job_types.get(env, {})
+            event_ts = self.event_ts.get(env, 0.0)
+            if not self.schedule.due(models, len(known), event_ts):
+                continue
+            version = self.snapshot_versions[env] = next_version(self.snapshot_versions.get(env))
+            snap = snapshot_of(models, known, self.snapshot_key, version, self.dump_caches.setdefault(env, {}))
+            records = chunks(env, version, snapshot_codec.encode(snap), self.settings.snapshot_chunk_bytes)
+            for key, value in records:
+                self.snapshots_topic.send_soon(key=key, value=value)
+            self.schedule.done(models, len(known), event_ts)
+            self.metrics.published["snapshots"] += 1
+            self.metrics.published["snapshot_chunks"] += len(records)
+            sent += 1
+        return sent
+
+    async def on_refit(self, env: str, board: Any) -> None:
+        await self.send("leaderboard", env, board)
+        if self.sharded:
+            self.publish_snapshots([env])
+
+    def serve(self, observations: Iterable[Observation]) -> None:
+        """Serving sharded: the predictions and alerts of observations of GPUs read here (sent, not awaited)."""
+        for obs in observations:
+            st = self.stage1.gpus.get(obs.gpu_uuid)
+            raised = st.raised if st is not None else []
+            before = len(raised)
+            out = self.serving.serve(obs, raised)
+            if st is not None and (out.alerts or len(raised) != before):
+                self.stage1.dirty.add(obs.gpu_uuid)  # its alert state goes into the changelog with the GPU
+            self.interference.observe(obs, out.predictions, out.alerts)
+            for p in out.predictions:
+                self.out["predictions"].send_soon(key=p.gpu_uuid.encode(), value=encode(p))
+            for a in out.alerts:
+                self.out["alerts"].send_soon(key=a.gpu_uuid.encode(), value=encode(a))
+            self.metrics.published["predictions"] += len(out.predictions)
+            self.metrics.published["alerts"] += len(out.alerts)
+
     def on_commit_initiated(self) -> None:
         """Before faust commits offsets (our timers, a rebalance, a clean stop): save the state they cover
         (the changelog and profiles are flushed by faust before the offsets are committed)."""
@@ -331,7 +412,9 @@ class Streams:
     def on_partitions_assigned(self, _sender: Any, assigned: Any = (), **_: Any) -> None:
         """Read the changelog of input partitions new here, forget GPUs of those now assigned elsewhere."""
         inputs = {self.topics.metrics, self.topics.lifecycle}
+        before = set(self.gpu_partition)
         self.state.assign({tp.partition for tp in assigned if tp.topic in inputs})
+        self.serving.forget(before - set(self.gpu_partition))
 
     def lifecycle_pending(self, partition: int) -> bool:
         """Whether the lifecycle partition ``partition`` has records stage 1 has not applied yet.
@@ -383,6 +466,8 @@ class Streams:
         for o in observations:
             self.emit_observation(o)
         self.metrics.published["observations"] += len(observations)
+        if self.sharded:
+            self.serve(observations)
 
     def emit_observation(self, obs: Observation) -> None:
         """Buffer an observation for the producer.  Not awaited: an awaited faust send cost about
@@ -501,6 +586,8 @@ class Streams:
         async def shared_state() -> None:
             self.state.enabled = True
             self.follow_profiles()
+            if self.sharded:
+                self.follow_snapshots()
 
         @app.timer(s.checkpoint_interval_s)
         async def checkpoint() -> None:
@@ -560,6 +647,8 @@ class Streams:
                 obs = decode(Observation, event.value)
                 out = self.stage2.on_observation(obs, leaderboard=False)
                 self.metrics.observations[obs.environment] += 1
+                if obs.window_end > self.event_ts.get(obs.environment, 0.0):
+                    self.event_ts[obs.environment] = obs.window_end
                 envs[obs.environment] = None  # a solo window's too: its prediction is no earlier than its leaderboard
             except RecordError as exc:
                 await self.send_dead_letter(event, f"invalid interference.observations record: {exc}", "stage2")
@@ -568,7 +657,8 @@ class Streams:
                 log.exception("stage 2 failed on p%s@%s", event.message.partition, event.message.offset)
                 await self.send_dead_letter(event, f"stage 2 error: {type(exc).__name__}: {exc}", "stage2")
                 continue
-            self.interference.observe(obs, out.predictions, out.alerts)
+            if not self.sharded:  # sharded: observed where the GPU is served (Streams.serve)
+                self.interference.observe(obs, out.predictions, out.alerts)
             outs.append(out)
         boards = [board for env in envs if (board := self.stage2.leaderboard_of(env)) is not None]
         for out in outs:
@@ -578,6 +668,8 @@ class Streams:
                 await self.send("alerts", a.gpu_uuid, a)
         for board in boards:
             await self.send("leaderboard", board.environment, board)
+        if self.sharded:
+            self.publish_snapshots(envs)
         self.start_refits()
 
     def start_refits(self) -> None:
@@ -646,7 +738,8 @@ def run_worker(settings: Settings, *, loglevel: str = "warn", web_port: int | No
         if exc.code not in (0, None):
             raise
     finally:
-        if streams.follower is not None:
-            streams.follower.stop()
+        for follower in (streams.follower, streams.snapshot_follower):
+            if follower is not None:
+                follower.stop()
         streams.checkpoint()
         streams.stage2.save()

@@ -74,11 +74,13 @@ class PartitionReader:
 
 class TopicFollower:
     """A thread that reads every partition of ``topic`` from the beginning and hands each batch of
-    decoded records to ``deliver`` (called in the thread: hand them over to your event loop)."""
+    decoded records to ``deliver`` (called in the thread: hand them over to your event loop); ``raw``:
+    ``(key, value)`` pairs instead (a topic without a record class: ``models.snapshots``)."""
 
-    def __init__(self, settings: Settings, topic: str, deliver: Callable[[list[Any]], None]) -> None:
+    def __init__(self, settings: Settings, topic: str, deliver: Callable[[list[Any]], None], *, raw: bool = False) -> None:
         self.settings = settings
         self.topic = topic
+        self.raw = raw
         self.deliver = deliver
         self.stopping = threading.Event()
         self.records = 0
@@ -101,7 +103,10 @@ class TopicFollower:
             try:
                 while not self.stopping.is_set():
                     items = consumer.poll(timeout_s=0.5, max_records=2000)
-                    records = [i.record for i in items if i.record is not None]
+                    if self.raw:
+                        records: list[Any] = [(i.key, i.value) for i in items]
+                    else:
+                        records = [i.record for i in items if i.record is not None]
                     if records:
                         self.records += len(records)
                         try:

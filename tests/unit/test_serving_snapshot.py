@@ -1,0 +1,185 @@
+"""Serving sharded by GPU (issue 23, item 2), without Kafka: a model snapshot serves what the learner's models
+serve; its chunks assemble into complete, newer versions only; any worker serves a GPU as any other would; a
+GPU's alert state moves with its stage-1 state."""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+
+import msgspec
+import pytest
+
+from config import Settings, SettingsError
+from events import to_dict
+from models import persist
+from models import snapshot as snapshots
+from models.environment import EnvironmentModels
+from models.synthetic import gavel_observations
+from streams.serving import Serving
+from streams.snapshots import Assembler, Schedule, chunks, next_version
+from streams.stage2 import Stage2, what_if_entries
+from streams.windows import GpuState
+
+KEY = secrets.token_bytes(32)
+
+
+def _learned(n: int, seed: int = 3, refit: bool = False) -> tuple[EnvironmentModels, dict, list]:
+    em, known = EnvironmentModels("v100"), {}
+    obs = gavel_observations(n + 60, seed=seed)
+    for o in obs[:n]:
+        em.learn(o)
+        known.setdefault(o.job_type, o.solo)
+    if refit:
+        em.refit_now()
+    return em, known, obs[n:]
+
+
+def _same_answers(a: EnvironmentModels, b: EnvironmentModels, known: dict, held_out: list) -> None:
+    for o, mode in itertools.product(held_out, ("observed", "placement")):
+        assert a.predict(o, mode) == b.predict(o, mode)
+    for run in itertools.combinations(sorted(known)[:6], 2):
+        solos = [known[t] for t in run]
+        assert what_if_entries(a, known, list(run), solos) == what_if_entries(b, known, list(run), solos)
+
+
+@pytest.mark.parametrize("refit", [False, True])
+def test_a_snapshot_serves_what_the_learner_serves_with_only_the_served_candidates(refit: bool) -> None:
+    em, known, held_out = _learned(300, refit=refit)
+    snap = snapshots.decode(snapshots.encode(snapshots.snapshot_of(em, known, KEY, version=7)))
+    served = snapshots.serving_models(snap, KEY)
+    assert snap.version == 7 and snap.known == known and snap.models.history == []
+    assert len(served.candidates) == len(snapshots.served_keys(em)) < len(em.candidates)
+    assert any(em.predict(o, "placement") is not None for o in held_out)  # the comparison below compares something
+    _same_answers(em, served, known, held_out)
+
+
+def test_a_snapshot_signed_with_another_key_is_refused_before_unpickling(monkeypatch: pytest.MonkeyPatch) -> None:
+    em, known, _ = _learned(300)
+    online = next(k for k, c in em.candidates.items() if c.kind == "online")
+    served = snapshots.served_keys(em) | {online}  # a river learner served: a signed pickle in the snapshot
+    monkeypatch.setattr(snapshots, "served_keys", lambda _: served)
+    snap = snapshots.snapshot_of(em, known, KEY)
+    assert any(name.endswith(".pkl") for name in snap.files)
+    assert snapshots.serving_models(snap, KEY).candidates[online].servable
+    with pytest.raises(persist.SignatureError):
+        snapshots.serving_models(snap, secrets.token_bytes(32))
+
+
+def test_batch_dumps_are_reused_until_the_next_refit() -> None:
+    em, known, _ = _learned(300, refit=True)
+    cache: snapshots.DumpCache = {}
+    first = snapshots.snapshot_of(em, known, KEY, cache=cache)
+    assert cache and all(k[1] == em.refits for k in cache)
+    again = snapshots.snapshot_of(em, known, KEY, cache=cache)
+    assert again.files == first.files
+
+
+def test_chunks_assemble_into_complete_newer_versions_only() -> None:
+    data_v1, data_v2 = secrets.token_bytes(5000), secrets.token_bytes(7000)
+    v1, v2 = chunks("v100", 1, data_v1, 1024), chunks("v100", 2, data_v2, 1024)
+    assert len(v1) == 5 and len(v2) == 7 and all(len(v) < 1200 for _, v in v1 + v2)
+    a = Assembler()
+    # interleaved, out of order, repeated: nothing until a version is complete
+    mixed = [v2[3][1], v1[4][1], v2[0][1], v1[0][1], v2[3][1], b"not a chunk", None]
+    assert a.add(mixed) == [] and a.rejected == 1
+    assert a.add(v for _, v in v1[1:3]) == []  # v1 lacks chunk 3
+    done = a.add(v for _, v in reversed(v2))
+    assert [(c.environment, c.version, c.data) for c in done] == [("v100", 2, data_v2)]
+    assert a.add(v for _, v in v1) == []  # complete now, but older than the one handed out
+    assert not a.parts  # and its parts are not kept
+
+
+def test_versions_increase_within_a_learner() -> None:
+    v = next_version(None)
+    assert next_version(v, now_s=0.0) == v + 1 and next_version(v, now_s=(v + 5000) / 1000) == v + 5000
+
+
+def test_the_schedule_publishes_when_the_models_move_on() -> None:
+    em, known, _ = _learned(50)
+    s = Schedule(every=256, min_s=60.0)
+    assert s.due(em, len(known), 0.0)
+    s.done(em, len(known), 0.0)
+    assert not s.due(em, len(known), 0.0)
+    assert s.due(em, len(known) + 1, 0.0)  # a job type newly known
+    for o in gavel_observations(50, seed=9):
+        em.learn(o)
+    assert s.due(em, len(known), 0.0)  # young models: as many again
+    assert not Schedule().due(EnvironmentModels("v100"), 0, 0.0)  # nothing learned: nothing to publish
+
+
+def _fleet_observations() -> list:
+    """Co-located and solo windows of eight GPUs, in time order."""
+    out = []
+    for o in gavel_observations(80, seed=21):
+        out.append(o)
+        if len(out) % 5 == 0:
+            out.append(
+                msgspec.structs.replace(
+                    o, job_id=o.job_id + "-alone", co_job_types=[], co_job_ids=[], co_solo=[], interference_pct=None,
+                    occupancy="solo",
+                )
+            )  # fmt: skip
+    return out
+
+
+def _served(serving: Serving, observations: list, states: dict[str, GpuState]) -> list[dict]:
+    out = []
+    for o in observations:
+        st = states.setdefault(o.gpu_uuid, GpuState())
+        r = serving.serve(o, st.raised)
+        out.extend(to_dict(p) for p in r.predictions)
+        out.extend(to_dict(a) for a in r.alerts)
+    return out
+
+
+def test_two_workers_serve_their_gpus_as_one_worker_does_given_the_same_snapshot() -> None:
+    em, known, _ = _learned(300, refit=True)
+    data = snapshots.encode(snapshots.snapshot_of(em, known, KEY, version=1))
+    observations = _fleet_observations()
+
+    def worker() -> Serving:
+        s = Serving(clock=lambda: 0.0)
+        assert s.apply(snapshots.decode(data), KEY)
+        return s
+
+    one = _served(worker(), observations, {})
+    a, b = worker(), worker()
+    mine = {o.gpu_uuid for o in observations if int(o.gpu_uuid[-1]) % 2 == 0}
+    by_a = _served(a, [o for o in observations if o.gpu_uuid in mine], {})
+    by_b = _served(b, [o for o in observations if o.gpu_uuid not in mine], {})
+    assert by_a and by_b and a.counters["served"] and b.counters["served"]
+    key = lambda r: (r["gpu_uuid"], r["job_id"], r.get("mode", ""), r.get("state", ""), r["window_end"] if "window_end" in r else r["ts"])  # noqa: E731
+    assert sorted(by_a + by_b, key=key) == sorted(one, key=key)
+    assert any(r["what_if"] for r in one if "what_if" in r)
+    assert not a.install("v100", 1, snapshots.serving_models(snapshots.decode(data), KEY), known)  # not newer
+
+
+def test_a_gpus_alerts_continue_where_its_last_server_left_them() -> None:
+    obs = [o for o in gavel_observations(200, seed=5) if o.gpu_uuid == "GPU-1"]
+    values = [90.0, 40.0, 40.0, 20.0, 90.0, 60.0, 10.0]
+    obs = [msgspec.structs.replace(o, interference_pct=v, job_id="j") for o, v in zip(obs, values, strict=False)]
+    whole = _served(Serving(clock=lambda: 0.0), obs, {})
+    first, states = Serving(clock=lambda: 0.0), {}
+    part = _served(first, obs[:3], states)
+    moved = {g: GpuState.from_dict(st.to_dict()) for g, st in states.items()}  # through the changelog record
+    part += _served(Serving(clock=lambda: 0.0), obs[3:], moved)
+    alerts = [r["state"] for r in part if "state" in r]
+    assert alerts == ["raised", "cleared", "raised", "cleared"] and [r for r in part if "state" in r] == [
+        r for r in whole if "state" in r
+    ]
+
+
+def test_before_a_snapshot_a_gpu_is_served_as_by_a_fresh_stage2() -> None:
+    observations = _fleet_observations()[:12]
+    fresh = Stage2(clock=lambda: 0.0)
+    want = [to_dict(p) for o in observations[:1] for p in fresh.on_observation(o).predictions]
+    serving = Serving(clock=lambda: 0.0)
+    got = _served(serving, observations[:1], {})
+    assert got == want and serving.counters["served_before_snapshot"] == 1
+
+
+def test_sharded_serving_needs_a_shared_key() -> None:
+    with pytest.raises(SettingsError, match="snapshot_key"):
+        Settings(serving="sharded").check()
+    Settings(serving="sharded", snapshot_key="k" * 16).check()
