@@ -41,7 +41,7 @@ from events import (
     encode,
     metric_samples,
 )
-from events.topics import LIFECYCLE, METRICS
+from events.topics import LIFECYCLE, METRICS, SNAPSHOTS
 from models import snapshot as snapshot_codec
 from models.snapshot import serving_models, snapshot_of
 from streams import changelog, views
@@ -332,7 +332,7 @@ class Streams:
                     continue
                 loop.call_soon_threadsafe(self.serving.install, done.environment, done.version, models, snap.known)
 
-        self.snapshot_follower = TopicFollower(self.settings, self.topics.snapshots, deliver, raw=True).start()
+        self.snapshot_follower = TopicFollower(self.settings, SNAPSHOTS, deliver, raw=True).start()  # a base name: no record class
         return self.snapshot_follower
 
     def publish_snapshots(self, envs: Iterable[str]) -> int:

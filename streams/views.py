@@ -17,10 +17,17 @@ def register(app: Any, streams: Any) -> None:
 
     @app.page("/serving")
     async def serving(web: Any, request: Any) -> Any:
-        """Serving sharded: the snapshot version served per environment (-1: none yet) and the GPUs served here."""
+        """Serving sharded: the snapshot version served per environment (-1: none yet), the GPUs served here and the
+        input partitions assigned here."""
         s = streams.serving
         return web.json(
-            {"mode": streams.settings.serving, "versions": s.versions, "gpus": sorted(s.latest), "counters": dict(s.counters)}
+            {
+                "mode": streams.settings.serving,
+                "versions": s.versions,
+                "gpus": sorted(s.latest),
+                "counters": dict(s.counters),
+                "partitions": sorted(streams.state.assigned),
+            }
         )
 
     @app.page("/leaderboard")

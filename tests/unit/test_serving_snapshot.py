@@ -133,6 +133,10 @@ def _served(serving: Serving, observations: list, states: dict[str, GpuState]) -
     return out
 
 
+def _order(r: dict) -> tuple:
+    return r["gpu_uuid"], r["job_id"], r.get("mode", ""), r.get("state", ""), r.get("window_end", r["ts"])
+
+
 def test_two_workers_serve_their_gpus_as_one_worker_does_given_the_same_snapshot() -> None:
     em, known, _ = _learned(300, refit=True)
     data = snapshots.encode(snapshots.snapshot_of(em, known, KEY, version=1))
@@ -149,8 +153,7 @@ def test_two_workers_serve_their_gpus_as_one_worker_does_given_the_same_snapshot
     by_a = _served(a, [o for o in observations if o.gpu_uuid in mine], {})
     by_b = _served(b, [o for o in observations if o.gpu_uuid not in mine], {})
     assert by_a and by_b and a.counters["served"] and b.counters["served"]
-    key = lambda r: (r["gpu_uuid"], r["job_id"], r.get("mode", ""), r.get("state", ""), r["window_end"] if "window_end" in r else r["ts"])  # noqa: E731
-    assert sorted(by_a + by_b, key=key) == sorted(one, key=key)
+    assert sorted(by_a + by_b, key=_order) == sorted(one, key=_order)
     assert any(r["what_if"] for r in one if "what_if" in r)
     assert not a.install("v100", 1, snapshots.serving_models(snapshots.decode(data), KEY), known)  # not newer
 
