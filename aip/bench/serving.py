@@ -14,7 +14,8 @@ The units of ``aip bench stage2`` (:func:`aip.bench.stage2.units`: the same flee
 Over the steady state (the last ``1 - WARMUP_SHARE`` of the units):
 
 * ``serving_learning_ms_per_observation_amortised``: learning's time (units, leaderboards, refits, snapshots
-  built) per unit: one worker pays it for the whole environment;
+  built) per unit: one worker pays it for the whole environment; ``_median`` per unit, and the refits' and
+  the snapshots' share apart (``serving_learning_refit_ms_per_observation``, ``..._snapshot_...``);
 * ``serving_serving_ms_per_observation_median`` / ``_amortised`` (with snapshots applied): per unit served; each
   of W workers serves about 1/W of the units;
 * ``serving_snapshot_*``: how many, their size, the ms to build and to apply one.
@@ -45,6 +46,9 @@ def replay(items: list[tuple[str, Any]], progress: Callable[[str], None]) -> dic
     states: dict[str, GpuState] = {}
     warmup = int(len(items) * WARMUP_SHARE)
     learn_s, serve_s, build_s, apply_s = 0.0, [], [], []
+    learn_units: list[float] = []
+    by_kind: dict[str, tuple[list[float], list[float]]] = {"colocated": ([], []), "solo": ([], [])}  # learn, serve
+    refit_s = 0.0
     sizes: list[int] = []
     version, event_ts = 0, 0.0
     every = max(1, len(items) // 10)
@@ -59,11 +63,16 @@ def replay(items: list[tuple[str, Any]], progress: Callable[[str], None]) -> dic
             t2 = time.perf_counter()
             if steady:
                 learn_s += t1 - t0
+                learn_units.append(t1 - t0)
                 serve_s.append(t2 - t1)
+                by_kind[kind][0].append(t1 - t0)
+                by_kind[kind][1].append(t2 - t1)
         t0, applying = time.perf_counter(), 0.0
         due = learner.refits_due()
         for env, task in due:
             learner.apply_refit(env, task())
+        if steady:
+            refit_s += time.perf_counter() - t0
         if (i + 1) % BATCH == 0 or i + 1 == len(items) or due:
             for env in list(learner.models):
                 learner.leaderboard_of(env)
@@ -90,6 +99,13 @@ def replay(items: list[tuple[str, Any]], progress: Callable[[str], None]) -> dic
     served = sum(serve_s)
     return {
         "learning_ms_per_observation_amortised": round(learn_s / n * 1e3, 3),
+        "learning_ms_per_observation_median": round(statistics.median(learn_units) * 1e3, 3),
+        "learning_refit_ms_per_observation": round(refit_s / n * 1e3, 3),
+        "learning_snapshot_ms_per_observation": round(sum(build_s) / n * 1e3, 3),
+        "refits_total": sum(m.refits for m in learner.models.values()),
+        **{f"learning_{k}_ms_median": round(statistics.median(v[0]) * 1e3, 3) if v[0] else None for k, v in by_kind.items()},
+        **{f"serving_{k}_ms_median": round(statistics.median(v[1]) * 1e3, 3) if v[1] else None for k, v in by_kind.items()},
+        **{f"{k}_units_steady": len(v[0]) for k, v in by_kind.items()},
         "serving_ms_per_observation_median": round(statistics.median(serve_s) * 1e3, 3),
         "serving_ms_per_observation_amortised": round((served + sum(apply_s)) / n * 1e3, 3),
         "snapshots_steady": len(sizes),

@@ -186,3 +186,21 @@ def test_sharded_serving_needs_a_shared_key() -> None:
     with pytest.raises(SettingsError, match="snapshot_key"):
         Settings(serving="sharded").check()
     Settings(serving="sharded", snapshot_key="k" * 16).check()
+
+
+def test_bench_serving_keys_and_counts() -> None:
+    from aip.bench import serving as bench
+    from aip.bench.stage2 import WARMUP_SHARE, units
+
+    result = bench.measure(4, 400.0, progress=lambda _: None)
+    assert all(k.startswith("serving_") for k in result)
+    items = list(units(4, 400.0))
+    steady = items[int(len(items) * WARMUP_SHARE) :]
+    assert result["serving_units_served_steady"] == sum(1 for k, _ in steady if k != "idle") > 0
+    assert result["serving_snapshots_steady"] >= 1 and result["serving_snapshot_bytes_median"] > 0
+    timed = (
+        "serving_learning_ms_per_observation_amortised",
+        "serving_ms_per_observation_median",
+        "serving_ms_per_observation_amortised",
+    )
+    assert all(result[k] is not None for k in timed)  # figures: the bench's, never a test's
