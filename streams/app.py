@@ -370,7 +370,7 @@ class Streams:
             before = len(raised)
             out = self.serving.serve(obs, raised)
             if st is not None and (out.alerts or len(raised) != before):
-                self.stage1.dirty.add(obs.gpu_uuid)  # its alert state goes into the changelog with the GPU
+                self.state.touched.add(obs.gpu_uuid)  # its alert state goes to the changelog with the GPU
             self.interference.observe(obs, out.predictions, out.alerts)
             for p in out.predictions:
                 self.out["predictions"].send_soon(key=p.gpu_uuid.encode(), value=encode(p))
