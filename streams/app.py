@@ -3,7 +3,9 @@
 - :mod:`streams.state`: stage 1's bookkeeping (partitions, positions, local checkpoint, changelog);
 - :mod:`streams.rebuild`: stage 2's models rebuilt from the observations topic;
 - :mod:`streams.refits`: refit scheduling; :mod:`streams.views`: HTTP views; :mod:`streams.metrics`;
-- :mod:`streams.readers`: the solo-profile follower and the partition reader.
+- :mod:`streams.readers`: the solo-profile follower and the partition reader;
+- :mod:`streams.serving` and :mod:`streams.sharded`: serving sharded by GPU from model snapshots (setting
+  ``serving`` sharded).
 
 ``create_app(settings)`` builds a fresh app (tests build one per test);
 :func:`run_worker` runs it until SIGINT/SIGTERM.
@@ -41,9 +43,7 @@ from events import (
     encode,
     metric_samples,
 )
-from events.topics import LIFECYCLE, METRICS, SNAPSHOTS
-from models import snapshot as snapshot_codec
-from models.snapshot import serving_models, snapshot_of
+from events.topics import LIFECYCLE, METRICS
 from streams import changelog, views
 from streams.checkpoint import Checkpoint, TopicPartition
 from streams.deadletters import dead_letter
@@ -54,7 +54,7 @@ from streams.readers import PartitionReader, TopicFollower
 from streams.rebuild import Rebuild
 from streams.refits import Refits
 from streams.serving import Serving
-from streams.snapshots import Assembler, Schedule, chunks, next_version
+from streams.sharded import Snapshots
 from streams.stage1 import LateEvent, Stage1
 from streams.stage2 import Stage2, idle_prediction
 from streams.state import Stage1State
@@ -234,12 +234,6 @@ class Streams:
             settings.alert_threshold_pct, settings.alert_clear_pct, clock=clock, max_pct=settings.prediction_max_pct
         )
         """Serving sharded: the GPUs of this worker's stage 1, from the latest snapshots (unused with stage2)."""
-        self.snapshot_key = settings.snapshot_key.encode()
-        self.schedule = Schedule()
-        self.snapshot_versions: dict[str, int] = {}
-        self.dump_caches: dict[str, Any] = {}
-        self.event_ts: dict[str, float] = {}  # environment -> the latest window end learned
-        self.snapshot_follower: TopicFollower | None = None
         self.metrics = StreamMetrics(
             self.stage1.counters,
             self.stage2.counters,
@@ -251,6 +245,13 @@ class Streams:
             settings.alert_threshold_pct, settings.alert_clear_pct, horizon_s=HORIZON_WINDOWS * settings.window_s
         )
         self.metrics.registry.register(self.interference)
+        self.snapshots = Snapshots(
+            settings,
+            self.stage2,
+            self.serving,
+            lambda k, v: self.snapshots_topic.send_soon(key=k, value=v),
+            self.metrics.published,
+        )
         self.refits = Refits(self.stage2, self.on_refit)
         self.rebuild = Rebuild(
             self.stage2,
@@ -315,52 +316,10 @@ class Streams:
         return self.follower
 
     # ------------------------------------------------------- serving sharded
-    def follow_snapshots(self) -> TopicFollower:
-        """Read every partition of ``models.snapshots`` in a thread (a GlobalKTable); build each newer complete
-        version's models there and install them on the event loop."""
-        loop = asyncio.get_running_loop()
-        assembler = Assembler()
-
-        def deliver(pairs: list[tuple[bytes | None, bytes | None]]) -> None:
-            for done in assembler.add(v for _, v in pairs):
-                try:
-                    snap = snapshot_codec.decode(done.data)
-                    models = serving_models(snap, self.snapshot_key)
-                except Exception as exc:  # a damaged snapshot or one signed with another key: keep the one served
-                    log.warning("model snapshot %s of %s refused: %s", done.version, done.environment, exc)
-                    self.serving.counters["snapshots_refused"] += 1
-                    continue
-                loop.call_soon_threadsafe(self.serving.install, done.environment, done.version, models, snap.known)
-
-        self.snapshot_follower = TopicFollower(self.settings, SNAPSHOTS, deliver, raw=True).start()  # a base name: no record class
-        return self.snapshot_follower
-
-    def publish_snapshots(self, envs: Iterable[str]) -> int:
-        """Publish a snapshot of each environment learned here whose models moved on (:class:`streams.snapshots.Schedule`)."""
-        sent = 0
-        for env in envs:
-            models = self.stage2.models.get(env)
-            if models is None:
-                continue
-            known = self.stage2.job_types.get(env, {})
-            event_ts = self.event_ts.get(env, 0.0)
-            if not self.schedule.due(models, len(known), event_ts):
-                continue
-            version = self.snapshot_versions[env] = next_version(self.snapshot_versions.get(env))
-            snap = snapshot_of(models, known, self.snapshot_key, version, self.dump_caches.setdefault(env, {}))
-            records = chunks(env, version, snapshot_codec.encode(snap), self.settings.snapshot_chunk_bytes)
-            for key, value in records:
-                self.snapshots_topic.send_soon(key=key, value=value)
-            self.schedule.done(models, len(known), event_ts)
-            self.metrics.published["snapshots"] += 1
-            self.metrics.published["snapshot_chunks"] += len(records)
-            sent += 1
-        return sent
-
     async def on_refit(self, env: str, board: Any) -> None:
         await self.send("leaderboard", env, board)
         if self.sharded:
-            self.publish_snapshots([env])
+            self.snapshots.publish([env])
 
     def serve(self, observations: Iterable[Observation]) -> None:
         """Serving sharded: the predictions and alerts of observations of GPUs read here (sent, not awaited)."""
@@ -587,7 +546,7 @@ class Streams:
             self.state.enabled = True
             self.follow_profiles()
             if self.sharded:
-                self.follow_snapshots()
+                self.snapshots.follow()
 
         @app.timer(s.checkpoint_interval_s)
         async def checkpoint() -> None:
@@ -647,8 +606,7 @@ class Streams:
                 obs = decode(Observation, event.value)
                 out = self.stage2.on_observation(obs, leaderboard=False)
                 self.metrics.observations[obs.environment] += 1
-                if obs.window_end > self.event_ts.get(obs.environment, 0.0):
-                    self.event_ts[obs.environment] = obs.window_end
+                self.snapshots.learned(obs)
                 envs[obs.environment] = None  # a solo window's too: its prediction is no earlier than its leaderboard
             except RecordError as exc:
                 await self.send_dead_letter(event, f"invalid interference.observations record: {exc}", "stage2")
@@ -669,7 +627,7 @@ class Streams:
         for board in boards:
             await self.send("leaderboard", board.environment, board)
         if self.sharded:
-            self.publish_snapshots(envs)
+            self.snapshots.publish(envs)
         self.start_refits()
 
     def start_refits(self) -> None:
@@ -738,7 +696,7 @@ def run_worker(settings: Settings, *, loglevel: str = "warn", web_port: int | No
         if exc.code not in (0, None):
             raise
     finally:
-        for follower in (streams.follower, streams.snapshot_follower):
+        for follower in (streams.follower, streams.snapshots.follower):
             if follower is not None:
                 follower.stop()
         streams.checkpoint()

@@ -1,0 +1,96 @@
+"""Serving sharded's model snapshots in a worker (setting ``serving`` sharded; see :mod:`streams.serving`).
+
+:class:`Snapshots` publishes the snapshots of the environments this worker learns (their observations
+partition is here) when their :class:`streams.snapshots.Schedule` says so, and follows ``models.snapshots``
+whole in a thread, building each newer complete version's models there and installing them in
+:class:`streams.serving.Serving` on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+from config import Settings
+from events import Observation
+from events.topics import SNAPSHOTS
+from models import snapshot as codec
+from models.snapshot import DumpCache, serving_models, snapshot_of
+from streams.readers import TopicFollower
+from streams.serving import Serving
+from streams.snapshots import Assembler, Schedule, chunks, next_version
+from streams.stage2 import Stage2
+
+log = logging.getLogger(__name__)
+
+
+class Snapshots:
+    """Publish (the learner's side) and follow (every worker's side) model snapshots."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        stage2: Stage2,
+        serving: Serving,
+        send: Callable[[bytes, bytes], None],
+        published: Counter[str],
+    ) -> None:
+        self.settings = settings
+        self.stage2 = stage2
+        self.serving = serving
+        self.send = send
+        self.published = published
+        self.key = settings.snapshot_key.encode()
+        self.schedule = Schedule()
+        self.versions: dict[str, int] = {}
+        self.dump_caches: dict[str, DumpCache] = {}
+        self.event_ts: dict[str, float] = {}  # environment -> the latest window end learned
+        self.follower: TopicFollower | None = None
+
+    def learned(self, obs: Observation) -> None:
+        """Note the event time an environment's learning has reached (the schedule's clock)."""
+        if obs.window_end > self.event_ts.get(obs.environment, 0.0):
+            self.event_ts[obs.environment] = obs.window_end
+
+    def publish(self, envs: Iterable[str]) -> int:
+        """A snapshot of each environment learned here whose models moved on; return how many were sent."""
+        sent = 0
+        for env in envs:
+            models = self.stage2.models.get(env)
+            if models is None:
+                continue
+            known = self.stage2.job_types.get(env, {})
+            event_ts = self.event_ts.get(env, 0.0)
+            if not self.schedule.due(models, len(known), event_ts):
+                continue
+            version = self.versions[env] = next_version(self.versions.get(env))
+            snap = snapshot_of(models, known, self.key, version, self.dump_caches.setdefault(env, {}))
+            records = chunks(env, version, codec.encode(snap), self.settings.snapshot_chunk_bytes)
+            for key, value in records:
+                self.send(key, value)
+            self.schedule.done(models, len(known), event_ts)
+            self.published["snapshots"] += 1
+            self.published["snapshot_chunks"] += len(records)
+            sent += 1
+        return sent
+
+    def follow(self) -> TopicFollower:
+        """Read every partition of ``models.snapshots`` in a thread (a GlobalKTable: assigned, not group-managed)."""
+        loop = asyncio.get_running_loop()
+        assembler = Assembler()
+
+        def deliver(pairs: list[tuple[bytes | None, bytes | None]]) -> None:
+            for done in assembler.add(v for _, v in pairs):
+                try:
+                    snap = codec.decode(done.data)
+                    models = serving_models(snap, self.key)
+                except Exception as exc:  # a damaged snapshot or one signed with another key: keep the one served
+                    log.warning("model snapshot %s of %s refused: %s", done.version, done.environment, exc)
+                    self.serving.counters["snapshots_refused"] += 1
+                    continue
+                loop.call_soon_threadsafe(self.serving.install, done.environment, done.version, models, snap.known)
+
+        self.follower = TopicFollower(self.settings, SNAPSHOTS, deliver, raw=True).start()  # a base name: no record class
+        return self.follower
