@@ -96,10 +96,22 @@ DumpCache = dict[tuple[CandidateKey, int, int], Dumped]
 """A batch candidate's dump by (key, refits, index): its estimator changes only at a refit (skops is the slow part)."""
 
 
-def _dump(c: Candidate, index: int, key: bytes) -> Dumped:
+def dump_candidate(c: Candidate, index: int, key: bytes) -> Dumped:
+    """A candidate's estimator state and files, as a snapshot holds them (a batch model's may be made in a thread:
+    it does not change until the next refit replaces it)."""
     with tempfile.TemporaryDirectory(prefix="aip-snapshot-") as tmp:
         state = c.dump(Path(tmp), index, key)
         return state, _files(Path(tmp))
+
+
+def dump_key(models: EnvironmentModels, c: Candidate, index: int) -> tuple[CandidateKey, int, int]:
+    return c.key, models.refits, index
+
+
+def batch_to_dump(models: EnvironmentModels) -> list[tuple[Candidate, int]]:
+    """The served batch candidates (with their index): what :func:`snapshot_of` would dump, or take from its cache."""
+    served = served_keys(models)
+    return [(c, i) for i, c in enumerate(models.selector.candidates.values()) if c.batched and c.key in served]
 
 
 def snapshot_of(
@@ -120,10 +132,10 @@ def snapshot_of(
         if c.key not in served:
             continue
         if c.batched and cache is not None:
-            ck = (c.key, models.refits, i)
-            dumped = fresh[ck] = cache.get(ck) or _dump(c, i, key)
+            ck = dump_key(models, c, i)
+            dumped = fresh[ck] = cache.get(ck) or dump_candidate(c, i, key)
         else:
-            dumped = _dump(c, i, key)
+            dumped = dump_candidate(c, i, key)
         candidates.append(CandidateState((c.key.mode, c.key.category, c.key.model), c.kind, c.record.state(), dumped[0]))
         files.update(dumped[1])
     if cache is not None:

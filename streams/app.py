@@ -317,9 +317,12 @@ class Streams:
 
     # ------------------------------------------------------- serving sharded
     async def on_refit(self, env: str, board: Any) -> None:
+        """A refit was applied (no await since): its leaderboard, and with serving sharded its snapshot."""
+        if self.sharded:
+            self.snapshots.warming.add(env)  # before the first await: no snapshot with the batch models dumped here
         await self.send("leaderboard", env, board)
         if self.sharded:
-            self.snapshots.publish([env])
+            await self.snapshots.after_refit(env)
 
     def serve(self, observations: Iterable[Observation]) -> None:
         """Serving sharded: the predictions and alerts of observations of GPUs read here (sent, not awaited)."""

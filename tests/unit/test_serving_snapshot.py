@@ -204,3 +204,27 @@ def test_bench_serving_keys_and_counts() -> None:
         "serving_ms_per_observation_amortised",
     )
     assert all(result[k] is not None for k in timed)  # figures: the bench's, never a test's
+
+
+def test_a_refit_is_published_as_a_snapshot_with_its_batch_models_dumped_off_the_loop() -> None:
+    import asyncio
+    from collections import Counter
+
+    from streams.sharded import Snapshots
+
+    stage2 = Stage2(serve=False)
+    for o in gavel_observations(300, seed=3):
+        stage2.on_observation(o)
+    models = stage2.models["v100"]
+    models.refit_now()
+    sent: list[tuple[bytes, bytes]] = []
+    published: Counter[str] = Counter()
+    settings = Settings(serving="sharded", snapshot_key="k" * 32, snapshot_chunk_bytes=4096)
+    snaps = Snapshots(settings, stage2, Serving(), lambda k, v: sent.append((k, v)), published)
+    asyncio.run(snaps.after_refit("v100"))
+    assert published["snapshots"] == 1 and published["snapshot_chunks"] == len(sent) > 1
+    assert all(k[1] == models.refits for k in snaps.dump_caches["v100"]) and snaps.dump_caches["v100"]
+    assert snaps.publish(["v100"]) == 0  # the models did not move on since
+    [done] = Assembler().add(v for _, v in sent)
+    served = snapshots.serving_models(snapshots.decode(done.data), settings.snapshot_key.encode())
+    _same_answers(models, served, stage2.job_types["v100"], gavel_observations(40, seed=8))
