@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 
@@ -20,10 +21,12 @@ from models import snapshot as codec
 from models.snapshot import DumpCache, batch_to_dump, dump_candidate, dump_key, serving_models, snapshot_of
 from streams.readers import TopicFollower
 from streams.serving import Serving
-from streams.snapshots import Assembler, Schedule, chunks, next_version
+from streams.snapshots import Assembler, Complete, Schedule, chunks, next_version
 from streams.stage2 import Stage2
 
 log = logging.getLogger(__name__)
+BUILD_AFTER_S = 5.0
+"""A complete snapshot is built at the latest this long after it was read, caught up or not."""
 
 
 class Snapshots:
@@ -98,12 +101,20 @@ class Snapshots:
         self.publish([env])
 
     def follow(self) -> TopicFollower:
-        """Read every partition of ``models.snapshots`` in a thread (a GlobalKTable: assigned, not group-managed)."""
+        """Read every partition of ``models.snapshots`` in a thread (a GlobalKTable: assigned, not group-managed).
+
+        A complete version waits until the reader has caught up (a poll that read nothing) or has waited
+        ``BUILD_AFTER_S``, and only the newest one per environment is built then: a worker that starts reads
+        every version the topic still holds (all of them on a broker that does not compact), and builds one."""
         loop = asyncio.get_running_loop()
         assembler = Assembler()
+        pending: dict[str, tuple[float, Complete]] = {}  # environment -> (since, newest complete version)
 
-        def deliver(pairs: list[tuple[bytes | None, bytes | None]]) -> None:
-            for done in assembler.add(v for _, v in pairs):
+        def build(due: Callable[[float], bool]) -> None:
+            for env, (since, done) in list(pending.items()):
+                if not due(since):
+                    continue
+                del pending[env]
                 try:
                     snap = codec.decode(done.data)
                     models = serving_models(snap, self.key)
@@ -113,5 +124,14 @@ class Snapshots:
                     continue
                 loop.call_soon_threadsafe(self.serving.install, done.environment, done.version, models, snap.known)
 
-        self.follower = TopicFollower(self.settings, SNAPSHOTS, deliver, raw=True).start()  # a base name: no record class
+        def deliver(pairs: list[tuple[bytes | None, bytes | None]]) -> None:
+            now = time.monotonic()
+            for done in assembler.add(v for _, v in pairs):
+                self.serving.counters["snapshots_complete"] += 1
+                pending[done.environment] = (pending.get(done.environment, (now, done))[0], done)
+            build(lambda since: now - since >= BUILD_AFTER_S)
+
+        self.follower = TopicFollower(
+            self.settings, SNAPSHOTS, deliver, raw=True, idle=lambda: build(lambda _: True)
+        ).start()  # a base name: no record class
         return self.follower
