@@ -168,3 +168,17 @@ def test_two_workers_on_one_environment_spread_serving_and_serve_as_one_does(bro
         assert sum(w.counter("aip_stream_published_records_total", topic="snapshots") for w in workers) >= 1
     finally:
         stop_all(workers)
+
+
+def test_workers_joining_and_leaving_with_serving_sharded_lose_nothing(settings: Any, tmp_path: Path) -> None:
+    """The rebalance fault scenario of tests/integration/test_faults.py, with serving sharded."""
+    from aip.faults import scenarios
+
+    sharded = settings.replace(
+        serving="sharded", snapshot_key=secrets.token_hex(16), models_save_interval_s=2.0, checkpoint_interval_s=2.0
+    )
+    result = scenarios.rebalance(sharded, tmp_path, gpus=8, sim_s=600, run_s=24, seed=13, resume_timeout_s=90)
+    print("rebalance, serving sharded:", result)
+    assert result["lost"] == 0 and result["observations_expected"] > 0
+    assert result["learned_final"] == result["labelled_observations"] > 0
+    assert result["profiles_agree"] and result["changelog_restored_gpus"] > 0
