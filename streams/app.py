@@ -377,6 +377,7 @@ class Streams:
         before = set(self.gpu_partition)
         self.state.assign({tp.partition for tp in assigned if tp.topic in inputs})
         self.serving.forget(before - set(self.gpu_partition))
+        self.snapshots.assign({tp.partition for tp in assigned if tp.topic == self.topics.observations})
 
     def lifecycle_pending(self, partition: int) -> bool:
         """Whether the lifecycle partition ``partition`` has records stage 1 has not applied yet.
@@ -609,7 +610,7 @@ class Streams:
                 obs = decode(Observation, event.value)
                 out = self.stage2.on_observation(obs, leaderboard=False)
                 self.metrics.observations[obs.environment] += 1
-                self.snapshots.learned(obs)
+                self.snapshots.learned(obs, event.message.partition)
                 envs[obs.environment] = None  # a solo window's too: its prediction is no earlier than its leaderboard
             except RecordError as exc:
                 await self.send_dead_letter(event, f"invalid interference.observations record: {exc}", "stage2")

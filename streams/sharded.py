@@ -52,18 +52,28 @@ class Snapshots:
         self.event_ts: dict[str, float] = {}  # environment -> the latest window end learned
         self.follower: TopicFollower | None = None
         self.warming: set[str] = set()
+        self.partitions: dict[str, int] = {}  # environment -> the observations partition it is learned from
+        self.assigned: set[int] | None = None  # None: not told yet (every environment learned here is published)
 
-    def learned(self, obs: Observation) -> None:
-        """Note the event time an environment's learning has reached (the schedule's clock)."""
+    def learned(self, obs: Observation, partition: int) -> None:
+        """Note the event time an environment's learning has reached (the schedule's clock), and the observations
+        partition it is learned from."""
         if obs.window_end > self.event_ts.get(obs.environment, 0.0):
             self.event_ts[obs.environment] = obs.window_end
+        self.partitions[obs.environment] = partition
+
+    def assign(self, partitions: set[int]) -> None:
+        """The observations partitions assigned here now: an environment of another one is another worker's to
+        publish (a refit that finishes after its partition moved must not publish models the new learner has
+        moved on from, with a newer version)."""
+        self.assigned = set(partitions)
 
     def publish(self, envs: Iterable[str]) -> int:
         """A snapshot of each environment learned here whose models moved on; return how many were sent."""
         sent = 0
         for env in envs:
             models = self.stage2.models.get(env)
-            if models is None:
+            if models is None or not self.owns(env):
                 continue
             known = self.stage2.job_types.get(env, {})
             event_ts = self.event_ts.get(env, 0.0)
@@ -79,6 +89,10 @@ class Snapshots:
             self.published["snapshot_chunks"] += len(records)
             sent += 1
         return sent
+
+    def owns(self, environment: str) -> bool:
+        partition = self.partitions.get(environment)
+        return self.assigned is None or partition is None or partition in self.assigned
 
     async def after_refit(self, env: str) -> None:
         """Dump the refit's served batch models in the executor (skops: 0.2-0.3 s each, measured), then publish: the

@@ -225,6 +225,18 @@ def test_a_refit_is_published_as_a_snapshot_with_its_batch_models_dumped_off_the
     assert published["snapshots"] == 1 and published["snapshot_chunks"] == len(sent) > 1
     assert all(k[1] == models.refits for k in snaps.dump_caches["v100"]) and snaps.dump_caches["v100"]
     assert snaps.publish(["v100"]) == 0  # the models did not move on since
-    [done] = Assembler().add(v for _, v in sent)
+    for o in gavel_observations(300, seed=4):
+        o = msgspec.structs.replace(o, job_id=o.job_id + "-later", window_end=o.window_end + 3600)  # not a replay
+        stage2.on_observation(o)
+        snaps.learned(o, partition=2)
+    snaps.assign({0, 1})  # its observations partition moved to another worker: that one's learner publishes
+    assert snaps.publish(["v100"]) == 0
+    snaps.assign({2})
+    assert snaps.publish(["v100"]) == 1 and published["snapshots"] == 2
+    sent.clear()
+    models.refit_now()
+    asyncio.run(snaps.after_refit("v100"))
+    assert published["snapshots"] == 3
+    [done] = Assembler().add(v for _, v in sent)  # the last one
     served = snapshots.serving_models(snapshots.decode(done.data), settings.snapshot_key.encode())
     _same_answers(models, served, stage2.job_types["v100"], gavel_observations(40, seed=8))
