@@ -60,7 +60,9 @@ class ServingSnapshot(msgspec.Struct):
     """Job type -> its solo profile, every job type the learner knows in this environment."""
     compose: dict[str, ComposeState]
     """:attr:`EnvironmentModels.compose_scores` by ``seen`` (``"true"``/``"false"``)."""
-    many_residuals: list[float]
+    residuals: dict[str, list[float]]
+    """Every :class:`models.intervals.ResidualWindow` attribute of the models by name (``many_residuals``...): the
+    intervals they widen are served too."""
 
     @property
     def environment(self) -> str:
@@ -150,9 +152,8 @@ def snapshot_of(
         str(seen).lower(): ComposeState(s.n, float(s.composed_abs), float(s.served_abs))
         for seen, s in models.compose_scores.items()
     }
-    return ServingSnapshot(
-        FORMAT, version, state, files, {jt: dict(p) for jt, p in known.items()}, compose, list(models.many_residuals.values)
-    )
+    residuals = {name: list(w.values) for name, w in vars(models).items() if isinstance(w, ResidualWindow)}
+    return ServingSnapshot(FORMAT, version, state, files, {jt: dict(p) for jt, p in known.items()}, compose, residuals)
 
 
 def serving_models(snapshot: ServingSnapshot, key: bytes) -> EnvironmentModels:
@@ -188,7 +189,9 @@ def serving_models(snapshot: ServingSnapshot, key: bytes) -> EnvironmentModels:
     for seen, cs in snapshot.compose.items():
         score = m.compose_scores[seen == "true"]
         score.n, score.composed_abs, score.served_abs = cs.n, cs.composed_abs, cs.served_abs
-    m.many_residuals = ResidualWindow(m.config.history, [v for v in snapshot.many_residuals if math.isfinite(v)])
+    for name, values in snapshot.residuals.items():
+        if isinstance(getattr(m, name, None), ResidualWindow):
+            setattr(m, name, ResidualWindow(m.config.history, [v for v in values if math.isfinite(v)]))
     return m
 
 
