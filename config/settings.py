@@ -90,6 +90,20 @@ class Settings:
     prediction_max_pct: float = _setting(
         1000.0, "predictions are bounded to [-100, this]; bounded ones are counted (stage2 kind predictions_clipped)"
     )
+    serving: str = _setting(
+        "stage2",
+        "where predictions, what-if entries and alerts are made: stage2 (with learning, in the one worker of the "
+        "environment) or sharded (learning publishes model snapshots on models.snapshots; every worker serves the "
+        "GPUs of its stage 1 from the latest one; needs snapshot_key)",
+        choices=("stage2", "sharded"),
+    )
+    snapshot_key: str = _setting(
+        "", "serving sharded: the key (shared by every worker) that signs the river learners in model snapshots", secret=True
+    )
+    snapshot_chunk_bytes: int = _setting(
+        256 * 1024,
+        "serving sharded: a model snapshot is sent in records of at most this many bytes (Kafka's default limit: 1 MB)",
+    )
     state_dir: str = _setting("", "worker state: models and profiles (default: ~/.cache/aip/state)")
     group_instance_id: str = _setting(
         "",
@@ -167,6 +181,12 @@ class Settings:
             raise SettingsError("alert_clear_pct must not exceed alert_threshold_pct")
         if not self.prediction_max_pct > 0:
             raise SettingsError("prediction_max_pct must be positive (a slowdown in %, e.g. 1000)")
+        if self.serving == "sharded" and len(self.snapshot_key) < 16:
+            raise SettingsError(
+                "serving sharded needs snapshot_key (AIP_SNAPSHOT_KEY): 16 characters or more, the same on every worker"
+            )
+        if not 1024 <= self.snapshot_chunk_bytes <= 900 * 1024:
+            raise SettingsError("snapshot_chunk_bytes must be between 1024 and 921600 (below Kafka's 1 MB message limit)")
         if self.window_s <= 0 or self.lateness_s < 0:
             raise SettingsError("window_s must be positive and lateness_s non-negative")
         if not 0 < self.fetch_max_wait_s <= 30:

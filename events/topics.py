@@ -30,9 +30,10 @@ LEADERBOARD = "models.leaderboard"
 DEADLETTER = "aip.deadletter"
 PROFILES = "interference.profiles"
 STAGE1_CHANGELOG = "aip.stage1.changelog"
-INTERNAL = (STAGE1_CHANGELOG,)
+SNAPSHOTS = "models.snapshots"
+INTERNAL = (STAGE1_CHANGELOG, SNAPSHOTS)
 """Topics the workers keep their own state in (no record class: not for other readers)."""
-COMPACTED = (PROFILES, STAGE1_CHANGELOG)
+COMPACTED = (PROFILES, STAGE1_CHANGELOG, SNAPSHOTS)
 """Topics whose records are the latest value per key (``cleanup.policy=compact``)."""
 
 RECORD_OF: dict[str, type] = {
@@ -98,6 +99,10 @@ class Topics:
     @property
     def stage1_changelog(self) -> str:
         return self.prefix + STAGE1_CHANGELOG
+
+    @property
+    def snapshots(self) -> str:
+        return self.prefix + SNAPSHOTS
 
     def all(self) -> tuple[str, ...]:
         return tuple(self.prefix + name for name in ALL)

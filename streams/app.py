@@ -3,7 +3,9 @@
 - :mod:`streams.state`: stage 1's bookkeeping (partitions, positions, local checkpoint, changelog);
 - :mod:`streams.rebuild`: stage 2's models rebuilt from the observations topic;
 - :mod:`streams.refits`: refit scheduling; :mod:`streams.views`: HTTP views; :mod:`streams.metrics`;
-- :mod:`streams.readers`: the solo-profile follower and the partition reader.
+- :mod:`streams.readers`: the solo-profile follower and the partition reader;
+- :mod:`streams.serving` and :mod:`streams.sharded`: serving sharded by GPU from model snapshots (setting
+  ``serving`` sharded).
 
 ``create_app(settings)`` builds a fresh app (tests build one per test);
 :func:`run_worker` runs it until SIGINT/SIGTERM.
@@ -53,6 +55,8 @@ from streams.profiles import LOCAL
 from streams.readers import PartitionReader, TopicFollower
 from streams.rebuild import Rebuild
 from streams.refits import Refits
+from streams.serving import Serving
+from streams.sharded import Snapshots
 from streams.stage1 import LateEvent, Stage1
 from streams.stage2 import Stage2, idle_prediction
 from streams.state import Stage1State
@@ -200,6 +204,7 @@ class Streams:
         self.observations = app.topic(t.observations, key_serializer="raw", value_serializer="raw")
         self.profiles_topic = app.topic(t.profiles, key_serializer="raw", value_serializer="raw")
         self.changelog_topic = app.topic(t.stage1_changelog, key_serializer="raw", value_serializer="raw")
+        self.snapshots_topic = app.topic(t.snapshots, key_serializer="raw", value_serializer="raw")
         self.out = {
             name: app.topic(getattr(t, name), key_serializer="raw", value_serializer="raw")
             for name in ("predictions", "alerts", "leaderboard", "deadletter")
@@ -223,10 +228,15 @@ class Streams:
             offsets=Checkpoint(commit=lambda: self.commit({t.metrics, t.lifecycle})),
         )
         self.state.load_checkpoint()
+        self.sharded = settings.serving == "sharded"
         self.stage2 = Stage2(
             settings.alert_threshold_pct, settings.alert_clear_pct, state_dir=state_dir(settings), clock=clock,
-            max_pct=settings.prediction_max_pct,
+            max_pct=settings.prediction_max_pct, serve=not self.sharded,
         )  # fmt: skip
+        self.serving = Serving(
+            settings.alert_threshold_pct, settings.alert_clear_pct, clock=clock, max_pct=settings.prediction_max_pct
+        )
+        """Serving sharded: the GPUs of this worker's stage 1, from the latest snapshots (unused with stage2)."""
         self.metrics = StreamMetrics(
             self.stage1.counters,
             self.stage2.counters,
@@ -238,7 +248,14 @@ class Streams:
             settings.alert_threshold_pct, settings.alert_clear_pct, horizon_s=HORIZON_WINDOWS * settings.window_s
         )
         self.metrics.registry.register(self.interference)
-        self.refits = Refits(self.stage2, lambda env, board: self.send("leaderboard", env, board))
+        self.snapshots = Snapshots(
+            settings,
+            self.stage2,
+            self.serving,
+            lambda k, v: self.snapshots_topic.send_soon(key=k, value=v),
+            self.metrics.published,
+        )
+        self.refits = Refits(self.stage2, self.on_refit)
         self.rebuild = Rebuild(
             self.stage2,
             self.refits,
@@ -301,6 +318,32 @@ class Streams:
         ).start()
         return self.follower
 
+    # ------------------------------------------------------- serving sharded
+    async def on_refit(self, env: str, board: Any) -> None:
+        """A refit was applied (no await since): its leaderboard, and with serving sharded its snapshot."""
+        if self.sharded:
+            self.snapshots.warming.add(env)  # before the first await: no snapshot with the batch models dumped here
+        await self.send("leaderboard", env, board)
+        if self.sharded:
+            await self.snapshots.after_refit(env)
+
+    def serve(self, observations: Iterable[Observation]) -> None:
+        """Serving sharded: the predictions and alerts of observations of GPUs read here (sent, not awaited)."""
+        for obs in observations:
+            st = self.stage1.gpus.get(obs.gpu_uuid)
+            raised = st.raised if st is not None else []
+            before = len(raised)
+            out = self.serving.serve(obs, raised)
+            if st is not None and (out.alerts or len(raised) != before):
+                self.state.touched.add(obs.gpu_uuid)  # its alert state goes to the changelog with the GPU
+            self.interference.observe(obs, out.predictions, out.alerts)
+            for p in out.predictions:
+                self.out["predictions"].send_soon(key=p.gpu_uuid.encode(), value=encode(p))
+            for a in out.alerts:
+                self.out["alerts"].send_soon(key=a.gpu_uuid.encode(), value=encode(a))
+            self.metrics.published["predictions"] += len(out.predictions)
+            self.metrics.published["alerts"] += len(out.alerts)
+
     def on_commit_initiated(self) -> None:
         """Before faust commits offsets (our timers, a rebalance, a clean stop): save the state they cover
         (the changelog and profiles are flushed by faust before the offsets are committed)."""
@@ -334,7 +377,10 @@ class Streams:
     def on_partitions_assigned(self, _sender: Any, assigned: Any = (), **_: Any) -> None:
         """Read the changelog of input partitions new here, forget GPUs of those now assigned elsewhere."""
         inputs = {self.topics.metrics, self.topics.lifecycle}
+        before = set(self.gpu_partition)
         self.state.assign({tp.partition for tp in assigned if tp.topic in inputs})
+        self.serving.forget(before - set(self.gpu_partition))
+        self.snapshots.assign({tp.partition for tp in assigned if tp.topic == self.topics.observations})
 
     def lifecycle_pending(self, partition: int) -> bool:
         """Whether the lifecycle partition ``partition`` has records stage 1 has not applied yet.
@@ -386,6 +432,8 @@ class Streams:
         for o in observations:
             self.emit_observation(o)
         self.metrics.published["observations"] += len(observations)
+        if self.sharded:
+            self.serve(observations)
 
     def emit_observation(self, obs: Observation) -> None:
         """Buffer an observation for the producer.  Not awaited: an awaited faust send cost about
@@ -514,6 +562,8 @@ class Streams:
         async def shared_state() -> None:
             self.state.enabled = True
             self.follow_profiles()
+            if self.sharded:
+                self.snapshots.follow()
 
         @app.timer(s.checkpoint_interval_s)
         async def checkpoint() -> None:
@@ -573,6 +623,7 @@ class Streams:
                 obs = decode(Observation, event.value)
                 out = self.stage2.on_observation(obs, leaderboard=False)
                 self.metrics.observations[obs.environment] += 1
+                self.snapshots.learned(obs, event.message.partition)
                 envs[obs.environment] = None  # a solo window's too: its prediction is no earlier than its leaderboard
             except RecordError as exc:
                 await self.send_dead_letter(event, f"invalid interference.observations record: {exc}", "stage2")
@@ -581,7 +632,8 @@ class Streams:
                 log.exception("stage 2 failed on p%s@%s", event.message.partition, event.message.offset)
                 await self.send_dead_letter(event, f"stage 2 error: {type(exc).__name__}: {exc}", "stage2")
                 continue
-            self.interference.observe(obs, out.predictions, out.alerts)
+            if not self.sharded:  # sharded: observed where the GPU is served (Streams.serve)
+                self.interference.observe(obs, out.predictions, out.alerts)
             outs.append(out)
         boards = [board for env in envs if (board := self.stage2.leaderboard_of(env)) is not None]
         for out in outs:
@@ -591,6 +643,8 @@ class Streams:
                 await self.send("alerts", a.gpu_uuid, a)
         for board in boards:
             await self.send("leaderboard", board.environment, board)
+        if self.sharded:
+            self.snapshots.publish(envs)
         self.start_refits()
 
     def start_refits(self) -> None:
@@ -659,7 +713,8 @@ def run_worker(settings: Settings, *, loglevel: str = "warn", web_port: int | No
         if exc.code not in (0, None):
             raise
     finally:
-        if streams.follower is not None:
-            streams.follower.stop()
+        for follower in (streams.follower, streams.snapshots.follower):
+            if follower is not None:
+                follower.stop()
         streams.checkpoint()
         streams.stage2.save()

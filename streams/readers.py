@@ -74,11 +74,24 @@ class PartitionReader:
 
 class TopicFollower:
     """A thread that reads every partition of ``topic`` from the beginning and hands each batch of
-    decoded records to ``deliver`` (called in the thread: hand them over to your event loop)."""
+    decoded records to ``deliver`` (called in the thread: hand them over to your event loop); ``raw``:
+    ``(key, value)`` pairs instead (a topic without a record class: ``models.snapshots``); ``idle`` is
+    called after a poll that read nothing."""
 
-    def __init__(self, settings: Settings, topic: str, deliver: Callable[[list[Any]], None]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        topic: str,
+        deliver: Callable[[list[Any]], None],
+        *,
+        raw: bool = False,
+        idle: Callable[[], None] | None = None,
+    ) -> None:
         self.settings = settings
         self.topic = topic
+        self.raw = raw
+        self.idle = idle
+        """Called (in the thread) after a poll that read nothing: the follower has caught up for now."""
         self.deliver = deliver
         self.stopping = threading.Event()
         self.records = 0
@@ -101,13 +114,18 @@ class TopicFollower:
             try:
                 while not self.stopping.is_set():
                     items = consumer.poll(timeout_s=0.5, max_records=2000)
-                    records = [i.record for i in items if i.record is not None]
-                    if records:
-                        self.records += len(records)
-                        try:
+                    if self.raw:
+                        records: list[Any] = [(i.key, i.value) for i in items]
+                    else:
+                        records = [i.record for i in items if i.record is not None]
+                    try:
+                        if records:
+                            self.records += len(records)
                             self.deliver(records)
-                        except RuntimeError:  # the event loop is closed: the worker is stopping
-                            self.stopping.set()
+                        elif self.idle is not None:
+                            self.idle()
+                    except RuntimeError:  # the event loop is closed: the worker is stopping
+                        self.stopping.set()
             except Exception as exc:
                 log.warning("following %s failed (%s); starting over from the beginning", self.topic, exc)
             finally:

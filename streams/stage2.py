@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from events import Alert, Leaderboard, Observation, Prediction, WhatIf, to_dict
-from events.records import AlertSource
+from events.records import AlertSource, AlertState
 from models.environment import Config, EnvironmentModels, PlacementAsk
 from streams.dedupe import SeenSet
 from streams.hysteresis import AlertStates
@@ -86,7 +86,11 @@ class Stage2:
         what_if_min_s: float = 60.0,
         refit_share: float = 0.25,
         refit_clock: Callable[[], float] = time.monotonic,
+        serve: bool = True,
     ) -> None:
+        self.serve = serve
+        """False: learning only (setting ``serving`` sharded): no prediction, no alert; the workers that own the
+        GPUs serve them from this learner's snapshots (:mod:`streams.serving`)."""
         self.models: dict[str, EnvironmentModels] = {}
         self.max_pct = max_pct
         self.models_factory = models_factory or (lambda env: EnvironmentModels(env, config=Config(max_pct=max_pct)))
@@ -266,41 +270,12 @@ class Stage2:
             if prof:
                 known.setdefault(jt, prof)
         now = self.clock()
-        job_set = sorted([obs.job_type, *obs.co_job_types])
-        withheld = models.withheld_novel
-        observed = models.predict(obs, "observed")
-        placement = models.predict(obs, "placement")
-        if models.withheld_novel > withheld:
-            self.counters["predictions_withheld_novel"] += models.withheld_novel - withheld
-        for result in (observed, placement):
-            if result is None:
-                continue
-            self.counters[f"predictions_{result.regime}"] += 1
-            if result.clipped:
-                self.counters["predictions_clipped"] += 1
-            what_if = self._what_if(models, obs) if result.mode == "placement" else []
-            pred = Prediction(
-                ts=now,
-                gpu_uuid=obs.gpu_uuid,
-                environment=env,
-                job_id=obs.job_id,
-                job_type=obs.job_type,
-                job_set=job_set,
-                mode=result.mode,
-                interference_pct=float(result.interference_pct),
-                model=result.model,
-                category=result.category,
-                expected_error_pct=result.expected_error_pct,
-                measured_pct=obs.interference_pct,
-                what_if=what_if,
-                window_end=obs.window_end,
-                regime=result.regime,
-                interval_pct=None if result.interval_pct is None else list(result.interval_pct),
-            )
-            out.predictions.append(pred)
-            self.latest.setdefault(obs.gpu_uuid, {}).setdefault(obs.job_id, {})[result.mode] = to_dict(pred)
+        if self.serve:
+            out.predictions = predictions_of(models, obs, lambda: self._what_if(models, obs), now, self.counters)
+            for pred in out.predictions:
+                self.latest.setdefault(obs.gpu_uuid, {}).setdefault(obs.job_id, {})[pred.mode] = to_dict(pred)
         value, source = alert_value(obs, out.predictions)
-        if value is not None:
+        if value is not None and self.serve:
             self._alert(out, obs, value, source, now)
         models.learn(obs)
         if leaderboard:
@@ -318,6 +293,8 @@ class Stage2:
         models = self.models_for(obs.environment)
         if obs.solo:
             self.job_types.setdefault(obs.environment, {})[obs.job_type] = obs.solo
+        if not self.serve:
+            return out
         now = self.clock()
         pred = solo_prediction(obs, self._what_if(models, obs), now=now)
         out.predictions.append(pred)
@@ -330,22 +307,8 @@ class Stage2:
     def _alert(self, out: Output, obs: Observation, value: float, source: AlertSource, now: float) -> None:
         """Feed the job's hysteresis; a change of state is an alert in ``out``."""
         change = self.alerts.update((obs.gpu_uuid, obs.job_id), value)
-        if change is None:
-            return
-        out.alerts.append(
-            Alert(
-                ts=now,
-                state=change,
-                gpu_uuid=obs.gpu_uuid,
-                job_id=obs.job_id,
-                interference_pct=value,
-                threshold=self.alerts.threshold,
-                source=source,
-                clear_level=self.alerts.clear_level,
-                job_type=obs.job_type,
-                environment=obs.environment,
-            )
-        )
+        if change is not None:
+            out.alerts.append(alert_of(obs, change, value, source, self.alerts.threshold, self.alerts.clear_level, now))
 
     def _what_if(self, models: EnvironmentModels, obs: Observation) -> list[WhatIf]:
         """Each known job type as a newcomer to this GPU's running set (see :class:`WhatIfCache`)."""
@@ -382,6 +345,65 @@ class Stage2:
         if seconds is not None and 0.0 < self.refit_share < 1.0:
             self.refit_ready_at[env] = self.refit_clock() + seconds * (1.0 / self.refit_share - 1.0)
         return self._leaderboard(env)
+
+
+def predictions_of(
+    models: EnvironmentModels, obs: Observation, what_if: Callable[[], list[WhatIf]], now: float, counters: Counter[str]
+) -> list[Prediction]:
+    """The predictions of a co-located observation in both modes (none where ``models`` cannot serve it), the
+    placement one with ``what_if()``'s entries; counts what was served, clipped or withheld in ``counters``."""
+    job_set = sorted([obs.job_type, *obs.co_job_types])
+    withheld = models.withheld_novel
+    observed = models.predict(obs, "observed")
+    placement = models.predict(obs, "placement")
+    if models.withheld_novel > withheld:
+        counters["predictions_withheld_novel"] += models.withheld_novel - withheld
+    out = []
+    for result in (observed, placement):
+        if result is None:
+            continue
+        counters[f"predictions_{result.regime}"] += 1
+        if result.clipped:
+            counters["predictions_clipped"] += 1
+        out.append(
+            Prediction(
+                ts=now,
+                gpu_uuid=obs.gpu_uuid,
+                environment=obs.environment,
+                job_id=obs.job_id,
+                job_type=obs.job_type,
+                job_set=job_set,
+                mode=result.mode,
+                interference_pct=float(result.interference_pct),
+                model=result.model,
+                category=result.category,
+                expected_error_pct=result.expected_error_pct,
+                measured_pct=obs.interference_pct,
+                what_if=what_if() if result.mode == "placement" else [],
+                window_end=obs.window_end,
+                regime=result.regime,
+                interval_pct=None if result.interval_pct is None else list(result.interval_pct),
+            )
+        )
+    return out
+
+
+def alert_of(
+    obs: Observation, change: AlertState, value: float, source: AlertSource, threshold: float, clear_level: float, now: float
+) -> Alert:
+    """The alert record of a change of ``obs``'s job's alert state (``raised`` or ``cleared``)."""
+    return Alert(
+        ts=now,
+        state=change,
+        gpu_uuid=obs.gpu_uuid,
+        job_id=obs.job_id,
+        interference_pct=value,
+        threshold=threshold,
+        source=source,
+        clear_level=clear_level,
+        job_type=obs.job_type,
+        environment=obs.environment,
+    )
 
 
 def what_if_entries(
@@ -486,6 +508,11 @@ class WhatIfCache:
             self.entries_by_key.clear()
         entries = self.entries_by_key[key] = what_if_entries(models, known, running_types, running_solos)
         return entries
+
+    def forget(self, environment: str) -> None:
+        """Drop the entries of ``environment`` (its models were replaced: a new snapshot, see :mod:`streams.serving`)."""
+        self.version.pop(environment, None)
+        self.entries_by_key = {k: e for k, e in self.entries_by_key.items() if k[0] != environment}
 
 
 SOLO_MODEL = "solo"

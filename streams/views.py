@@ -12,7 +12,23 @@ def register(app: Any, streams: Any) -> None:
 
     @app.page("/predictions/{gpu_uuid}")
     async def predictions(web: Any, request: Any, gpu_uuid: str) -> Any:
-        return web.json({"gpu_uuid": gpu_uuid, "jobs": streams.stage2.latest.get(gpu_uuid, {})})
+        latest = streams.serving.latest if streams.sharded else streams.stage2.latest
+        return web.json({"gpu_uuid": gpu_uuid, "jobs": latest.get(gpu_uuid, {})})
+
+    @app.page("/serving")
+    async def serving(web: Any, request: Any) -> Any:
+        """Serving sharded: the snapshot version served per environment (-1: none yet), the GPUs served here and the
+        input partitions assigned here."""
+        s = streams.serving
+        return web.json(
+            {
+                "mode": streams.settings.serving,
+                "versions": s.versions,
+                "gpus": sorted(s.latest),
+                "counters": dict(s.counters),
+                "partitions": sorted(streams.state.assigned),
+            }
+        )
 
     @app.page("/leaderboard")
     async def leaderboard(web: Any, request: Any) -> Any:

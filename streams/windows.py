@@ -242,6 +242,7 @@ class GpuState:
     retired: dict[str, float] = field(default_factory=dict)  # recently pruned job -> its end (resends are duplicates)
     progress_end: float | None = None  # when the last job that reported progress finished
     extras: dict[int, dict[str, list[float]]] = field(default_factory=dict)  # window -> add_extras sums
+    raised: list[str] = field(default_factory=list)  # jobs with a raised alert (serving sharded: streams.serving)
 
     def duplicate_sample(self, producer_id: str | None, seq: int, ts: float) -> bool:
         """True for a sample already seen (a resend after a crash or reconnect); else remember it.
@@ -328,6 +329,7 @@ class GpuState:
             "ret": self.retired,
             "pe": self.progress_end,
             **({"ext": {str(k): v for k, v in self.extras.items()}} if self.extras else {}),
+            **({"ar": list(self.raised)} if self.raised else {}),
         }
 
     @classmethod
@@ -343,6 +345,7 @@ class GpuState:
             retired={j: float(v) for j, v in d.get("ret", {}).items()},
             progress_end=d.get("pe"),
             extras={int(k): {n: list(a) for n, a in v.items()} for k, v in d.get("ext", {}).items()},
+            raised=[str(j) for j in d.get("ar", [])],
         )
 
 

@@ -12,8 +12,9 @@ from typing import Any
 
 PARTS = ("producers", "stage1", "stage2", "e2e", "models", "accuracy", "placement", "faults")
 """What ``aip bench all`` runs."""
-ALONE = ("fleet",)
-"""Parts run only when named (``fleet``: minutes of real time, N GPUs)."""
+ALONE = ("fleet", "serving")
+"""Parts run only when named (``fleet``: minutes of real time, N GPUs; ``serving``: stage 2 split as with
+``serving`` sharded, learning vs serving)."""
 
 
 class Progress:

@@ -13,7 +13,7 @@ from aip.bench import ALONE, PARTS, run_part
 
 def register(sub: Any) -> None:
     p = sub.add_parser("bench", help="run the benchmarks")
-    p.add_argument("part", nargs="?", default="all", choices=(*PARTS, *ALONE, "all"), help="which part (default all; fleet only when named)")
+    p.add_argument("part", nargs="?", default="all", choices=(*PARTS, *ALONE, "all"), help="which part (default all; fleet and serving only when named)")
     p.add_argument("--quick", action="store_true", help="about a minute per part")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.add_argument("--plot-dir", metavar="DIR", help="parts that draw (accuracy) write their PNG here")
