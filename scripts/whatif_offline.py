@@ -3,7 +3,12 @@
 synchronously when due), and in the second half every window's placement predictions of co-located jobs and the
 what-if entries of each GPU's running set scored against the simulator's truth.
 
-    python scripts/whatif_offline.py [--quick] [--every N] [--json]
+    python scripts/whatif_offline.py [--quick] [--every N] [--json] [--fixed-refits] [--model-seed S]
+
+``live_mae`` / ``seen_mae`` / ``new_mae`` (and ``*_share``, ``predictions``): the running jobs' placement predictions
+of every co-located window of the second half, by the prediction's regime, as ``aip bench accuracy`` reports
+them; the ``pred_*`` keys are of every Nth window.  ``--fixed-refits``: no drift-triggered refits, so runs that
+differ in the models refit at the same observations; ``--model-seed``: the models' seed.
 """
 
 from __future__ import annotations
@@ -62,16 +67,19 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=1, help="score every Nth window of the second half")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--dump", help="write every scored what-if row to this JSON file")
+    ap.add_argument("--model-seed", type=int, default=0, help="the models' seed (EnvironmentModels)")
+    ap.add_argument("--fixed-refits", action="store_true", help="no drift-triggered refits (the same refit times in every run)")
     args = ap.parse_args()
     duration = 1800.0 if args.quick else 3000.0
     sim = Simulator(16, seed=3, start_ts=1.0e9, duration_s=duration)
     truth = Truth("v100")
     rng = random.Random(0)
-    models = EnvironmentModels("v100", seed=0)
+    models = EnvironmentModels("v100", seed=args.model_seed)
     half = sim.start_ts + duration / 2
     types = sorted(sim.table)
     measured: set[tuple[str, ...]] = set()
-    pred_rows: list[tuple[str, int, float, float]] = []  # regime, co-runners, truth, predicted
+    pred_rows: list[tuple[str, int, float, float]] = []  # regime, co-runners, truth, predicted (every Nth window)
+    bench_rows: list[tuple[str, int, float, float]] = []  # the same, every co-located window of the second half
     wi_rows: list[dict] = []
     t0 = time.monotonic()
     wins = windows(sim)
@@ -109,14 +117,19 @@ def main() -> None:
                 wi_rows.append(row)
         if len(active) >= 2:
             obs = labelled(sim, truth, rng, gpu, end, active)
-            if score:
+            if end > half:  # every window's running jobs, as the bench scores them (not only every Nth)
                 for o in obs:
                     r = models.predict(o, "placement")
                     if r is not None:
-                        pred_rows.append((r.regime, len(o.co_job_types), float(o.interference_pct), r.interference_pct))
+                        row = (r.regime or "seen", len(o.co_job_types), float(o.interference_pct), r.interference_pct)
+                        bench_rows.append(row)
+                        if score:
+                            pred_rows.append(row)
             for o in obs:
                 models.learn(o)
             measured.add(tuple(sorted(t for _, t in active)))
+            if args.fixed_refits:
+                models._drift = False  # refit every Config.refit_every observations only: the same refit times for any weighting
             if models.refit_due():
                 models.refit_now()
     out: dict = {"seconds": round(time.monotonic() - t0, 1), "observations": models.observations, "refits": models.refits}
@@ -126,6 +139,15 @@ def main() -> None:
             out[f"pred_{regime}_{nco}co"] = (len(e), round(statistics.mean(e), 2) if e else None)
     e = [abs(t - p) for _, _, t, p in pred_rows]
     out["pred_all"] = (len(e), round(statistics.mean(e), 3) if e else None)
+    # as aip/bench/accuracy.py reports the running jobs' placement predictions of every co-located window of the
+    # second half (not only every Nth): live_mae_vs_truth, and seen_mae / new_mae by the prediction's regime
+    e = [abs(t - p) for _, _, t, p in bench_rows]
+    out["predictions"] = len(e)
+    out["live_mae"] = round(statistics.mean(e), 3) if e else None
+    for regime in ("seen", "new"):
+        e = [abs(t - p) for g, _, t, p in bench_rows if g == regime]
+        out[f"{regime}_share"] = round(len(e) / len(bench_rows), 3) if bench_rows else None
+        out[f"{regime}_mae"] = round(statistics.mean(e), 3) if e else None
     by = defaultdict(list)
     cov = defaultdict(list)
     for r in wi_rows:
