@@ -8,6 +8,7 @@ thin loop around it.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -42,7 +43,9 @@ def _seen(job: Job, event: JobEvent) -> bool:
         return job.start == event.ts
     if event.kind == "finished":
         return job.end == event.ts
-    return any(p[0] == event.ts for p in job.progress)
+    p = job.progress  # sorted by ts
+    i = bisect.bisect_left(p, event.ts, key=lambda e: e[0])  # type: ignore[arg-type,return-value]
+    return i < len(p) and p[i][0] == event.ts
 
 
 class HeldWindow(msgspec.Struct, frozen=True):
