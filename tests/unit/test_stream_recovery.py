@@ -257,3 +257,17 @@ def test_worker_monitor_checkpoints_before_a_commit_and_the_worker_has_no_spinne
     level = root.level
     worker.on_setup_root_logger(root, logging.WARNING)
     assert root.level == level
+
+
+@pytest.mark.parametrize("wait_s, expected_ms", [(0.25, 250), (1.5, 1500)])
+def test_a_workers_consumer_fetches_with_the_configured_wait(tmp_path: Path, wait_s: float, expected_ms: int) -> None:
+    """faust fixes the fetch wait at 1.5 s; the worker's consumer uses the setting (read by aiokafka at start)."""
+    import asyncio
+
+    streams = create_app(Settings(topic_prefix="unit.", state_dir=str(tmp_path), fetch_max_wait_s=wait_s), web=False)
+
+    async def created() -> int:
+        thread = streams.app.consumer._thread
+        return int(thread._create_worker_consumer(streams.app.transport)._fetch_max_wait_ms)
+
+    assert asyncio.run(created()) == expected_ms
