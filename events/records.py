@@ -13,7 +13,7 @@ unsupported by the hardware: never 0.
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Final, Literal, get_args
+from typing import Annotated, Any, Final, Literal, get_args
 
 import msgspec
 from msgspec import Meta
@@ -160,11 +160,12 @@ MAX_GPUS_PER_HOST = MAX_LIST_LEN
 """Samples in one :class:`HostMetrics` (GPUs and MIG instances of one host)."""
 
 
-def samples_of_host(batch: HostMetrics) -> None:
-    """Every sample of a :class:`HostMetrics` is of its host (the key its partition was chosen by)."""
-    for i, sample in enumerate(batch.samples):
-        if sample.host != batch.host:
-            raise RecordError(f"samples[{i}]: host {sample.host!r} is not the batch's host {batch.host!r} - at `$.host`")
+def all_of_host(host: str, records: list[Any], field: str) -> None:
+    """Every record of a host's batch (``field``: ``samples``, ``events``) is of its host (the key its
+    partition was chosen by)."""
+    for i, record in enumerate(records):
+        if record.host != host:
+            raise RecordError(f"{field}[{i}]: host {record.host!r} is not the batch's host {host!r} - at `$.host`")
 
 
 class HostMetrics(Record, frozen=True):
@@ -184,7 +185,7 @@ class HostMetrics(Record, frozen=True):
     schema_version: Version = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        samples_of_host(self)
+        all_of_host(self.host, self.samples, "samples")
 
     @property
     def key(self) -> str:
@@ -237,13 +238,6 @@ MAX_EVENTS_PER_HOST_BATCH = MAX_LIST_LEN
 """Job events in one :class:`HostJobEvents`."""
 
 
-def events_of_host(batch: HostJobEvents) -> None:
-    """Every event of a :class:`HostJobEvents` is of its host (the key its partition was chosen by)."""
-    for i, event in enumerate(batch.events):
-        if event.host != batch.host:
-            raise RecordError(f"events[{i}]: host {event.host!r} is not the batch's host {batch.host!r} - at `$.host`")
-
-
 class HostJobEvents(Record, frozen=True):
     """Job events of one host sent together (one sampling tick's).  Topic ``jobs.lifecycle``, key ``host``.
 
@@ -261,7 +255,7 @@ class HostJobEvents(Record, frozen=True):
     schema_version: Version = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        events_of_host(self)
+        all_of_host(self.host, self.events, "events")
 
     @property
     def key(self) -> str:
