@@ -341,10 +341,11 @@ def run_sampler(
                 publish(METRICS, s)
             if tracker is not None:
                 events.extend(tracker.update(s))
-        if events and not per_gpu:
+        if per_gpu:
+            for ev in events:
+                publish(LIFECYCLE, ev)
+        elif events:
             publish(LIFECYCLE, host_job_events(events))
-        for ev in events if per_gpu else ():
-            publish(LIFECYCLE, ev)
         rounds += 1
         next_t += interval_s
         now = clock()
