@@ -91,6 +91,7 @@ def family(job_type: str) -> str:
     return job_type.split(" (", 1)[0]
 
 
+@functools.lru_cache(maxsize=1024)
 def batch_size(job_type: str) -> int | None:
     """Batch size in a Gavel job name, None when it has none.
 

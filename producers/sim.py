@@ -54,6 +54,10 @@ class SimJob:
     steps_f: float = 0.0
     last_steps_f: float = 0.0
     last_report_k: int = 0
+    process: GpuProcess = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.process = GpuProcess(pid=self.pid, used_mem_mb=round(self.profile.mem_used_mb, 1))  # a record: immutable
 
 
 @dataclass
@@ -112,6 +116,7 @@ class Simulator:
         self.profiles = {t: cal.solo_profile(gpu_model, t) for t in self.types}
         self.spec = cal.GPUS[gpu_model]
         self._fractions: dict[tuple[str, ...], list[float]] = {}
+        self._metrics: dict[tuple[str, ...], dict[str, float]] = {}
         self.gpus = [self._build_gpu(g, gpus_per_host) for g in range(gpus)]
 
     # ------------------------------------------------------------------ schedule
@@ -229,7 +234,10 @@ class Simulator:
     ) -> MetricSample:
         spec = self.spec
         if active:
-            m = cal.combine(self.gpu_model, [j.profile for j in active], fr)
+            types = tuple(j.job_type for j in active)
+            m = self._metrics.get(types)  # a job's profile is its type's: the noiseless metrics are the set's
+            if m is None:
+                m = self._metrics[types] = cal.combine(self.gpu_model, [j.profile for j in active], fr)
         else:
             m = {
                 "power_w": spec.idle_w,
@@ -259,7 +267,7 @@ class Simulator:
             pcie_tx_kbps=round(max(0.0, m["pcie_tx_kbps"] * (1.0 + rng.gauss(0.0, 0.08))), 1),
             energy_mj=round(gpu.energy_mj, 1) if spec.energy_counter else None,
             dram_bw_util_pct=None,
-            processes=[GpuProcess(pid=j.pid, used_mem_mb=round(j.profile.mem_used_mb, 1)) for j in active],
+            processes=[j.process for j in active],
             producer_id=self.producer_id,
             unavailable=unavailable,
         )
@@ -272,6 +280,8 @@ class Simulator:
         for j in gpu.jobs:
             if j.start_k > k:
                 break
+            if k > j.end_k or (j.start_k < k < j.end_k and (k - j.start_k) % self.progress_interval_s):
+                continue  # finished, or between reports: nothing to say this tick
             common = {
                 "ts": ts,
                 "job_id": j.job_id,
@@ -287,7 +297,7 @@ class Simulator:
                 out.append(JobEvent(kind="started", steps=0, **common))
             elif k == j.end_k:
                 out.append(JobEvent(kind="finished", steps=int(j.steps_f), exit_code=0, **common))
-            elif k < j.end_k and (k - j.start_k) % self.progress_interval_s == 0:
+            else:
                 done = j.steps_f - j.last_steps_f
                 step_time_s = (k - j.last_report_k) / done if done > 0 else None
                 if step_time_s is not None:
