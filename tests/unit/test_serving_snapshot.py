@@ -4,7 +4,9 @@ GPU's alert state moves with its stage-1 state."""
 
 from __future__ import annotations
 
+import functools
 import itertools
+import pickle
 import secrets
 
 import msgspec
@@ -25,6 +27,13 @@ KEY = secrets.token_bytes(32)
 
 
 def _learned(n: int, seed: int = 3, refit: bool = False) -> tuple[EnvironmentModels, dict, list]:
+    """Models that learned ``n`` observations (and refitted), the job types' solo profiles, and 60 held-out
+    observations: a fresh copy for each test, of one fit per module (a refit is the costly part)."""
+    return pickle.loads(_learned_once(n, seed, refit))
+
+
+@functools.cache
+def _learned_once(n: int, seed: int, refit: bool) -> bytes:
     em, known = EnvironmentModels("v100"), {}
     obs = gavel_observations(n + 60, seed=seed)
     for o in obs[:n]:
@@ -32,7 +41,7 @@ def _learned(n: int, seed: int = 3, refit: bool = False) -> tuple[EnvironmentMod
         known.setdefault(o.job_type, o.solo)
     if refit:
         em.refit_now()
-    return em, known, obs[n:]
+    return pickle.dumps((em, known, obs[n:]))
 
 
 def _same_answers(a: EnvironmentModels, b: EnvironmentModels, known: dict, held_out: list) -> None:
