@@ -45,6 +45,10 @@ def grows(series: list[tuple[float, float]], tolerance: float) -> bool:
     return min(last) > min(third) + tolerance
 
 
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
 def percentile(values: list[float], q: float) -> float | None:
     """The ``q`` quantile (0..1) of ``values``, nearest rank; None when empty."""
     if not values:
@@ -54,12 +58,14 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 class _Predictions(threading.Thread):
-    """Reads ``interference.predictions`` and keeps, per prediction, the seconds since its window ended."""
+    """Reads ``interference.predictions`` and keeps, per prediction, the seconds since its window ended (all
+    of them, and apart by the window's occupancy: co-located, solo, idle)."""
 
     def __init__(self, settings: Any) -> None:
         super().__init__(name="aip-bench-fleet-predictions", daemon=True)
         self.settings = settings
         self.latencies_s: list[float] = []
+        self.by_occupancy: dict[str, list[float]] = {}
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -69,7 +75,9 @@ class _Predictions(threading.Thread):
             while not self.stop.is_set():
                 for item in consumer.poll(timeout_s=0.5):
                     if item.record is not None and item.record.window_end is not None:
-                        self.latencies_s.append(time.time() - item.record.window_end)
+                        latency_s = time.time() - item.record.window_end
+                        self.latencies_s.append(latency_s)
+                        self.by_occupancy.setdefault(item.record.occupancy or "colocated", []).append(latency_s)
 
 
 class _Sender(threading.Thread):
@@ -240,6 +248,10 @@ def run_fleet(
         "p50_s": None if p50 is None else round(p50, 2),
         "p99_s": None if p99 is None else round(p99, 2),
         "p99_bound_s": bound_s,
+        "latency_s_by_occupancy": {
+            occupancy: {"predictions": len(v), "p50": _round(percentile(v, 0.5)), "p99": _round(percentile(v, 0.99))}
+            for occupancy, v in sorted(preds.by_occupancy.items())
+        },
         "worker_cpu_pct": [round(100.0 * c / elapsed, 1) for c in cpu_s],
         "worker_rss_mb": [round(r, 1) for r in end["rss_mb"]],
         "cpu_ms_per_gpu_sample": round(1000.0 * sum(cpu_s) / sender.samples, 4) if sender.samples else None,
