@@ -310,3 +310,48 @@ def test_the_other_role_of_a_job_set_just_measured_is_not_scored_as_new() -> Non
     assert new.n == 2  # a + c and b + c (the first, a + b, came before anything was learned: not ready)
     em.learn_sample(sample("a", "b", 10.0))  # measured now: seen
     assert em.candidates[key].record.errors["seen"].n >= 1 and new.n == 2
+
+
+class _Column:
+    """A fitted batch model that predicts one feature column plus an offset (a stand-in for a refit's model)."""
+
+    def __init__(self, column: str, offset: float) -> None:
+        self.column, self.offset = column, offset
+
+    def predict(self, frame):  # type: ignore[no-untyped-def]
+        return frame[self.column].to_numpy(dtype=float) + self.offset
+
+    def predict_rows(self, rows):  # type: ignore[no-untyped-def]
+        return [row[self.column] + self.offset for row in rows]
+
+
+@pytest.mark.parametrize("new_prequential_min", [12, None])
+def test_new_job_sets_are_served_by_the_error_on_first_observations_once_there_are_enough(new_prequential_min) -> None:  # type: ignore[no-untyped-def]
+    """Two batch models of a refit: one with the smaller CV error is 40 points off every first observation of a job
+    set, the other 1 point off.  The new regime serves the first by its CV error until each has
+    ``new_prequential_min`` scores on first observations, then the second; with None, the first throughout (before)."""
+    from models.candidates import BatchCandidate, CandidateKey, CvScore, Views
+    from models.datasets import Sample
+    from models.selector import Selector
+
+    config = Config(online_models=(), batch_models=(), newcomer=False, new_prequential_min=new_prequential_min)
+    sel = Selector(config, seed=0)
+    cv_best, live_best = (CandidateKey("placement", "all", name) for name in ("CvBest", "LiveBest"))
+    for key, offset, cv in ((cv_best, 40.0, 5.0), (live_best, 1.0, 15.0)):
+        c = sel.candidates[key] = BatchCandidate(key, _Column("solo_S", offset), config)
+        c.record.cv = CvScore(cv, None, 100)
+    sel.changed()
+    served = []
+    for i in range(30):  # every observation a job set never measured: two types never seen together
+        s = float(i * 3 % 90)
+        sample = Sample(f"j{i}", (f"c{i}",), s, f"j{i} + c{i}", "v100", {}, {"S": s, "M": 100.0}, ({"S": 50.0, "M": 100.0},))
+        sel.learn_one(Views(sample), s, i + 1)
+        sel.score_pending()
+        served.append(sel.selected["new"]["placement"].name)
+    assert sel.candidates[live_best].record.errors["new"].get() == pytest.approx(1.0)
+    assert sel.candidates[cv_best].record.errors["new"].get() == pytest.approx(40.0)
+    if new_prequential_min is None:
+        assert set(served) == {"CvBest"}
+    else:
+        assert served[: new_prequential_min - 1] == ["CvBest"] * (new_prequential_min - 1)
+        assert served[new_prequential_min - 1 :] == ["LiveBest"] * (30 - new_prequential_min + 1)
