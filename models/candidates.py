@@ -251,24 +251,13 @@ class Candidate:
                 e = self.record.slots[slot] = Ewm(self.record.alpha)
             e.update(error)
 
-    def error(self, regime: str, min_samples: int, new_prequential_min: int | None = None) -> float | None:
-        """The error it is judged by in ``regime`` (None: not enough evidence yet): its rolling prequential error
-        once it has ``min_samples``; on new job sets, where it has a CV error (batch models, the median), that CV
-        error until it has ``new_prequential_min`` prequential ones there (None: the CV error always).
-
-        >>> from models.settings import Config
-        >>> c = Candidate(CandidateKey("placement", "all", "m"), None, Config())
-        >>> c.record.cv = CvScore(20.0, None, 100)
-        >>> for _ in range(3): c.score(40.0, "new", None)
-        >>> c.error("new", 2), c.error("new", 2, new_prequential_min=4), c.error("new", 2, new_prequential_min=3)
-        (20.0, 20.0, 40.0)
-        """
+    def error(self, regime: str, min_samples: int) -> float | None:
+        """The error it is judged by in ``regime`` (None: not enough evidence yet): on new job sets its CV error
+        where it has one, else its rolling prequential error once it has ``min_samples``."""
         record = self.record
-        r = record.errors[regime].rolling
         if regime == "new" and record.cv is not None:
-            if record.cv.mae is None or new_prequential_min is None or len(r.window) < new_prequential_min:
-                return record.cv.mae
-            return float(r.obj.get())
+            return record.cv.mae
+        r = record.errors[regime].rolling
         return None if len(r.window) < min_samples else float(r.obj.get())
 
     def offsets(self, regime: str, min_samples: int) -> tuple[float, float] | None:

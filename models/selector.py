@@ -197,7 +197,7 @@ class Selector:
                 continue
             if category is not None and k.category != category:
                 continue
-            e = c.error(regime, min_samples, self.config.new_prequential_min)
+            e = c.error(regime, min_samples)
             if e is not None and (best is None or e <= best.error):
                 choice = Choice(e, k.category, k.name_in(mode))
                 if best is None or choice < best:

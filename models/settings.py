@@ -13,11 +13,6 @@ class Config:
     """Rolling window of the prequential MAE (observations)."""
     min_samples: int = 10
     """A candidate competes in a regime once it has this many scored predictions there."""
-    new_prequential_min: int | None = 30
-    """On job sets never measured a batch model (and the median) is judged by its grouped-CV error of the last
-    refit until it has this many prequential errors on first observations of job sets; then by those, as every
-    other candidate is (the same measure for all, on the live stream: docs/MODELS.md, "Judged on first
-    observations").  None: by its CV error always (before)."""
     heavy_stride: int = 12
     """Each heavy online learner (KNN, Hoeffding tree, AMF) x mode x category learns every ``heavy_stride``-th
     observation, staggered so that about two heavy updates happen per observation."""
