@@ -8,7 +8,9 @@ what-if entries of each GPU's running set scored against the simulator's truth.
 ``live_mae`` / ``seen_mae`` / ``new_mae`` (and ``*_share``, ``predictions``): the running jobs' placement predictions
 of every co-located window of the second half, by the prediction's regime, as ``aip bench accuracy`` reports
 them; the ``pred_*`` keys are of every Nth window.  ``--fixed-refits``: no drift-triggered refits, so runs that
-differ in the models refit at the same observations; ``--model-seed``: the models' seed.
+differ in the models refit at the same observations; ``--model-seed``: the models' seed.  ``new_by_truth`` /
+``new_by_model``: the new regime's running predictions by true slowdown and by the model served (count, MAE, mean
+predicted - true, share of the regime's summed error); ``--dump-predictions FILE``: those predictions, one a row.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=1, help="score every Nth window of the second half")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--dump", help="write every scored what-if row to this JSON file")
+    ap.add_argument("--dump-predictions", help="write the running jobs' scored predictions (regime, type, co-runners, truth, "
+                    "predicted, model, job set measured) to this JSON file")
     ap.add_argument("--model-seed", type=int, default=0, help="the models' seed (EnvironmentModels)")
     ap.add_argument("--fixed-refits", action="store_true", help="no drift-triggered refits (the same refit times in every run)")
     args = ap.parse_args()
@@ -80,6 +84,7 @@ def main() -> None:
     measured: set[tuple[str, ...]] = set()
     pred_rows: list[tuple[str, int, float, float]] = []  # regime, co-runners, truth, predicted (every Nth window)
     bench_rows: list[tuple[str, int, float, float]] = []  # the same, every co-located window of the second half
+    bench_detail: list[dict] = []  # bench_rows with the job, its co-runners and the model served (--dump-predictions)
     wi_rows: list[dict] = []
     t0 = time.monotonic()
     wins = windows(sim)
@@ -123,6 +128,8 @@ def main() -> None:
                     if r is not None:
                         row = (r.regime or "seen", len(o.co_job_types), float(o.interference_pct), r.interference_pct)
                         bench_rows.append(row)
+                        bench_detail.append({"regime": row[0], "job": o.job_type, "co": list(o.co_job_types), "truth": row[2],
+                                             "pred": row[3], "model": r.model, "end": end})
                         if score:
                             pred_rows.append(row)
             for o in obs:
@@ -148,6 +155,24 @@ def main() -> None:
         e = [abs(t - p) for g, _, t, p in bench_rows if g == regime]
         out[f"{regime}_share"] = round(len(e) / len(bench_rows), 3) if bench_rows else None
         out[f"{regime}_mae"] = round(statistics.mean(e), 3) if e else None
+    # where new_mae comes from: the new regime's running predictions by true slowdown and by the model served
+    # (count, MAE, mean signed error predicted - true, share of the new regime's summed error)
+    new_rows = [r for r in bench_detail if r["regime"] == "new"]
+    new_total = sum(abs(r["pred"] - r["truth"]) for r in new_rows) or 1.0
+
+    def part(rs: list[dict]) -> tuple:
+        e = [abs(r["pred"] - r["truth"]) for r in rs]
+        return (len(e), round(statistics.mean(e), 1), round(statistics.mean(r["pred"] - r["truth"] for r in rs), 1),
+                round(sum(e) / new_total, 3))
+
+    bins = (50.0, 100.0, 200.0, 400.0, float("inf"))
+    by_truth: dict[str, list[dict]] = defaultdict(list)
+    by_model: dict[str, list[dict]] = defaultdict(list)
+    for r in new_rows:
+        by_truth[f"<{next(b for b in bins if r['truth'] < b):g}"].append(r)
+        by_model[str(r["model"]).split("/")[0]].append(r)
+    out["new_by_truth"] = {k: part(v) for k, v in sorted(by_truth.items(), key=lambda kv: float(kv[0][1:]))}
+    out["new_by_model"] = {k: part(v) for k, v in sorted(by_model.items())}
     by = defaultdict(list)
     cov = defaultdict(list)
     for r in wi_rows:
@@ -210,6 +235,8 @@ def main() -> None:
                               models.novel_residuals.offsets())
     if args.dump:
         Path(args.dump).write_text(json.dumps(wi_rows))
+    if args.dump_predictions:
+        Path(args.dump_predictions).write_text(json.dumps(bench_detail))
     print(json.dumps(out, indent=None if args.json else 1))
 
 
