@@ -12,7 +12,9 @@ A refit is a plain function (``models.refit.run_refit``) that the stream runs in
   one; a task carries the directory's name, and each worker memory-maps them and prepares each fold's
   training set once per refit (:meth:`Store.cached`);
 * when a worker dies (loky's ``TerminatedWorkerError``) or a fit is not done within ``timeout`` seconds
-  (joblib then kills the workers), the batch runs again in-process: a refit never hangs on the pool.
+  (joblib then kills the workers), the batch runs again in-process: a refit never hangs on the pool;
+* once the process is stopping (:func:`stop`), a refit gives up at its next fit (:class:`Stopped`): a stopping
+  worker does not wait seconds for a result it would not use.
 
 Only our own processes exchange pickles here (task arguments, fitted models); nothing from a topic or a file.
 """
@@ -23,6 +25,7 @@ import multiprocessing
 import os
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +42,21 @@ WARM_FITS = True
 """Workers fit every batch model once on a small set at start (tests turn it off to start pools quickly)."""
 _CACHE: dict[str, dict[Any, Any]] = {}
 """Per store id: what the tasks of a refit derived from its arrays in this process (prepared folds)."""
+_STOPPING = threading.Event()
+
+
+class Stopped(Exception):
+    """The process is stopping (:func:`stop`): the fits still to run were not run."""
+
+
+def stop() -> None:
+    """From now on every :meth:`Fits.run` of this process gives up between two fits, raising :class:`Stopped`."""
+    _STOPPING.set()
+
+
+def resume() -> None:
+    """Undo :func:`stop` (tests)."""
+    _STOPPING.clear()
 
 
 def resolve(workers: int | None) -> int:
@@ -188,6 +206,8 @@ class Fits:
 
         def collect(results: Any) -> list[Any]:
             for r in results:
+                if _STOPPING.is_set():
+                    raise Stopped(f"stopped after {len(out)} of {len(calls)} fits")
                 out.append(r)
                 if progress is not None:
                     progress(len(out), len(calls))

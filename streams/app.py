@@ -45,6 +45,7 @@ from events import (
     metric_samples,
 )
 from events.topics import LIFECYCLE, METRICS
+from models import parallel
 from streams import changelog, views
 from streams.checkpoint import Checkpoint, TopicPartition
 from streams.consumer import App
@@ -695,6 +696,7 @@ def faust_worker(app: faust.App, loglevel: str = "warn", stop_within_s: float = 
         def _schedule_shutdown(self, sig: Any) -> None:  # mode's Worker: SIGINT and SIGTERM both come here
             if self.watchdog is None:
                 self.watchdog = exit_within(stop_within_s)
+                parallel.stop()  # a refit in progress gives up at its next fit instead of holding the stop
             super()._schedule_shutdown(sig)
 
     levels = {"crit": "critical", "warn": "warning"}

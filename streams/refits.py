@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from models.parallel import Stopped
 from streams.stage2 import Stage2
 
 log = logging.getLogger(__name__)
@@ -16,8 +17,8 @@ class Refits:
     """Runs each environment's refit at most once at a time; ``publish(env, board)`` sends a changed leaderboard.
 
     An executor thread, not a daemon thread: a daemon thread still inside torch or OpenMP when the
-    interpreter exits aborts the process (SIGABRT, measured); stopping waits for a refit in
-    progress instead (seconds: large refits run on the pool).
+    interpreter exits aborts the process (SIGABRT, measured).  A stopping worker does not wait for a refit in
+    progress: it gives up at its next fit (:func:`models.parallel.stop`), and the models keep their last fit.
     """
 
     def __init__(self, stage2: Stage2, publish: Callable[[str, Any], Awaitable[None]]) -> None:
@@ -51,6 +52,9 @@ class Refits:
             board = self.stage2.apply_refit(env, result)
             if board is not None:
                 await self.publish(env, board)
+        except Stopped as exc:
+            self.stage2.apply_refit(env, None)  # no result: the models keep their last fit
+            log.info("refit of %s given up, the worker is stopping (%s)", env, exc)
         except Exception:
             log.exception("refit of %s failed", env)
         finally:

@@ -172,3 +172,31 @@ def test_refits_below_pool_min_rows_stay_in_process(monkeypatch: pytest.MonkeyPa
     pooled = run_refit(samples, Config(workers=2, pool_min_rows=60, batch_models=("LinearRegression",)), 0)
     assert [f.workers for f in made] == [1, 2]
     assert small.scores == pooled.scores and small.fitted.keys() == pooled.fitted.keys()
+
+
+def _stop_at(store: parallel.Store, owner: int, i: int) -> float:
+    if i == 1:
+        parallel.stop()  # the worker's signal arrives during the second fit
+    return _row(store, owner, i)
+
+
+def test_a_stopping_process_gives_up_between_fits() -> None:
+    try:
+        with parallel.Fits(1) as fits:
+            fits.publish({"v": np.arange(6.0)})
+            calls: list[int] = []
+
+            def counted(store: parallel.Store, owner: int, i: int) -> float:
+                calls.append(i)
+                return _stop_at(store, owner, i)
+
+            with pytest.raises(parallel.Stopped, match="after 1 of 6 fits"):
+                fits.run(counted, [(os.getpid(), i) for i in range(6)])
+            assert calls == [0, 1]  # the fit in progress ends; no other starts
+        with pytest.raises(parallel.Stopped):  # a refit, in-process and on the pool
+            run_refit(_samples(), Config(workers=1, batch_models=("LinearRegression",)), 0)
+        with pytest.raises(parallel.Stopped):
+            run_refit(_samples(), Config(workers=2, pool_min_rows=0, batch_models=("LinearRegression",)), 0)
+    finally:
+        parallel.resume()
+    assert run_refit(_samples(), Config(workers=1, batch_models=("LinearRegression",)), 0).fitted  # resumed
