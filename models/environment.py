@@ -61,7 +61,7 @@ from models.state import FORMAT, CandidateState, EnvironmentState
 PlacementAsk = tuple[str, Mapping[str, float | None], Sequence[str], Sequence[Mapping[str, float | None]]]
 """A what-if: (job type, its solo profile, the co-runners' job types, their solo profiles)."""
 
-__all__ = ["Config", "EnvironmentModels", "PlacementAsk", "PredictionResult", "RefitResult", "run_refit"]
+__all__ = ["Config", "EnvironmentModels", "PlacementAsk", "PredictionResult", "RefitResult", "Served", "run_refit"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,24 @@ class PredictionResult:
     """90 % interval (bounded like the prediction): conformal from the last refit's out-of-fold residuals for a
     batch model or the median on a new job set, else from the candidate's rolling prequential residuals in this
     regime; None until there are enough residuals."""
+
+
+@dataclass(frozen=True)
+class Served:
+    """An observation's predictions in both modes (:meth:`EnvironmentModels.serve`), kept for :meth:`learn
+    <EnvironmentModels.learn>` of the same observation: its features and the uncomposed predictions its drift
+    detectors judge, computed once for both (before, learning computed them again)."""
+
+    observation_id: str
+    generation: int
+    """:attr:`EnvironmentModels.generation` when served: learning reuses it only if nothing changed since."""
+    views: Views
+    raw: tuple[PredictionResult | None, ...]
+    """Per mode (:data:`events.MODES`), what the serving candidate predicts, before composition."""
+    results: Mapping[str, PredictionResult | None]
+    """Per mode, what :meth:`EnvironmentModels.predict` answers."""
+    withheld: int
+    """Of the two, how many were withheld because a job type is novel (:attr:`EnvironmentModels.withheld_novel`)."""
 
 
 class Plan(NamedTuple):
@@ -167,6 +185,12 @@ class EnvironmentModels:
         self.withheld_novel = 0
         """Predictions not made because a job type of the slot was never measured here (see :meth:`predict`)."""
         self.history: deque[Sample] = deque(maxlen=self.config.history)
+        self.generation = 0
+        """Moves on whenever learning, scoring or a refit changes what the models serve (see :class:`Served`)."""
+        self._tail: tuple[str | None, int] = (None, 0)
+        """The job set of the newest sample of :attr:`history` and how many of the newest share it (what
+        :meth:`refit_due` asks of the history in O(1): a scan of 10,000 samples' job sets per call was a third of
+        stage 2's time, docs/BENCHMARKS.md)."""
         self.selector = Selector(self.config, seed)
         self._since_refit = 0
         self._drift = False
@@ -209,20 +233,29 @@ class EnvironmentModels:
 
     # ------------------------------------------------------------------ learning
 
-    def learn(self, obs: Observation) -> None:
+    def learn(self, obs: Observation, served: Served | None = None) -> None:
         """Test-then-train: every candidate due predicts ``obs``, is scored, then learns it (the online learners on
-        their sample, see ``Config.online_sample``).  No-op when unlabelled."""
+        their sample, see ``Config.online_sample``).  No-op when unlabelled.  ``served``: :meth:`serve` of ``obs``,
+        whose features and predictions are reused where nothing changed since (the same result, computed once)."""
         if obs.interference_pct is None or not math.isfinite(obs.interference_pct):
             return
-        self.learn_sample(sample_of(obs), draw(obs.observation_id))
+        if served is not None and served.observation_id == obs.observation_id and served.generation == self.generation:
+            self._learn(served.views, draw(obs.observation_id), served.raw)
+        else:
+            self.learn_sample(sample_of(obs), draw(obs.observation_id))
 
     def learn_sample(self, sample: Sample, draw: int | None = None) -> None:
         """``draw``: the observation's :func:`draw`, which says whether the online learners take it; None: they
         all take it (the heavy ones on their stride of the observation count)."""
+        self._learn(Views(sample), draw)
+
+    def _learn(self, views: Views, draw: int | None, raw: Sequence[PredictionResult | None] | None = None) -> None:
+        """``raw``: what :meth:`_predict_many` gives for ``views`` in each mode now (None: computed here)."""
+        sample = views.sample
         y = sample.target
-        views = Views(sample)
+        self.generation += 1
         # drift: the error of what predict() serves for this sample, before anything learns it
-        for served in self._predict_many([(views, mode) for mode in MODES]):
+        for served in raw if raw is not None else self._predict_many([(views, mode) for mode in MODES]):
             if served is not None and served.mode == "placement" and served.regime == "seen" and served.model == LAST_MEASURED:
                 self.seen_residuals.update(_log_ratio(y, served.interference_pct))
             if served is not None and served.mode == "placement" and served.regime == "novel":
@@ -245,10 +278,17 @@ class EnvironmentModels:
         self.selector.learn_one(views, y, self.observations, draw)
         self.observations += 1
         self._since_refit += 1
+        self._append(sample)
+
+    def _append(self, sample: Sample) -> None:
         self.history.append(sample)
+        job_set, run = self._tail
+        js = sample.job_set
+        self._tail = (js, run + 1 if js == job_set else 1)
 
     def score_pending(self) -> int:
         """Score the batch candidates on the observations that arrived since the last pass; return how many."""
+        self.generation += 1
         return self.selector.score_pending()
 
     # ------------------------------------------------------------------ serving
@@ -324,16 +364,32 @@ class EnvironmentModels:
         """Each (sample, mode) as :meth:`predict` answers it; ``compose=False``: a job set of 3+ never measured as the
         serving candidate predicts it, not composed from its pairs (:meth:`_serve_composed`).  ``what_if``: the
         questions of :meth:`predict_placements` (a composed slowdown may pass ``max_pct``)."""
-        results = self._predict_many([(Views(s), mode) for s, mode in asks])
+        samples = [s for s, _ in asks]
+        return self._finish(samples, self._predict_many([(Views(s), mode) for s, mode in asks]), compose=compose, what_if=what_if)
+
+    def serve(self, obs: Observation) -> Served:
+        """:meth:`predict` of ``obs`` in both modes, its features computed once, kept for :meth:`learn`."""
+        views = Views(sample_of(obs))
+        raw = tuple(self._predict_many([(views, mode) for mode in MODES]))
+        withheld = self.withheld_novel
+        results = self._finish([views.sample] * len(MODES), list(raw), compose=True, what_if=False)
+        return Served(
+            obs.observation_id, self.generation, views, raw, dict(zip(MODES, results, strict=True)), self.withheld_novel - withheld
+        )  # fmt: skip
+
+    def _finish(
+        self, samples: Sequence[Sample], results: list[PredictionResult | None], *, compose: bool, what_if: bool
+    ) -> list[PredictionResult | None]:
+        """:meth:`predict_samples` after :meth:`_predict_many`'s ``results`` (changed in place)."""
         if compose:
-            results = self._serve_composed([s for s, _ in asks], results, what_if=what_if)
+            results = self._serve_composed(samples, results, what_if=what_if)
         if what_if and any(r is not None and r.regime == "seen" and r.model == LAST_MEASURED for r in results):
             offsets = self._seen_offsets()
             results = [None if r is None else self._steady_state_interval(r, offsets) for r in results]
         self.clipped += sum(1 for r in results if r is not None and r.clipped)
         if self.observations:
             self.withheld_novel += sum(
-                1 for r, (s, _) in zip(results, asks, strict=True) if r is None and self.measurements.novel((s.job_type, *s.co_job_types))
+                1 for r, s in zip(results, samples, strict=True) if r is None and self.measurements.novel((s.job_type, *s.co_job_types))
             )  # fmt: skip
         return results
 
@@ -471,9 +527,10 @@ class EnvironmentModels:
     def refit_due(self) -> bool:
         if self._refit_in_flight or len(self.history) < self.config.refit_min_rows:
             return False
-        if len({s.job_set for s in list(self.history)[-self.config.refit_rows :]}) < 2:
+        if not (self._drift or self.last_refit is None or self._since_refit >= self.config.refit_every):
             return False
-        return self._drift or self.last_refit is None or self._since_refit >= self.config.refit_every
+        # two job sets or more among the last refit_rows samples: the newest ones sharing one are fewer than those
+        return self._tail[1] < min(len(self.history), self.config.refit_rows)
 
     def refit_task(self) -> Callable[[], RefitResult]:
         """A snapshot of the recent history; the returned function touches no live state."""
@@ -484,6 +541,7 @@ class EnvironmentModels:
 
     def apply_refit(self, result: RefitResult | None) -> None:
         self._refit_in_flight = False
+        self.generation += 1
         if result is None:
             return
         self.selector.apply(result)
@@ -586,7 +644,8 @@ class EnvironmentModels:
                 c = sel.candidates[ck] = kind(ck, estimator, self.config, cs.record)
             else:  # made by its kind's starting(): keeps its place (the heavy learners' stagger)
                 c.estimator, c.record = estimator, type(c.record)(self.config, cs.record)
-        self.history.extend(state.history)
+        for sample in state.history:
+            self._append(sample)
         for c in sel.candidates.values():
             c.link(sel.candidates, refit=False)
         sel.changed()
