@@ -209,6 +209,11 @@ class Candidate:
         return self.estimator is not None
 
     @property
+    def answers(self) -> bool:
+        """Its predictions are never None (a baseline's may be: a slot it does not know)."""
+        return self.servable
+
+    @property
     def listed(self) -> bool:
         """On the leaderboard: it can serve, or was scored by the last refit."""
         return self.servable or self.record.cv is not None
@@ -381,6 +386,10 @@ class BaselineCandidate(Candidate):
     __slots__ = ()
 
     @property
+    def answers(self) -> bool:
+        return False
+
+    @property
     def listed(self) -> bool:
         r = self.record
         return r.cv is not None or any(m.n for m in r.errors.values())
@@ -492,7 +501,9 @@ class NewcomerCandidate(Candidate):
 
     def link(self, candidates: Mapping[CandidateKey, Candidate], *, refit: bool) -> None:
         est: NewcomerEstimator = self.estimator
-        fitted = {k: c for k, c in candidates.items() if c.kind == "batch" and c.servable and k.mode == VIA_MODE and k.category == "all"}
+        fitted = {
+            k: c for k, c in candidates.items() if c.kind == "batch" and c.servable and k.mode == VIA_MODE and k.category == "all"
+        }
         key = est.base_key if not refit and est.base_key in fitted else None
         for name in NEWCOMER_BASES if key is None else ():
             if CandidateKey(VIA_MODE, "all", name) in fitted:
@@ -523,8 +534,6 @@ class NewcomerCandidate(Candidate):
         return [cls(CandidateKey(VIA_MODE, "all", NEWCOMER), NewcomerEstimator(model), config)]
 
 
-KINDS: dict[str, type[Candidate]] = {
-    c.kind: c for c in (OnlineCandidate, BatchCandidate, BaselineCandidate, NewcomerCandidate)
-}
+KINDS: dict[str, type[Candidate]] = {c.kind: c for c in (OnlineCandidate, BatchCandidate, BaselineCandidate, NewcomerCandidate)}
 """Every kind of candidate, by :attr:`Candidate.kind` (what a save says each candidate is), in the order their
 :meth:`Candidate.starting` candidates are made."""

@@ -54,9 +54,12 @@ from models.features import observed_features as _observed_features
 from models.intervals import ResidualWindow
 from models.live import LAST_MEASURED, MEDIAN, Measurements, clip_pct
 from models.refit import RefitResult, run_refit
-from models.selector import Choice, Selector
+from models.selector import VIA, Choice, Selector
 from models.settings import Config
 from models.state import FORMAT, CandidateState, EnvironmentState
+
+Composition = tuple[float, tuple[float, float] | None, bool]
+"""A job set's slowdown composed from its pairs, its interval, whether every pair was measured (:meth:`EnvironmentModels._compose`)."""
 
 PlacementAsk = tuple[str, Mapping[str, float | None], Sequence[str], Sequence[Mapping[str, float | None]]]
 """A what-if: (job type, its solo profile, the co-runners' job types, their solo profiles)."""
@@ -107,8 +110,13 @@ class Plan(NamedTuple):
     choice: Choice
     candidate: Candidate
     x: Any
-    """What the candidate's estimator takes."""
+    """What the candidate's estimator takes; None: not made yet (a placement-mode feature model's features, never
+    empty: made when it predicts, :meth:`features`)."""
     mode: str
+    views: Views
+
+    def features(self) -> Any:
+        return self.candidate.features(self.views) if self.x is None else self.x
 
 
 def profiled(sample: Sample, measured: Iterable[str]) -> bool:
@@ -307,23 +315,42 @@ class EnvironmentModels:
         regime, chosen = choice
         regime = "novel" if novel else regime  # served by new job sets' choice, and says it is novel
         cand = self.selector.candidate(mode, chosen)
+        if mode == VIA and cand.key.mode == VIA and cand.kind != "baseline":
+            # its features (placement_features: never empty, n_co is always there) are made only if it predicts
+            return Plan(regime, chosen, cand, None, mode, views)
         x = cand.features(views)
-        return Plan(regime, chosen, cand, x, mode) if x else None
+        return Plan(regime, chosen, cand, x, mode, views) if x else None
 
     def _predict_many(self, asks: Sequence[tuple[Views, str]]) -> list[PredictionResult | None]:
         """Each (views, mode) predicted by the candidate serving it, in one ``predict_many`` per candidate (for a
         batch candidate one matrix and one ``predict``: the what-if entries of a GPU window)."""
-        plans = [self._plan(*ask) for ask in asks]
+        return self._results([self._plan(*ask) for ask in asks])
+
+    def _results(self, plans: Sequence[Plan | None], composed: Iterable[int] = ()) -> list[PredictionResult | None]:
+        """Each plan's prediction; those in ``composed`` (what-ifs whose composition from pairs is served, by a
+        candidate that always answers) are not predicted: :meth:`_unpredicted` stands for them."""
+        skip = set(composed)
         raw: list[float | None] = [None] * len(plans)
         rows: dict[CandidateKey, list[tuple[int, Plan]]] = {}
         for i, plan in enumerate(plans):
-            if plan is not None:
+            if plan is not None and i not in skip:
                 rows.setdefault(plan.candidate.key, []).append((i, plan))
         for items in rows.values():
-            preds = items[0][1].candidate.predict_many([p.x for _, p in items])
+            preds = items[0][1].candidate.predict_many([p.features() for _, p in items])
             for (i, _), v in zip(items, preds, strict=True):
                 raw[i] = v
-        return [None if p is None or r is None else self._result(p, r) for p, r in zip(plans, raw, strict=True)]
+        return [
+            None if p is None else self._unpredicted(p) if i in skip else None if r is None else self._result(p, r)
+            for i, (p, r) in enumerate(zip(plans, raw, strict=True))
+        ]
+
+    @staticmethod
+    def _unpredicted(plan: Plan) -> PredictionResult:
+        """What :meth:`_serve_composed` keeps of a plan whose composition it serves (the value is replaced)."""
+        err = plan.choice.error
+        return PredictionResult(
+            math.nan, plan.choice.name, plan.choice.category, plan.mode, None if math.isnan(err) else float(err), plan.regime
+        )  # fmt: skip
 
     def _result(self, plan: Plan, raw: float) -> PredictionResult:
         m = self.measurements
@@ -365,7 +392,21 @@ class EnvironmentModels:
         serving candidate predicts it, not composed from its pairs (:meth:`_serve_composed`).  ``what_if``: the
         questions of :meth:`predict_placements` (a composed slowdown may pass ``max_pct``)."""
         samples = [s for s, _ in asks]
-        return self._finish(samples, self._predict_many([(Views(s), mode) for s, mode in asks]), compose=compose, what_if=what_if)
+        plans = [self._plan(Views(s), mode) for s, mode in asks]
+        if not compose:
+            return self._finish(samples, self._results(plans), compose=False, what_if=what_if)
+        # compositions first: a job set of 3+ whose composition is served needs no prediction of its own
+        many = [
+            i
+            for i, (s, p) in enumerate(zip(samples, plans, strict=True))
+            if p is not None and p.regime == "new" and len(s.co_job_types) >= 2
+        ]
+        compositions = dict(zip(many, self._compose([samples[i] for i in many]), strict=True)) if many else {}
+        served = [
+            i for i, c in compositions.items()
+            if c is not None and self.compose_scores[c[2]].serve_composed() and plans[i] is not None and plans[i].candidate.answers  # type: ignore[union-attr]
+        ]  # fmt: skip
+        return self._finish(samples, self._results(plans, served), compose=True, what_if=what_if, compositions=compositions)
 
     def serve(self, obs: Observation) -> Served:
         """:meth:`predict` of ``obs`` in both modes, its features computed once, kept for :meth:`learn`."""
@@ -378,11 +419,17 @@ class EnvironmentModels:
         )  # fmt: skip
 
     def _finish(
-        self, samples: Sequence[Sample], results: list[PredictionResult | None], *, compose: bool, what_if: bool
+        self,
+        samples: Sequence[Sample],
+        results: list[PredictionResult | None],
+        *,
+        compose: bool,
+        what_if: bool,
+        compositions: Mapping[int, Composition | None] | None = None,
     ) -> list[PredictionResult | None]:
-        """:meth:`predict_samples` after :meth:`_predict_many`'s ``results`` (changed in place)."""
+        """:meth:`predict_samples` after :meth:`_results` (``results`` changed in place)."""
         if compose:
-            results = self._serve_composed(samples, results, what_if=what_if)
+            results = self._serve_composed(samples, results, what_if=what_if, compositions=compositions)
         if what_if and any(r is not None and r.regime == "seen" and r.model == LAST_MEASURED for r in results):
             offsets = self._seen_offsets()
             results = [None if r is None else self._steady_state_interval(r, offsets) for r in results]
@@ -447,13 +494,19 @@ class EnvironmentModels:
         return self.predict_samples([(s, "placement") for s in samples], what_if=True)
 
     def _serve_composed(
-        self, samples: Sequence[Sample], results: list[PredictionResult | None], *, what_if: bool
+        self,
+        samples: Sequence[Sample],
+        results: list[PredictionResult | None],
+        *,
+        what_if: bool,
+        compositions: Mapping[int, Composition | None] | None = None,
     ) -> list[PredictionResult | None]:
         """``results`` with each job set of 3+ never measured composed from its pairs (:meth:`_compose`) where the
         composition scores no worse than what is served (:class:`models.compose.ComposeScore`), its interval at
         least as wide, multiplicatively, as what such job sets measured first were off by.  A what-if's composed
         slowdown is bounded by what pairs each at ``max_pct`` compose to (a hypothetical job set may be one no
-        scheduler would run: its slowdown compounds); a running job's prediction stays in ``[-100, max_pct]``."""
+        scheduler would run: its slowdown compounds); a running job's prediction stays in ``[-100, max_pct]``.
+        ``compositions``: :meth:`_compose` of (at least) those samples, by index, already made."""
         many = [
             i
             for i, (s, r) in enumerate(zip(samples, results, strict=True))
@@ -462,7 +515,8 @@ class EnvironmentModels:
         if not many:
             return results
         offsets = self.many_residuals.offsets()
-        for i, composed in zip(many, self._compose([samples[i] for i in many]), strict=True):
+        made = [compositions[i] for i in many] if compositions is not None else self._compose([samples[i] for i in many])
+        for i, composed in zip(many, made, strict=True):
             r = results[i]
             if r is None:
                 continue
@@ -489,7 +543,7 @@ class EnvironmentModels:
             )  # fmt: skip
         return results
 
-    def _compose(self, samples: Sequence[Sample]) -> list[tuple[float, tuple[float, float] | None, bool] | None]:
+    def _compose(self, samples: Sequence[Sample]) -> list[Composition | None]:
         """Each sample's slowdown composed from its job's predicted slowdown next to each co-runner alone
         (:func:`models.compose.compose_pct`), bounded to ``-100`` and to what pairs each at ``max_pct`` compose to (a
         slowdown compounds past any one pair's bound: Gavel-style sharing, not a cap), with the composed interval and whether
@@ -506,7 +560,7 @@ class EnvironmentModels:
                     unique[key] = Sample(s.job_type, (co,), math.nan, "", s.environment, {}, dict(s.solo), (dict(cs),))
         by_key = dict(zip(unique, self._predict_many([(Views(p), "placement") for p in unique.values()]), strict=True))
         preds = iter([by_key[k] for k in keys])
-        out: list[tuple[float, tuple[float, float] | None, bool] | None] = []
+        out: list[Composition | None] = []
         for s in samples:
             rs = [next(preds) for _ in s.co_job_types]
             if any(r is None for r in rs):
