@@ -88,6 +88,11 @@ class Views:
             f = self._full[mode] = self.sample.features(mode, "all")
         return f
 
+    def has(self, mode: str) -> bool:
+        """Whether the sample has features of ``mode``: :meth:`full` is not empty (placement mode's never is: it
+        always holds ``n_co``, so they are not made to say so)."""
+        return mode == VIA_MODE or bool(self.full(mode))
+
     def get(self, mode: str, category: str) -> dict[str, float]:
         x = self._cats.get((mode, category))
         if x is None:
@@ -395,7 +400,7 @@ class BaselineCandidate(Candidate):
         return r.cv is not None or any(m.n for m in r.errors.values())
 
     def features(self, views: Views) -> Any:
-        return views.slot if views.full(self.key.mode) else None
+        return views.slot if views.has(self.key.mode) else None
 
     def predict_one(self, x: Any) -> float | None:
         return self.estimator.predict_one(x)  # type: ignore[no-any-return]
@@ -487,7 +492,7 @@ class NewcomerCandidate(Candidate):
         return self.estimator.base is not None
 
     def features(self, views: Views) -> Any:
-        return views if views.full(VIA_MODE) else None
+        return views if views.has(VIA_MODE) else None
 
     def ready(self) -> bool:
         return self.servable
@@ -496,7 +501,7 @@ class NewcomerCandidate(Candidate):
         return float(self.estimator.predict(x)) if self.servable else None
 
     def learn(self, views: Views, y: float) -> None:
-        if self.servable and views.full(VIA_MODE):
+        if self.servable and views.has(VIA_MODE):
             self.estimator.learn(views, y)
 
     def link(self, candidates: Mapping[CandidateKey, Candidate], *, refit: bool) -> None:

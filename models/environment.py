@@ -303,7 +303,7 @@ class EnvironmentModels:
 
     def _plan(self, views: Views, mode: str) -> Plan | None:
         """How ``views`` is served in ``mode``; None: nothing to serve."""
-        if self.observations == 0 or mode not in MODES or not views.full(mode):
+        if self.observations == 0 or mode not in MODES or not views.has(mode):
             return None
         sample = views.sample
         novel = self.measurements.novel((sample.job_type, *sample.co_job_types))
@@ -552,9 +552,17 @@ class EnvironmentModels:
         # once per newcomer (same types, same profiles, so the same prediction)
         keys: list[tuple[Any, ...]] = []
         unique: dict[tuple[Any, ...], Sample] = {}
+        profiles: dict[int, tuple[Any, ...]] = {}  # id -> sorted items, of the profiles of this call (all alive)
+
+        def items(p: Mapping[str, float | None]) -> tuple[Any, ...]:
+            k = profiles.get(id(p))
+            if k is None:
+                k = profiles[id(p)] = tuple(sorted(p.items()))
+            return k
+
         for s in samples:
             for co, cs in zip(s.co_job_types, s.co_solos, strict=True):
-                key = (s.job_type, co, tuple(sorted(s.solo.items())), tuple(sorted(cs.items())))
+                key = (s.job_type, co, items(s.solo), items(cs))
                 keys.append(key)
                 if key not in unique:
                     unique[key] = Sample(s.job_type, (co,), math.nan, "", s.environment, {}, dict(s.solo), (dict(cs),))

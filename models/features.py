@@ -103,6 +103,13 @@ def _log(v: float) -> float:
     return math.log1p(max(v, 0.0))
 
 
+_PROFILE_NAMES = {
+    category: tuple((k, f"solo_{k}", f"other_solo_{k}", f"other_max_{k}") for k in (*params, *PROFILE_KEYS))
+    for category, params in CATEGORIES.items()
+}
+"""Per category, each solo-profile key with its feature names (made once: a what-if makes ~100 feature dicts)."""
+
+
 def placement_features(
     job_solo: Mapping[str, float | None],
     co_solos: Sequence[Mapping[str, float | None]],
@@ -118,17 +125,18 @@ def placement_features(
     >>> f["solo_E"], f["other_solo_E"], f["n_co"], f["fam=resnet"], f["co_fam=lm"], f["log2_batch"]
     (100.0, 50.0, 1.0, 1.0, 1.0, 5.0)
     """
-    keys = (*CATEGORIES[category], *PROFILE_KEYS)
+    isfinite = math.isfinite
+    many = len(co_solos) > 1
     out: dict[str, float] = {"n_co": float(len(co_solos))}
-    for k in keys:
+    for k, solo_k, other_k, max_k in _PROFILE_NAMES[category]:
         v = job_solo.get(k)
-        if v is not None and math.isfinite(v):
-            out[f"solo_{k}"] = float(v)
-        values = [float(s[k]) for s in co_solos if s.get(k) is not None and math.isfinite(float(s[k]))]  # type: ignore[arg-type]
+        if v is not None and isfinite(v):
+            out[solo_k] = float(v)
+        values = [float(c) for s in co_solos if (c := s.get(k)) is not None and isfinite(float(c))]
         if values:
-            out[f"other_solo_{k}"] = sum(values)
-            if len(co_solos) > 1:
-                out[f"other_max_{k}"] = max(values)
+            out[other_k] = sum(values)
+            if many:
+                out[max_k] = max(values)
     if "solo_throughput" in out:
         out["log_solo_throughput"] = _log(out["solo_throughput"])
     if "other_solo_throughput" in out:
