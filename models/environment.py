@@ -127,10 +127,13 @@ def profiled(sample: Sample, measured: Iterable[str]) -> bool:
     >>> profiled(Sample("new", ("old",), 0.0, "", solo={"throughput": None}, co_solos=({},)), {"old"})
     False
     """
-    known = set(measured)
+    known = measured if isinstance(measured, set | frozenset | dict) else set(measured)
+    missing = {t for t in (sample.job_type, *sample.co_job_types) if t not in known}
+    if not missing:
+        return True
     profiles = ((sample.job_type, sample.solo), *zip(sample.co_job_types, sample.co_solos, strict=False))
-    have = {t for t, p in profiles if any(v is not None and math.isfinite(v) for v in p.values())}
-    return all(t in known or t in have for t in (sample.job_type, *sample.co_job_types))
+    have = {t for t, p in profiles if t in missing and any(v is not None and math.isfinite(v) for v in p.values())}
+    return missing <= have
 
 
 def observed_features(obs: Observation, category: str = "all") -> dict[str, float]:

@@ -85,8 +85,14 @@ def restrict(features: Mapping[str, float], category: str) -> dict[str, float]:
     >>> restrict({"E_pct": 1.0, "S_pct": 2.0, "solo_S": 3.0, "solo_M": 4.0, "n_co": 1.0}, "1")
     {'E_pct': 1.0, 'solo_M': 4.0, 'n_co': 1.0}
     """
+    return {k: features[k] for k in _kept(tuple(features), category)}
+
+
+@functools.lru_cache(maxsize=8192)
+def _kept(keys: tuple[str, ...], category: str) -> tuple[str, ...]:
+    """Those of ``keys`` (in order) that :func:`restrict` keeps: feature dicts come in few shapes."""
     keep = CATEGORIES[category]
-    return {k: v for k, v in features.items() if (p := _parameter_of(k)) not in _PARAMS or p in keep}
+    return tuple(k for k in keys if (p := _parameter_of(k)) not in _PARAMS or p in keep)
 
 
 @functools.lru_cache(maxsize=8192)
