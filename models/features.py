@@ -132,16 +132,21 @@ def placement_features(
     (100.0, 50.0, 1.0, 1.0, 1.0, 5.0)
     """
     isfinite = math.isfinite
-    many = len(co_solos) > 1
+    one = co_solos[0] if len(co_solos) == 1 else None  # the usual case (a pair): no list per key
     out: dict[str, float] = {"n_co": float(len(co_solos))}
     for k, solo_k, other_k, max_k in _PROFILE_NAMES[category]:
         v = job_solo.get(k)
         if v is not None and isfinite(v):
             out[solo_k] = float(v)
+        if one is not None:
+            c = one.get(k)
+            if c is not None and isfinite(float(c)):
+                out[other_k] = 0.0 + float(c)  # what sum() makes of one value (-0.0 becomes 0.0)
+            continue
         values = [float(c) for s in co_solos if (c := s.get(k)) is not None and isfinite(float(c))]
         if values:
             out[other_k] = sum(values)
-            if many:
+            if len(co_solos) > 1:
                 out[max_k] = max(values)
     if "solo_throughput" in out:
         out["log_solo_throughput"] = _log(out["solo_throughput"])
