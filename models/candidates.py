@@ -428,19 +428,34 @@ class NewcomerEstimator:
     """A feature model (``base``, a batch model of the last refit) plus :class:`models.newcomer.Newcomer` on its
     residuals in log-speed points (:func:`to_log_pct`): ``(1 + base(x)) * exp(correction(job, co-runners)) - 1``."""
 
-    __slots__ = ("base", "base_key", "residuals")
+    __slots__ = ("_last", "base", "base_key", "residuals")
 
     def __init__(self, residuals: Newcomer, base: Any = None, base_key: CandidateKey | None = None) -> None:
         self.residuals = residuals
         self.base = base
         self.base_key = base_key
+        self._last: tuple[Views, Any, float] | None = None
+        """The last :meth:`base_pct` (its views, the base model, the value): learning asks it right after the test."""
 
     def base_pct(self, views: Views) -> float:
-        return float(self.base.predict_rows([views.get(VIA_MODE, "all")])[0])
+        last = self._last
+        if last is not None and last[0] is views and last[1] is self.base:
+            return last[2]
+        value = float(self.base.predict_rows([views.get(VIA_MODE, "all")])[0])
+        self._last = (views, self.base, value)
+        return value
 
     def predict(self, views: Views) -> float:
+        return self.predict_with(views, self.base_pct(views))
+
+    def predict_many(self, xs: Sequence[Views]) -> list[float]:
+        """:meth:`predict` of each, the base model's in one ``predict_rows`` (what-if entries it serves)."""
+        base = self.base.predict_rows([v.get(VIA_MODE, "all") for v in xs])
+        return [self.predict_with(v, float(b)) for v, b in zip(xs, base, strict=True)]
+
+    def predict_with(self, views: Views, base_pct: float) -> float:
         correction = self.residuals.predict_one(*roles(views.sample.job_type, views.sample.co_job_types))
-        return from_log_pct(to_log_pct(self.base_pct(views)) + correction)
+        return from_log_pct(to_log_pct(base_pct) + correction)
 
     def learn(self, views: Views, y: float) -> None:
         residual = to_log_pct(y) - to_log_pct(self.base_pct(views))
@@ -499,6 +514,11 @@ class NewcomerCandidate(Candidate):
 
     def predict_one(self, x: Any) -> float | None:
         return float(self.estimator.predict(x)) if self.servable else None
+
+    def predict_many(self, xs: Sequence[Any]) -> list[float | None]:
+        if not self.servable:
+            return [None] * len(xs)
+        return [float(v) for v in self.estimator.predict_many(xs)]
 
     def learn(self, views: Views, y: float) -> None:
         if self.servable and views.has(VIA_MODE):
