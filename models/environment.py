@@ -272,7 +272,7 @@ class EnvironmentModels:
             if served is not None and served.mode == "placement" and served.regime == "novel":
                 self.novel_residuals.update(_log_ratio(y, served.interference_pct))
             if served is not None and served.mode == "placement" and len(sample.co_job_types) >= 2 and served.regime == "new":
-                composed = self._compose([sample])[0]
+                composed = self._compose([sample], intervals=False)[0]
                 final = served.interference_pct
                 if composed is not None:
                     score = self.compose_scores[composed[2]]
@@ -324,14 +324,17 @@ class EnvironmentModels:
         x = cand.features(views)
         return Plan(regime, chosen, cand, x, mode, views) if x else None
 
-    def _predict_many(self, asks: Sequence[tuple[Views, str]]) -> list[PredictionResult | None]:
+    def _predict_many(self, asks: Sequence[tuple[Views, str]], *, intervals: bool = True) -> list[PredictionResult | None]:
         """Each (views, mode) predicted by the candidate serving it, in one ``predict_many`` per candidate (for a
         batch candidate one matrix and one ``predict``: the what-if entries of a GPU window)."""
-        return self._results([self._plan(*ask) for ask in asks])
+        return self._results([self._plan(*ask) for ask in asks], intervals=intervals)
 
-    def _results(self, plans: Sequence[Plan | None], composed: Iterable[int] = ()) -> list[PredictionResult | None]:
+    def _results(
+        self, plans: Sequence[Plan | None], composed: Iterable[int] = (), *, intervals: bool = True
+    ) -> list[PredictionResult | None]:
         """Each plan's prediction; those in ``composed`` (what-ifs whose composition from pairs is served, by a
-        candidate that always answers) are not predicted: :meth:`_unpredicted` stands for them."""
+        candidate that always answers) are not predicted: :meth:`_unpredicted` stands for them.  ``intervals``
+        False: none (pairs whose composed interval is not used)."""
         skip = set(composed)
         raw: list[float | None] = [None] * len(plans)
         rows: dict[CandidateKey, list[tuple[int, Plan]]] = {}
@@ -343,7 +346,7 @@ class EnvironmentModels:
             for (i, _), v in zip(items, preds, strict=True):
                 raw[i] = v
         return [
-            None if p is None else self._unpredicted(p) if i in skip else None if r is None else self._result(p, r)
+            None if p is None else self._unpredicted(p) if i in skip else None if r is None else self._result(p, r, intervals)
             for i, (p, r) in enumerate(zip(plans, raw, strict=True))
         ]
 
@@ -355,7 +358,7 @@ class EnvironmentModels:
             math.nan, plan.choice.name, plan.choice.category, plan.mode, None if math.isnan(err) else float(err), plan.regime
         )  # fmt: skip
 
-    def _result(self, plan: Plan, raw: float) -> PredictionResult:
+    def _result(self, plan: Plan, raw: float, interval: bool = True) -> PredictionResult:
         m = self.measurements
         value, extrapolated = float(raw), False
         if plan.regime == "new" and m.labels and not m.lo <= value <= m.hi:
@@ -365,7 +368,7 @@ class EnvironmentModels:
         err = plan.choice.error
         return PredictionResult(
             value, plan.choice.name, plan.choice.category, plan.mode, None if math.isnan(err) else float(err),
-            plan.regime, clipped or extrapolated, self._interval(plan, value),
+            plan.regime, clipped or extrapolated, self._interval(plan, value) if interval else None,
         )  # fmt: skip
 
     def _interval(self, plan: Plan, value: float) -> tuple[float, float] | None:
@@ -404,7 +407,10 @@ class EnvironmentModels:
             for i, (s, p) in enumerate(zip(samples, plans, strict=True))
             if p is not None and p.regime == "new" and len(s.co_job_types) >= 2
         ]
-        compositions = dict(zip(many, self._compose([samples[i] for i in many]), strict=True)) if many else {}
+        # the pairs' composed interval is used only where job sets of 3+ have no interval of their own yet
+        pair_intervals = self.many_residuals.offsets() is None
+        made = self._compose([samples[i] for i in many], intervals=pair_intervals) if many else []
+        compositions = dict(zip(many, made, strict=True))
         served = [
             i for i, c in compositions.items()
             if c is not None and self.compose_scores[c[2]].serve_composed() and plans[i] is not None and plans[i].candidate.answers  # type: ignore[union-attr]
@@ -518,7 +524,10 @@ class EnvironmentModels:
         if not many:
             return results
         offsets = self.many_residuals.offsets()
-        made = [compositions[i] for i in many] if compositions is not None else self._compose([samples[i] for i in many])
+        if compositions is not None:
+            made = [compositions[i] for i in many]
+        else:
+            made = self._compose([samples[i] for i in many], intervals=offsets is None)
         for i, composed in zip(many, made, strict=True):
             r = results[i]
             if r is None:
@@ -546,11 +555,12 @@ class EnvironmentModels:
             )  # fmt: skip
         return results
 
-    def _compose(self, samples: Sequence[Sample]) -> list[Composition | None]:
+    def _compose(self, samples: Sequence[Sample], *, intervals: bool = True) -> list[Composition | None]:
         """Each sample's slowdown composed from its job's predicted slowdown next to each co-runner alone
         (:func:`models.compose.compose_pct`), bounded to ``-100`` and to what pairs each at ``max_pct`` compose to (a
         slowdown compounds past any one pair's bound: Gavel-style sharing, not a cap), with the composed interval and whether
-        every pair was measured; None where a pair has no prediction."""
+        every pair was measured; None where a pair has no prediction.  ``intervals`` False: no composed interval
+        (None), the pairs predicted without theirs."""
         # each distinct pair predicted once per call: a window's what-if asks the pairs of the jobs already there
         # once per newcomer (same types, same profiles, so the same prediction)
         keys: list[tuple[Any, ...]] = []
@@ -569,7 +579,8 @@ class EnvironmentModels:
                 keys.append(key)
                 if key not in unique:
                     unique[key] = Sample(s.job_type, (co,), math.nan, "", s.environment, {}, dict(s.solo), (dict(cs),))
-        by_key = dict(zip(unique, self._predict_many([(Views(p), "placement") for p in unique.values()]), strict=True))
+        pairs = self._predict_many([(Views(p), "placement") for p in unique.values()], intervals=intervals)
+        by_key = dict(zip(unique, pairs, strict=True))
         preds = iter([by_key[k] for k in keys])
         out: list[Composition | None] = []
         for s in samples:
@@ -581,7 +592,7 @@ class EnvironmentModels:
             value = clip_pct(compose_pct([r.interference_pct for r in rs if r is not None]), top)[0]
             ivs = [r.interval_pct for r in rs if r is not None]
             interval = None
-            if all(iv is not None for iv in ivs):
+            if intervals and all(iv is not None for iv in ivs):
                 lo, hi = compose_interval([iv for iv in ivs if iv is not None])
                 interval = (min(clip_pct(lo, top)[0], value), max(clip_pct(hi, top)[0], value))
             out.append((value, interval, all(r is not None and r.regime == "seen" for r in rs)))

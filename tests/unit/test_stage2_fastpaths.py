@@ -96,9 +96,16 @@ def test_a_what_if_batch_equals_the_per_row_path(composed_served: bool) -> None:
         asks.append((running[0], known[running[0]], [running[1], jt], [known[running[1]], known[jt]]))
     batch = em.predict_placements(asks)
     one_by_one = [em.predict_placements([a])[0] for a in asks]
-    # the path before: every ask predicted by its candidate, then the job sets of 3+ composed from their pairs
+    # the path before: every ask predicted by its candidate (with its interval), then the job sets of 3+ composed
+    # from their pairs (with theirs)
     samples = [Sample(jt, tuple(co), math.nan, "", "v100", {}, dict(s), tuple(cs)) for jt, s, co, cs in asks]
-    before = em._finish(samples, em._predict_many([(Views(s), "placement") for s in samples]), compose=True, what_if=True)
+    results = em._predict_many([(Views(s), "placement") for s in samples])
+    many = [
+        i for i, (s, r) in enumerate(zip(samples, results, strict=True)) if r and r.regime == "new" and len(s.co_job_types) >= 2
+    ]
+    assert many
+    compositions = dict(zip(many, em._compose([samples[i] for i in many], intervals=True), strict=True))
+    before = em._finish(samples, results, compose=True, what_if=True, compositions=compositions)
     assert all(r is not None for r in batch)
     assert _close(batch, one_by_one) and _close(batch, before)
     composed = [r for r in batch if r is not None and r.model.startswith("compose/")]
