@@ -88,6 +88,11 @@ class Views:
             f = self._full[mode] = self.sample.features(mode, "all")
         return f
 
+    def has(self, mode: str) -> bool:
+        """Whether the sample has features of ``mode``: :meth:`full` is not empty (placement mode's never is: it
+        always holds ``n_co``, so they are not made to say so)."""
+        return mode == VIA_MODE or bool(self.full(mode))
+
     def get(self, mode: str, category: str) -> dict[str, float]:
         x = self._cats.get((mode, category))
         if x is None:
@@ -207,6 +212,11 @@ class Candidate:
     @property
     def servable(self) -> bool:
         return self.estimator is not None
+
+    @property
+    def answers(self) -> bool:
+        """Its predictions are never None (a baseline's may be: a slot it does not know)."""
+        return self.servable
 
     @property
     def listed(self) -> bool:
@@ -381,12 +391,16 @@ class BaselineCandidate(Candidate):
     __slots__ = ()
 
     @property
+    def answers(self) -> bool:
+        return False
+
+    @property
     def listed(self) -> bool:
         r = self.record
         return r.cv is not None or any(m.n for m in r.errors.values())
 
     def features(self, views: Views) -> Any:
-        return views.slot if views.full(self.key.mode) else None
+        return views.slot if views.has(self.key.mode) else None
 
     def predict_one(self, x: Any) -> float | None:
         return self.estimator.predict_one(x)  # type: ignore[no-any-return]
@@ -414,19 +428,34 @@ class NewcomerEstimator:
     """A feature model (``base``, a batch model of the last refit) plus :class:`models.newcomer.Newcomer` on its
     residuals in log-speed points (:func:`to_log_pct`): ``(1 + base(x)) * exp(correction(job, co-runners)) - 1``."""
 
-    __slots__ = ("base", "base_key", "residuals")
+    __slots__ = ("_last", "base", "base_key", "residuals")
 
     def __init__(self, residuals: Newcomer, base: Any = None, base_key: CandidateKey | None = None) -> None:
         self.residuals = residuals
         self.base = base
         self.base_key = base_key
+        self._last: tuple[Views, Any, float] | None = None
+        """The last :meth:`base_pct` (its views, the base model, the value): learning asks it right after the test."""
 
     def base_pct(self, views: Views) -> float:
-        return float(self.base.predict_rows([views.get(VIA_MODE, "all")])[0])
+        last = self._last
+        if last is not None and last[0] is views and last[1] is self.base:
+            return last[2]
+        value = float(self.base.predict_rows([views.get(VIA_MODE, "all")])[0])
+        self._last = (views, self.base, value)
+        return value
 
     def predict(self, views: Views) -> float:
+        return self.predict_with(views, self.base_pct(views))
+
+    def predict_many(self, xs: Sequence[Views]) -> list[float]:
+        """:meth:`predict` of each, the base model's in one ``predict_rows`` (what-if entries it serves)."""
+        base = self.base.predict_rows([v.get(VIA_MODE, "all") for v in xs])
+        return [self.predict_with(v, float(b)) for v, b in zip(xs, base, strict=True)]
+
+    def predict_with(self, views: Views, base_pct: float) -> float:
         correction = self.residuals.predict_one(*roles(views.sample.job_type, views.sample.co_job_types))
-        return from_log_pct(to_log_pct(self.base_pct(views)) + correction)
+        return from_log_pct(to_log_pct(base_pct) + correction)
 
     def learn(self, views: Views, y: float) -> None:
         residual = to_log_pct(y) - to_log_pct(self.base_pct(views))
@@ -478,7 +507,7 @@ class NewcomerCandidate(Candidate):
         return self.estimator.base is not None
 
     def features(self, views: Views) -> Any:
-        return views if views.full(VIA_MODE) else None
+        return views if views.has(VIA_MODE) else None
 
     def ready(self) -> bool:
         return self.servable
@@ -486,13 +515,20 @@ class NewcomerCandidate(Candidate):
     def predict_one(self, x: Any) -> float | None:
         return float(self.estimator.predict(x)) if self.servable else None
 
+    def predict_many(self, xs: Sequence[Any]) -> list[float | None]:
+        if not self.servable:
+            return [None] * len(xs)
+        return [float(v) for v in self.estimator.predict_many(xs)]
+
     def learn(self, views: Views, y: float) -> None:
-        if self.servable and views.full(VIA_MODE):
+        if self.servable and views.has(VIA_MODE):
             self.estimator.learn(views, y)
 
     def link(self, candidates: Mapping[CandidateKey, Candidate], *, refit: bool) -> None:
         est: NewcomerEstimator = self.estimator
-        fitted = {k: c for k, c in candidates.items() if c.kind == "batch" and c.servable and k.mode == VIA_MODE and k.category == "all"}
+        fitted = {
+            k: c for k, c in candidates.items() if c.kind == "batch" and c.servable and k.mode == VIA_MODE and k.category == "all"
+        }
         key = est.base_key if not refit and est.base_key in fitted else None
         for name in NEWCOMER_BASES if key is None else ():
             if CandidateKey(VIA_MODE, "all", name) in fitted:
@@ -523,8 +559,6 @@ class NewcomerCandidate(Candidate):
         return [cls(CandidateKey(VIA_MODE, "all", NEWCOMER), NewcomerEstimator(model), config)]
 
 
-KINDS: dict[str, type[Candidate]] = {
-    c.kind: c for c in (OnlineCandidate, BatchCandidate, BaselineCandidate, NewcomerCandidate)
-}
+KINDS: dict[str, type[Candidate]] = {c.kind: c for c in (OnlineCandidate, BatchCandidate, BaselineCandidate, NewcomerCandidate)}
 """Every kind of candidate, by :attr:`Candidate.kind` (what a save says each candidate is), in the order their
 :meth:`Candidate.starting` candidates are made."""

@@ -54,14 +54,17 @@ from models.features import observed_features as _observed_features
 from models.intervals import ResidualWindow
 from models.live import LAST_MEASURED, MEDIAN, Measurements, clip_pct
 from models.refit import RefitResult, run_refit
-from models.selector import Choice, Selector
+from models.selector import VIA, Choice, Selector
 from models.settings import Config
 from models.state import FORMAT, CandidateState, EnvironmentState
+
+Composition = tuple[float, tuple[float, float] | None, bool]
+"""A job set's slowdown composed from its pairs, its interval, whether every pair was measured (:meth:`EnvironmentModels._compose`)."""
 
 PlacementAsk = tuple[str, Mapping[str, float | None], Sequence[str], Sequence[Mapping[str, float | None]]]
 """A what-if: (job type, its solo profile, the co-runners' job types, their solo profiles)."""
 
-__all__ = ["Config", "EnvironmentModels", "PlacementAsk", "PredictionResult", "RefitResult", "run_refit"]
+__all__ = ["Config", "EnvironmentModels", "PlacementAsk", "PredictionResult", "RefitResult", "Served", "run_refit"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,24 @@ class PredictionResult:
     regime; None until there are enough residuals."""
 
 
+@dataclass(frozen=True)
+class Served:
+    """An observation's predictions in both modes (:meth:`EnvironmentModels.serve`), kept for :meth:`learn
+    <EnvironmentModels.learn>` of the same observation: its features and the uncomposed predictions its drift
+    detectors judge, computed once for both (before, learning computed them again)."""
+
+    observation_id: str
+    generation: int
+    """:attr:`EnvironmentModels.generation` when served: learning reuses it only if nothing changed since."""
+    views: Views
+    raw: tuple[PredictionResult | None, ...]
+    """Per mode (:data:`events.MODES`), what the serving candidate predicts, before composition."""
+    results: Mapping[str, PredictionResult | None]
+    """Per mode, what :meth:`EnvironmentModels.predict` answers."""
+    withheld: int
+    """Of the two, how many were withheld because a job type is novel (:attr:`EnvironmentModels.withheld_novel`)."""
+
+
 class Plan(NamedTuple):
     """How one prediction will be served."""
 
@@ -89,8 +110,13 @@ class Plan(NamedTuple):
     choice: Choice
     candidate: Candidate
     x: Any
-    """What the candidate's estimator takes."""
+    """What the candidate's estimator takes; None: not made yet (a placement-mode feature model's features, never
+    empty: made when it predicts, :meth:`features`)."""
     mode: str
+    views: Views
+
+    def features(self) -> Any:
+        return self.candidate.features(self.views) if self.x is None else self.x
 
 
 def profiled(sample: Sample, measured: Iterable[str]) -> bool:
@@ -101,10 +127,13 @@ def profiled(sample: Sample, measured: Iterable[str]) -> bool:
     >>> profiled(Sample("new", ("old",), 0.0, "", solo={"throughput": None}, co_solos=({},)), {"old"})
     False
     """
-    known = set(measured)
+    known = measured if isinstance(measured, set | frozenset | dict) else set(measured)
+    missing = {t for t in (sample.job_type, *sample.co_job_types) if t not in known}
+    if not missing:
+        return True
     profiles = ((sample.job_type, sample.solo), *zip(sample.co_job_types, sample.co_solos, strict=False))
-    have = {t for t, p in profiles if any(v is not None and math.isfinite(v) for v in p.values())}
-    return all(t in known or t in have for t in (sample.job_type, *sample.co_job_types))
+    have = {t for t, p in profiles if t in missing and any(v is not None and math.isfinite(v) for v in p.values())}
+    return missing <= have
 
 
 def observed_features(obs: Observation, category: str = "all") -> dict[str, float]:
@@ -167,6 +196,12 @@ class EnvironmentModels:
         self.withheld_novel = 0
         """Predictions not made because a job type of the slot was never measured here (see :meth:`predict`)."""
         self.history: deque[Sample] = deque(maxlen=self.config.history)
+        self.generation = 0
+        """Moves on whenever learning, scoring or a refit changes what the models serve (see :class:`Served`)."""
+        self._tail: tuple[str | None, int] = (None, 0)
+        """The job set of the newest sample of :attr:`history` and how many of the newest share it (what
+        :meth:`refit_due` asks of the history in O(1): a scan of 10,000 samples' job sets per call was a third of
+        stage 2's time, docs/BENCHMARKS.md)."""
         self.selector = Selector(self.config, seed)
         self._since_refit = 0
         self._drift = False
@@ -209,26 +244,35 @@ class EnvironmentModels:
 
     # ------------------------------------------------------------------ learning
 
-    def learn(self, obs: Observation) -> None:
+    def learn(self, obs: Observation, served: Served | None = None) -> None:
         """Test-then-train: every candidate due predicts ``obs``, is scored, then learns it (the online learners on
-        their sample, see ``Config.online_sample``).  No-op when unlabelled."""
+        their sample, see ``Config.online_sample``).  No-op when unlabelled.  ``served``: :meth:`serve` of ``obs``,
+        whose features and predictions are reused where nothing changed since (the same result, computed once)."""
         if obs.interference_pct is None or not math.isfinite(obs.interference_pct):
             return
-        self.learn_sample(sample_of(obs), draw(obs.observation_id))
+        if served is not None and served.observation_id == obs.observation_id and served.generation == self.generation:
+            self._learn(served.views, draw(obs.observation_id), served.raw)
+        else:
+            self.learn_sample(sample_of(obs), draw(obs.observation_id))
 
     def learn_sample(self, sample: Sample, draw: int | None = None) -> None:
         """``draw``: the observation's :func:`draw`, which says whether the online learners take it; None: they
         all take it (the heavy ones on their stride of the observation count)."""
+        self._learn(Views(sample), draw)
+
+    def _learn(self, views: Views, draw: int | None, raw: Sequence[PredictionResult | None] | None = None) -> None:
+        """``raw``: what :meth:`_predict_many` gives for ``views`` in each mode now (None: computed here)."""
+        sample = views.sample
         y = sample.target
-        views = Views(sample)
+        self.generation += 1
         # drift: the error of what predict() serves for this sample, before anything learns it
-        for served in self._predict_many([(views, mode) for mode in MODES]):
+        for served in raw if raw is not None else self._predict_many([(views, mode) for mode in MODES]):
             if served is not None and served.mode == "placement" and served.regime == "seen" and served.model == LAST_MEASURED:
                 self.seen_residuals.update(_log_ratio(y, served.interference_pct))
             if served is not None and served.mode == "placement" and served.regime == "novel":
                 self.novel_residuals.update(_log_ratio(y, served.interference_pct))
             if served is not None and served.mode == "placement" and len(sample.co_job_types) >= 2 and served.regime == "new":
-                composed = self._compose([sample])[0]
+                composed = self._compose([sample], intervals=False)[0]
                 final = served.interference_pct
                 if composed is not None:
                     score = self.compose_scores[composed[2]]
@@ -245,17 +289,24 @@ class EnvironmentModels:
         self.selector.learn_one(views, y, self.observations, draw)
         self.observations += 1
         self._since_refit += 1
+        self._append(sample)
+
+    def _append(self, sample: Sample) -> None:
         self.history.append(sample)
+        job_set, run = self._tail
+        js = sample.job_set
+        self._tail = (js, run + 1 if js == job_set else 1)
 
     def score_pending(self) -> int:
         """Score the batch candidates on the observations that arrived since the last pass; return how many."""
+        self.generation += 1
         return self.selector.score_pending()
 
     # ------------------------------------------------------------------ serving
 
     def _plan(self, views: Views, mode: str) -> Plan | None:
         """How ``views`` is served in ``mode``; None: nothing to serve."""
-        if self.observations == 0 or mode not in MODES or not views.full(mode):
+        if self.observations == 0 or mode not in MODES or not views.has(mode):
             return None
         sample = views.sample
         novel = self.measurements.novel((sample.job_type, *sample.co_job_types))
@@ -267,25 +318,47 @@ class EnvironmentModels:
         regime, chosen = choice
         regime = "novel" if novel else regime  # served by new job sets' choice, and says it is novel
         cand = self.selector.candidate(mode, chosen)
+        if mode == VIA and cand.key.mode == VIA and cand.kind != "baseline":
+            # its features (placement_features: never empty, n_co is always there) are made only if it predicts
+            return Plan(regime, chosen, cand, None, mode, views)
         x = cand.features(views)
-        return Plan(regime, chosen, cand, x, mode) if x else None
+        return Plan(regime, chosen, cand, x, mode, views) if x else None
 
-    def _predict_many(self, asks: Sequence[tuple[Views, str]]) -> list[PredictionResult | None]:
+    def _predict_many(self, asks: Sequence[tuple[Views, str]], *, intervals: bool = True) -> list[PredictionResult | None]:
         """Each (views, mode) predicted by the candidate serving it, in one ``predict_many`` per candidate (for a
         batch candidate one matrix and one ``predict``: the what-if entries of a GPU window)."""
-        plans = [self._plan(*ask) for ask in asks]
+        return self._results([self._plan(*ask) for ask in asks], intervals=intervals)
+
+    def _results(
+        self, plans: Sequence[Plan | None], composed: Iterable[int] = (), *, intervals: bool = True
+    ) -> list[PredictionResult | None]:
+        """Each plan's prediction; those in ``composed`` (what-ifs whose composition from pairs is served, by a
+        candidate that always answers) are not predicted: :meth:`_unpredicted` stands for them.  ``intervals``
+        False: none (pairs whose composed interval is not used)."""
+        skip = set(composed)
         raw: list[float | None] = [None] * len(plans)
         rows: dict[CandidateKey, list[tuple[int, Plan]]] = {}
         for i, plan in enumerate(plans):
-            if plan is not None:
+            if plan is not None and i not in skip:
                 rows.setdefault(plan.candidate.key, []).append((i, plan))
         for items in rows.values():
-            preds = items[0][1].candidate.predict_many([p.x for _, p in items])
+            preds = items[0][1].candidate.predict_many([p.features() for _, p in items])
             for (i, _), v in zip(items, preds, strict=True):
                 raw[i] = v
-        return [None if p is None or r is None else self._result(p, r) for p, r in zip(plans, raw, strict=True)]
+        return [
+            None if p is None else self._unpredicted(p) if i in skip else None if r is None else self._result(p, r, intervals)
+            for i, (p, r) in enumerate(zip(plans, raw, strict=True))
+        ]
 
-    def _result(self, plan: Plan, raw: float) -> PredictionResult:
+    @staticmethod
+    def _unpredicted(plan: Plan) -> PredictionResult:
+        """What :meth:`_serve_composed` keeps of a plan whose composition it serves (the value is replaced)."""
+        err = plan.choice.error
+        return PredictionResult(
+            math.nan, plan.choice.name, plan.choice.category, plan.mode, None if math.isnan(err) else float(err), plan.regime
+        )  # fmt: skip
+
+    def _result(self, plan: Plan, raw: float, interval: bool = True) -> PredictionResult:
         m = self.measurements
         value, extrapolated = float(raw), False
         if plan.regime == "new" and m.labels and not m.lo <= value <= m.hi:
@@ -295,7 +368,7 @@ class EnvironmentModels:
         err = plan.choice.error
         return PredictionResult(
             value, plan.choice.name, plan.choice.category, plan.mode, None if math.isnan(err) else float(err),
-            plan.regime, clipped or extrapolated, self._interval(plan, value),
+            plan.regime, clipped or extrapolated, self._interval(plan, value) if interval else None,
         )  # fmt: skip
 
     def _interval(self, plan: Plan, value: float) -> tuple[float, float] | None:
@@ -324,16 +397,55 @@ class EnvironmentModels:
         """Each (sample, mode) as :meth:`predict` answers it; ``compose=False``: a job set of 3+ never measured as the
         serving candidate predicts it, not composed from its pairs (:meth:`_serve_composed`).  ``what_if``: the
         questions of :meth:`predict_placements` (a composed slowdown may pass ``max_pct``)."""
-        results = self._predict_many([(Views(s), mode) for s, mode in asks])
+        samples = [s for s, _ in asks]
+        plans = [self._plan(Views(s), mode) for s, mode in asks]
+        if not compose:
+            return self._finish(samples, self._results(plans), compose=False, what_if=what_if)
+        # compositions first: a job set of 3+ whose composition is served needs no prediction of its own
+        many = [
+            i
+            for i, (s, p) in enumerate(zip(samples, plans, strict=True))
+            if p is not None and p.regime == "new" and len(s.co_job_types) >= 2
+        ]
+        # the pairs' composed interval is used only where job sets of 3+ have no interval of their own yet
+        pair_intervals = self.many_residuals.offsets() is None
+        made = self._compose([samples[i] for i in many], intervals=pair_intervals) if many else []
+        compositions = dict(zip(many, made, strict=True))
+        served = [
+            i for i, c in compositions.items()
+            if c is not None and self.compose_scores[c[2]].serve_composed() and plans[i] is not None and plans[i].candidate.answers  # type: ignore[union-attr]
+        ]  # fmt: skip
+        return self._finish(samples, self._results(plans, served), compose=True, what_if=what_if, compositions=compositions)
+
+    def serve(self, obs: Observation) -> Served:
+        """:meth:`predict` of ``obs`` in both modes, its features computed once, kept for :meth:`learn`."""
+        views = Views(sample_of(obs))
+        raw = tuple(self._predict_many([(views, mode) for mode in MODES]))
+        withheld = self.withheld_novel
+        results = self._finish([views.sample] * len(MODES), list(raw), compose=True, what_if=False)
+        return Served(
+            obs.observation_id, self.generation, views, raw, dict(zip(MODES, results, strict=True)), self.withheld_novel - withheld
+        )  # fmt: skip
+
+    def _finish(
+        self,
+        samples: Sequence[Sample],
+        results: list[PredictionResult | None],
+        *,
+        compose: bool,
+        what_if: bool,
+        compositions: Mapping[int, Composition | None] | None = None,
+    ) -> list[PredictionResult | None]:
+        """:meth:`predict_samples` after :meth:`_results` (``results`` changed in place)."""
         if compose:
-            results = self._serve_composed([s for s, _ in asks], results, what_if=what_if)
+            results = self._serve_composed(samples, results, what_if=what_if, compositions=compositions)
         if what_if and any(r is not None and r.regime == "seen" and r.model == LAST_MEASURED for r in results):
             offsets = self._seen_offsets()
             results = [None if r is None else self._steady_state_interval(r, offsets) for r in results]
         self.clipped += sum(1 for r in results if r is not None and r.clipped)
         if self.observations:
             self.withheld_novel += sum(
-                1 for r, (s, _) in zip(results, asks, strict=True) if r is None and self.measurements.novel((s.job_type, *s.co_job_types))
+                1 for r, s in zip(results, samples, strict=True) if r is None and self.measurements.novel((s.job_type, *s.co_job_types))
             )  # fmt: skip
         return results
 
@@ -391,13 +503,19 @@ class EnvironmentModels:
         return self.predict_samples([(s, "placement") for s in samples], what_if=True)
 
     def _serve_composed(
-        self, samples: Sequence[Sample], results: list[PredictionResult | None], *, what_if: bool
+        self,
+        samples: Sequence[Sample],
+        results: list[PredictionResult | None],
+        *,
+        what_if: bool,
+        compositions: Mapping[int, Composition | None] | None = None,
     ) -> list[PredictionResult | None]:
         """``results`` with each job set of 3+ never measured composed from its pairs (:meth:`_compose`) where the
         composition scores no worse than what is served (:class:`models.compose.ComposeScore`), its interval at
         least as wide, multiplicatively, as what such job sets measured first were off by.  A what-if's composed
         slowdown is bounded by what pairs each at ``max_pct`` compose to (a hypothetical job set may be one no
-        scheduler would run: its slowdown compounds); a running job's prediction stays in ``[-100, max_pct]``."""
+        scheduler would run: its slowdown compounds); a running job's prediction stays in ``[-100, max_pct]``.
+        ``compositions``: :meth:`_compose` of (at least) those samples, by index, already made."""
         many = [
             i
             for i, (s, r) in enumerate(zip(samples, results, strict=True))
@@ -406,7 +524,11 @@ class EnvironmentModels:
         if not many:
             return results
         offsets = self.many_residuals.offsets()
-        for i, composed in zip(many, self._compose([samples[i] for i in many]), strict=True):
+        if compositions is not None:
+            made = [compositions[i] for i in many]
+        else:
+            made = self._compose([samples[i] for i in many], intervals=offsets is None)
+        for i, composed in zip(many, made, strict=True):
             r = results[i]
             if r is None:
                 continue
@@ -433,24 +555,34 @@ class EnvironmentModels:
             )  # fmt: skip
         return results
 
-    def _compose(self, samples: Sequence[Sample]) -> list[tuple[float, tuple[float, float] | None, bool] | None]:
+    def _compose(self, samples: Sequence[Sample], *, intervals: bool = True) -> list[Composition | None]:
         """Each sample's slowdown composed from its job's predicted slowdown next to each co-runner alone
         (:func:`models.compose.compose_pct`), bounded to ``-100`` and to what pairs each at ``max_pct`` compose to (a
         slowdown compounds past any one pair's bound: Gavel-style sharing, not a cap), with the composed interval and whether
-        every pair was measured; None where a pair has no prediction."""
+        every pair was measured; None where a pair has no prediction.  ``intervals`` False: no composed interval
+        (None), the pairs predicted without theirs."""
         # each distinct pair predicted once per call: a window's what-if asks the pairs of the jobs already there
         # once per newcomer (same types, same profiles, so the same prediction)
         keys: list[tuple[Any, ...]] = []
         unique: dict[tuple[Any, ...], Sample] = {}
+        profiles: dict[int, tuple[Any, ...]] = {}  # id -> sorted items, of the profiles of this call (all alive)
+
+        def items(p: Mapping[str, float | None]) -> tuple[Any, ...]:
+            k = profiles.get(id(p))
+            if k is None:
+                k = profiles[id(p)] = tuple(sorted(p.items()))
+            return k
+
         for s in samples:
             for co, cs in zip(s.co_job_types, s.co_solos, strict=True):
-                key = (s.job_type, co, tuple(sorted(s.solo.items())), tuple(sorted(cs.items())))
+                key = (s.job_type, co, items(s.solo), items(cs))
                 keys.append(key)
                 if key not in unique:
                     unique[key] = Sample(s.job_type, (co,), math.nan, "", s.environment, {}, dict(s.solo), (dict(cs),))
-        by_key = dict(zip(unique, self._predict_many([(Views(p), "placement") for p in unique.values()]), strict=True))
+        pairs = self._predict_many([(Views(p), "placement") for p in unique.values()], intervals=intervals)
+        by_key = dict(zip(unique, pairs, strict=True))
         preds = iter([by_key[k] for k in keys])
-        out: list[tuple[float, tuple[float, float] | None, bool] | None] = []
+        out: list[Composition | None] = []
         for s in samples:
             rs = [next(preds) for _ in s.co_job_types]
             if any(r is None for r in rs):
@@ -460,7 +592,7 @@ class EnvironmentModels:
             value = clip_pct(compose_pct([r.interference_pct for r in rs if r is not None]), top)[0]
             ivs = [r.interval_pct for r in rs if r is not None]
             interval = None
-            if all(iv is not None for iv in ivs):
+            if intervals and all(iv is not None for iv in ivs):
                 lo, hi = compose_interval([iv for iv in ivs if iv is not None])
                 interval = (min(clip_pct(lo, top)[0], value), max(clip_pct(hi, top)[0], value))
             out.append((value, interval, all(r is not None and r.regime == "seen" for r in rs)))
@@ -471,9 +603,10 @@ class EnvironmentModels:
     def refit_due(self) -> bool:
         if self._refit_in_flight or len(self.history) < self.config.refit_min_rows:
             return False
-        if len({s.job_set for s in list(self.history)[-self.config.refit_rows :]}) < 2:
+        if not (self._drift or self.last_refit is None or self._since_refit >= self.config.refit_every):
             return False
-        return self._drift or self.last_refit is None or self._since_refit >= self.config.refit_every
+        # two job sets or more among the last refit_rows samples: the newest ones sharing one are fewer than those
+        return self._tail[1] < min(len(self.history), self.config.refit_rows)
 
     def refit_task(self) -> Callable[[], RefitResult]:
         """A snapshot of the recent history; the returned function touches no live state."""
@@ -484,6 +617,7 @@ class EnvironmentModels:
 
     def apply_refit(self, result: RefitResult | None) -> None:
         self._refit_in_flight = False
+        self.generation += 1
         if result is None:
             return
         self.selector.apply(result)
@@ -586,7 +720,8 @@ class EnvironmentModels:
                 c = sel.candidates[ck] = kind(ck, estimator, self.config, cs.record)
             else:  # made by its kind's starting(): keeps its place (the heavy learners' stagger)
                 c.estimator, c.record = estimator, type(c.record)(self.config, cs.record)
-        self.history.extend(state.history)
+        for sample in state.history:
+            self._append(sample)
         for c in sel.candidates.values():
             c.link(sel.candidates, refit=False)
         sel.changed()

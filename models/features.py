@@ -85,8 +85,14 @@ def restrict(features: Mapping[str, float], category: str) -> dict[str, float]:
     >>> restrict({"E_pct": 1.0, "S_pct": 2.0, "solo_S": 3.0, "solo_M": 4.0, "n_co": 1.0}, "1")
     {'E_pct': 1.0, 'solo_M': 4.0, 'n_co': 1.0}
     """
+    return {k: features[k] for k in _kept(tuple(features), category)}
+
+
+@functools.lru_cache(maxsize=8192)
+def _kept(keys: tuple[str, ...], category: str) -> tuple[str, ...]:
+    """Those of ``keys`` (in order) that :func:`restrict` keeps: feature dicts come in few shapes."""
     keep = CATEGORIES[category]
-    return {k: v for k, v in features.items() if (p := _parameter_of(k)) not in _PARAMS or p in keep}
+    return tuple(k for k in keys if (p := _parameter_of(k)) not in _PARAMS or p in keep)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -101,6 +107,13 @@ def _parameter_of(key: str) -> str:
 
 def _log(v: float) -> float:
     return math.log1p(max(v, 0.0))
+
+
+_PROFILE_NAMES = {
+    category: tuple((k, f"solo_{k}", f"other_solo_{k}", f"other_max_{k}") for k in (*params, *PROFILE_KEYS))
+    for category, params in CATEGORIES.items()
+}
+"""Per category, each solo-profile key with its feature names (made once: a what-if makes ~100 feature dicts)."""
 
 
 def placement_features(
@@ -118,17 +131,23 @@ def placement_features(
     >>> f["solo_E"], f["other_solo_E"], f["n_co"], f["fam=resnet"], f["co_fam=lm"], f["log2_batch"]
     (100.0, 50.0, 1.0, 1.0, 1.0, 5.0)
     """
-    keys = (*CATEGORIES[category], *PROFILE_KEYS)
+    isfinite = math.isfinite
+    one = co_solos[0] if len(co_solos) == 1 else None  # the usual case (a pair): no list per key
     out: dict[str, float] = {"n_co": float(len(co_solos))}
-    for k in keys:
+    for k, solo_k, other_k, max_k in _PROFILE_NAMES[category]:
         v = job_solo.get(k)
-        if v is not None and math.isfinite(v):
-            out[f"solo_{k}"] = float(v)
-        values = [float(s[k]) for s in co_solos if s.get(k) is not None and math.isfinite(float(s[k]))]  # type: ignore[arg-type]
+        if v is not None and isfinite(v):
+            out[solo_k] = float(v)
+        if one is not None:
+            c = one.get(k)
+            if c is not None and isfinite(float(c)):
+                out[other_k] = 0.0 + float(c)  # what sum() makes of one value (-0.0 becomes 0.0)
+            continue
+        values = [float(c) for s in co_solos if (c := s.get(k)) is not None and isfinite(float(c))]
         if values:
-            out[f"other_solo_{k}"] = sum(values)
+            out[other_k] = sum(values)
             if len(co_solos) > 1:
-                out[f"other_max_{k}"] = max(values)
+                out[max_k] = max(values)
     if "solo_throughput" in out:
         out["log_solo_throughput"] = _log(out["solo_throughput"])
     if "other_solo_throughput" in out:

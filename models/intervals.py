@@ -71,14 +71,18 @@ class ResidualWindow:
     (100, (-45.0, 46.0))
     """
 
-    __slots__ = ("values",)
+    __slots__ = ("_offsets", "values")
 
     def __init__(self, window: int, values: Sequence[float] = ()) -> None:
         self.values: deque[float] = deque(values, maxlen=window)
+        self._offsets: tuple[float, float] | bool | None = False
+        """:meth:`offsets` at :data:`COVERAGE` since the last update (False: not made yet); a what-if asks those of
+        one candidate for every entry it serves."""
 
     def update(self, residual: float) -> None:
         if math.isfinite(residual):
             self.values.append(residual)
+            self._offsets = False
 
     @property
     def n(self) -> int:
@@ -86,8 +90,13 @@ class ResidualWindow:
 
     def offsets(self, coverage: float = COVERAGE) -> tuple[float, float] | None:
         """None until the window holds enough residuals for a finite interval."""
+        if coverage == COVERAGE and self._offsets is not False:
+            return self._offsets  # type: ignore[return-value]
         lo, hi = conformal_offsets(np.fromiter(self.values, dtype=float, count=len(self.values)), coverage)
-        return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
+        got = (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
+        if coverage == COVERAGE:
+            self._offsets = got
+        return got
 
     def offsets_or_range(self, coverage: float = COVERAGE) -> tuple[float, float] | None:
         """:meth:`offsets`, else, with too few residuals for a finite ``coverage`` interval, their range (which

@@ -33,7 +33,7 @@ import msgspec
 
 from events import Alert, Leaderboard, Observation, Prediction, WhatIf, to_dict
 from events.records import AlertSource, AlertState
-from models.environment import Config, EnvironmentModels, PlacementAsk
+from models.environment import Config, EnvironmentModels, PlacementAsk, Served
 from streams.dedupe import SeenSet
 from streams.hysteresis import AlertStates
 
@@ -270,14 +270,16 @@ class Stage2:
             if prof:
                 known.setdefault(jt, prof)
         now = self.clock()
+        served = None
         if self.serve:
-            out.predictions = predictions_of(models, obs, lambda: self._what_if(models, obs), now, self.counters)
+            served = models.serve(obs)
+            out.predictions = predictions_of(models, obs, lambda: self._what_if(models, obs), now, self.counters, served)
             for pred in out.predictions:
                 self.latest.setdefault(obs.gpu_uuid, {}).setdefault(obs.job_id, {})[pred.mode] = to_dict(pred)
         value, source = alert_value(obs, out.predictions)
         if value is not None and self.serve:
             self._alert(out, obs, value, source, now)
-        models.learn(obs)
+        models.learn(obs, served)
         if leaderboard:
             out.leaderboard = self._leaderboard(env)
         return out
@@ -348,18 +350,22 @@ class Stage2:
 
 
 def predictions_of(
-    models: EnvironmentModels, obs: Observation, what_if: Callable[[], list[WhatIf]], now: float, counters: Counter[str]
+    models: EnvironmentModels,
+    obs: Observation,
+    what_if: Callable[[], list[WhatIf]],
+    now: float,
+    counters: Counter[str],
+    served: Served | None = None,
 ) -> list[Prediction]:
     """The predictions of a co-located observation in both modes (none where ``models`` cannot serve it), the
-    placement one with ``what_if()``'s entries; counts what was served, clipped or withheld in ``counters``."""
+    placement one with ``what_if()``'s entries; counts what was served, clipped or withheld in ``counters``.
+    ``served``: ``models.serve(obs)`` already made (learning reuses it), else made here."""
     job_set = sorted([obs.job_type, *obs.co_job_types])
-    withheld = models.withheld_novel
-    observed = models.predict(obs, "observed")
-    placement = models.predict(obs, "placement")
-    if models.withheld_novel > withheld:
-        counters["predictions_withheld_novel"] += models.withheld_novel - withheld
+    served = served or models.serve(obs)
+    if served.withheld:
+        counters["predictions_withheld_novel"] += served.withheld
     out = []
-    for result in (observed, placement):
+    for result in (served.results["observed"], served.results["placement"]):
         if result is None:
             continue
         counters[f"predictions_{result.regime}"] += 1

@@ -1,0 +1,169 @@
+"""Stage 2's cheaper paths (issue 23, item 4) answer what the paths they replaced answer, on fitted models.
+
+* learning an observation with what :meth:`EnvironmentModels.serve` computed for it (features, uncomposed
+  predictions) equals learning it afresh;
+* a what-if batch (compositions first, no prediction of a job set of 3+ whose composition is served, the newcomer's
+  base model in one batch) equals the per-row path;
+* ``refit_due``'s job-set run equals a scan of the history; the tree predictions equal scikit-learn's; a pair's
+  placement features are what ``sum`` makes of one co-runner; cached conformal offsets equal fresh ones.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from models.candidates import NewcomerCandidate, Views
+from models.datasets import Sample
+from models.environment import EnvironmentModels
+from models.features import placement_features
+from models.intervals import ResidualWindow, conformal_offsets
+from models.settings import Config
+from models.synthetic import gavel_observations
+from models.zoo import Prepared, forest_predict, make_batch, tree_predict
+
+SMALL = Config(
+    online_models=("river.LinearRegression",), batch_models=("ExtraTrees", "DecisionTree", "LinearRegression"), final_fits=2
+)
+
+
+def _fitted(n: int = 240, seed: int = 5) -> tuple[EnvironmentModels, dict]:
+    em = EnvironmentModels("v100", config=SMALL)
+    known: dict = {}
+    for o in gavel_observations(n, seed=seed):
+        em.learn(o)
+        known[o.job_type] = o.solo
+        for t, p in zip(o.co_job_types, o.co_solo, strict=True):
+            known.setdefault(t, p)
+    em.refit_now()
+    return em, known
+
+
+def _close(a: object, b: object) -> bool:
+    """Equal, floats to 1e-9 (relative), recursively."""
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+    if isinstance(a, tuple | list) and isinstance(b, tuple | list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    if hasattr(a, "__dataclass_fields__") and type(a) is type(b):
+        return all(_close(getattr(a, f), getattr(b, f)) for f in a.__dataclass_fields__)  # type: ignore[attr-defined]
+    return a == b
+
+
+def test_learning_what_was_served_equals_learning_afresh() -> None:
+    stream = gavel_observations(420, seed=9)
+    fast, slow = EnvironmentModels("v100", config=SMALL), EnvironmentModels("v100", config=SMALL)
+    for i, o in enumerate(stream):
+        served = fast.serve(o)
+        assert served.results == {m: slow.predict(o, m) for m in ("observed", "placement")}
+        fast.learn(o, served)
+        slow.learn(o)
+        if i in (150, 300):
+            fast.refit_now()
+            slow.refit_now()
+    assert fast.refits == 2 and fast.observations == slow.observations == len(stream)
+    assert (fast.drift_events, fast.clipped, fast.withheld_novel) == (slow.drift_events, slow.clipped, slow.withheld_novel)
+    assert fast.leaderboard().entries == slow.leaderboard().entries and fast.selected() == slow.selected()
+    for name in ("seen_residuals", "novel_residuals", "many_residuals"):  # what the drift pass keeps besides
+        assert list(getattr(fast, name).values) == list(getattr(slow, name).values), name
+    assert {m: d.estimation for m, d in fast._drift_detectors.items()} == {
+        m: d.estimation for m, d in slow._drift_detectors.items()
+    }
+    # a Served of another state of the models is not reused (the models learned since): learning computes afresh
+    o, nxt = stream[0], stream[1]
+    stale = fast.serve(o)
+    fast.learn(nxt, fast.serve(nxt))
+    slow.learn(nxt)
+    assert stale.generation != fast.generation
+    fast.learn(o, stale)
+    slow.learn(o)
+    assert fast.leaderboard().entries == slow.leaderboard().entries
+
+
+@pytest.mark.parametrize("composed_served", [True, False])
+def test_a_what_if_batch_equals_the_per_row_path(composed_served: bool) -> None:
+    em, known = _fitted()
+    for score in em.compose_scores.values():  # the composition served, or beaten by what is served
+        score.n, score.composed_abs, score.served_abs = 100, (1.0 if composed_served else 9.0), 2.0
+    types = sorted(known)
+    running = [types[0], types[3]]
+    asks = []
+    for jt in types:  # what streams.stage2.what_if_entries asks for a GPU running two jobs
+        asks.append((jt, known[jt], running, [known[t] for t in running]))
+        asks.append((running[0], known[running[0]], [running[1], jt], [known[running[1]], known[jt]]))
+    batch = em.predict_placements(asks)
+    one_by_one = [em.predict_placements([a])[0] for a in asks]
+    # the path before: every ask predicted by its candidate (with its interval), then the job sets of 3+ composed
+    # from their pairs (with theirs)
+    samples = [Sample(jt, tuple(co), math.nan, "", "v100", {}, dict(s), tuple(cs)) for jt, s, co, cs in asks]
+    results = em._predict_many([(Views(s), "placement") for s in samples])
+    many = [
+        i for i, (s, r) in enumerate(zip(samples, results, strict=True)) if r and r.regime == "new" and len(s.co_job_types) >= 2
+    ]
+    assert many
+    compositions = dict(zip(many, em._compose([samples[i] for i in many], intervals=True), strict=True))
+    before = em._finish(samples, results, compose=True, what_if=True, compositions=compositions)
+    assert all(r is not None for r in batch)
+    assert _close(batch, one_by_one) and _close(batch, before)
+    composed = [r for r in batch if r is not None and r.model.startswith("compose/")]
+    assert (len(composed) > 0) == composed_served
+
+
+def test_the_newcomer_candidate_predicts_a_batch_as_row_by_row() -> None:
+    em, known = _fitted()
+    newcomer = next(c for c in em.candidates.values() if isinstance(c, NewcomerCandidate))
+    assert newcomer.servable
+    types = sorted(known)
+    views = [Views(Sample(a, (b,), math.nan, "", "v100", {}, known[a], (known[b],))) for a in types[:6] for b in types[:6]]
+    batch = newcomer.predict_many(views)
+    assert _close(batch, [newcomer.predict_one(v) for v in views])
+
+
+def test_refit_due_reads_the_job_sets_of_the_recent_history_as_a_scan_does() -> None:
+    rng = random.Random(2)
+    config = Config(refit_min_rows=3, refit_rows=5, history=8)
+    em = EnvironmentModels("v100", config=config)
+    for _ in range(300):
+        a, b = rng.choice("aab"), rng.choice("abbc")
+        em._append(Sample(a, (b,), 1.0, ""))
+        recent = list(em.history)[-config.refit_rows :]
+        scan = len(em.history) >= config.refit_min_rows and len({s.job_set for s in recent}) >= 2
+        assert em.refit_due() == scan
+
+
+@pytest.mark.parametrize("name", ["RandomForest", "ExtraTrees", "DecisionTree"])
+def test_tree_predictions_are_scikit_learns(name: str) -> None:
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(200, 5))
+    y = a[:, 0] * 3 + np.sin(a[:, 1]) + rng.normal(0, 0.1, 200)
+    model = make_batch(name, 0).fit_prepared(Prepared.of_array(list("abcde"), a, y))
+    x = rng.normal(size=(37, 5))
+    ours = forest_predict(model.estimator, x) if name != "DecisionTree" else tree_predict(model.estimator, x)
+    assert np.array_equal(ours, model.estimator.predict(x))
+
+
+def test_a_pairs_placement_features_are_what_sum_makes_of_its_co_runner() -> None:
+    job = {"E": 100.0, "S": 3.0, "M": 7.0, "throughput": 2.0}
+    for co in ({"E": -0.0, "S": float("nan"), "V": 4, "throughput": None}, {"E": 5.5, "T": float("inf")}, {}):
+        one = placement_features(job, [co], job_type="a (batch size 4)", co_job_types=["b"])
+        for k in ("E", "T", "S", "V", "R", "W", "M", "throughput"):
+            values = [float(v) for v in (co.get(k),) if v is not None and math.isfinite(float(v))]
+            if values:
+                assert repr(one[f"other_solo_{k}"]) == repr(sum(values))  # -0.0 too: sum() makes it 0.0
+            else:
+                assert f"other_solo_{k}" not in one
+            assert f"other_max_{k}" not in one
+
+
+def test_cached_conformal_offsets_are_fresh_ones() -> None:
+    rng = random.Random(1)
+    w = ResidualWindow(50)
+    for i in range(200):
+        w.update(rng.gauss(0, 3) if i % 7 else math.nan)
+        lo, hi = conformal_offsets(list(w.values))
+        fresh = (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
+        assert w.offsets() == fresh and w.offsets() == fresh  # twice: the second from the cache
+        assert w.offsets(0.8) == ResidualWindow(50, list(w.values)).offsets(0.8)
