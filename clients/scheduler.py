@@ -138,6 +138,22 @@ def ranking_newcomer_pct(newcomer_pct: float, upper_pct: float | None, regime: s
     return max(newcomer_pct, upper_pct) if pessimistic and upper_pct is not None else newcomer_pct
 
 
+def ranking_entry_pct(
+    newcomer_pct: float, existing_pct: float, upper_pct: float | None, regime: str | None, risk: str = "expected",
+    novel_risk: str = "upper",
+) -> tuple[float, float] | None:
+    """The (newcomer %, existing %) a ranking costs a what-if entry at: the newcomer's slowdown by
+    :func:`ranking_newcomer_pct`; None where the entry is withheld (``novel`` and ``novel_risk`` ``withhold``: the GPU
+    is ranked by load).  The one rule of :meth:`SchedulerClient.ranking_entry`, the extender and ``aip bench accuracy``.
+
+    >>> ranking_entry_pct(20.0, 5.0, 80.0, "novel"), ranking_entry_pct(20.0, 5.0, 80.0, "novel", novel_risk="withhold")
+    ((80.0, 5.0), None)
+    """
+    if regime == "novel" and novel_risk == "withhold":
+        return None
+    return (ranking_newcomer_pct(newcomer_pct, upper_pct, regime, risk, novel_risk), existing_pct)
+
+
 def exploration_bonus_pct(cost_pct: float, best_pct: float, meta: EntryMeta, margin_pct: float, width_share: float) -> float:
     """Points taken off a GPU's cost to prefer measuring a job set never measured: ``width_share`` of its interval's
     width, at most ``margin_pct``, and only within ``margin_pct`` of the best cost; 0 when the margin is 0 (off).
@@ -395,9 +411,7 @@ class SchedulerClient:
             view = self._gpus.get(gpu_uuid)
             hi = None if view is None else view.upper.get(job_type)
             meta = EntryMeta() if view is None else view.meta.get(job_type, EntryMeta())
-        if meta.regime == "novel" and self.novel_risk == "withhold":
-            return None
-        return (ranking_newcomer_pct(entry[0], hi, meta.regime, risk, self.novel_risk), entry[1])
+        return ranking_entry_pct(entry[0], entry[1], hi, meta.regime, risk, self.novel_risk)
 
     def entry_meta(self, gpu_uuid: str, job_type: str) -> EntryMeta:
         """The regime and interval width of the GPU's entry for ``job_type`` (empty when none)."""
