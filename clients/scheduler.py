@@ -141,7 +141,7 @@ def ranking_newcomer_pct(newcomer_pct: float, upper_pct: float | None, regime: s
 def ranking_entry_pct(
     newcomer_pct: float, existing_pct: float, upper_pct: float | None, regime: str | None, risk: str = "expected",
     novel_risk: str = "upper",
-) -> tuple[float, float] | None:
+) -> tuple[float, float] | None:  # fmt: skip
     """The (newcomer %, existing %) a ranking costs a what-if entry at: the newcomer's slowdown by
     :func:`ranking_newcomer_pct`; None where the entry is withheld (``novel`` and ``novel_risk`` ``withhold``: the GPU
     is ranked by load).  The one rule of :meth:`SchedulerClient.ranking_entry`, the extender and ``aip bench accuracy``.

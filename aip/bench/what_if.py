@@ -92,7 +92,8 @@ class Entry:
         """The cost the scheduler client ranks this entry by (:func:`clients.scheduler.ranking_entry_pct`, expected
         risk); None where it withholds it.  An idle GPU's entry as published (the client costs it 0)."""
         upper = None if self.interval_pct is None else self.interval_pct[1]
-        entry = ranking_entry_pct(self.newcomer_pct, self.existing_pct, upper, None if self.idle else self.regime, novel_risk=novel_risk)
+        regime = None if self.idle else self.regime
+        entry = ranking_entry_pct(self.newcomer_pct, self.existing_pct, upper, regime, novel_risk=novel_risk)
         return None if entry is None else placement_cost_pct(*entry)
 
     @property

@@ -203,11 +203,12 @@ def test_the_regret_is_of_the_gpu_the_scheduler_client_would_choose() -> None:
     predictions = [
         # question c: GPU-1 (true c+[a] 150 + 25) novel, expected 10 + 10, upper end 120; GPU-2 (true c+[b] 100 + 0) 100 + 0
         _answer("GPU-1", ["a"], t, [_novel("c", 10.0, 10.0, [0.0, 120.0])], occupancy="solo"),
-        _answer("GPU-2", ["b"], t, [_wi("c", 100.0, 0.0, [50.0, 150.0]), _novel("a", 50.0, 50.0, [0.0, 100.0])], occupancy="solo"),
+        _answer("GPU-2", ["b"], t, [_wi("c", 100.0, 0.0, [50.0, 150.0]), _novel("a", 50.0, 50.0, [0.0, 100.0])],
+                occupancy="solo"),
         # question a, every answer novel: GPU-2 (true a+[b] 100 + 25) expected 50 + 50, upper end 100;
         # GPU-3 (true a+[b, c] 150 + 425) expected 0 + 0, upper end 80
         _answer("GPU-3", ["b", "c"], t, [_novel("a", 0.0, 0.0, [0.0, 80.0])]),
-    ]
+    ]  # fmt: skip
     entries, _ = entries_of(predictions, MeasuredHistory([]), truth_from_table(TABLE), since_ts=T0)
     out = score(entries)
     rules = out["regret_by_novel_risk"]
