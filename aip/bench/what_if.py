@@ -93,7 +93,9 @@ class Entry:
         risk); None where it withholds it.  An idle GPU's entry as published (the client costs it 0)."""
         upper = None if self.interval_pct is None else self.interval_pct[1]
         regime = None if self.idle else self.regime
-        entry = ranking_entry_pct(self.newcomer_pct, self.existing_pct, upper, regime, novel_risk=novel_risk)
+        entry = ranking_entry_pct(
+            self.newcomer_pct, self.existing_pct, upper, regime, novel_risk=novel_risk, running_jobs=len(self.running)
+        )
         return None if entry is None else placement_cost_pct(*entry)
 
     @property

@@ -215,8 +215,10 @@ def test_the_regret_is_of_the_gpu_the_scheduler_client_would_choose() -> None:
     random_pts = ((175 + 100) / 2 - 100 + (125 + 575) / 2 - 125) / 2
     # expected costs: c -> GPU-1 (20 < 100, regret 75); a -> GPU-3 (0 < 100, regret 450)
     assert rules["expected"]["regret_pts"] == (75 + 450) / 2 and rules["expected"]["random_regret_pts"] == random_pts
-    # the client's default (novel at the upper end): c -> GPU-2 (120 + 10 > 100, regret 0); a -> GPU-3 (80 < 150)
-    assert out["novel_risk"] == "upper" and out["regret_pts"] == rules["upper"]["regret_pts"] == 450 / 2
+    # the client's default (novel at the upper end, each job running at the same margin): c -> GPU-2 (120 + 10 + 110
+    # > 100, regret 0); a -> GPU-2 (100 + 50 + 50 < 80 + 0 + 2 x 80; the newcomer's upper end alone, 150 > 80, chose
+    # GPU-3, regret 450)
+    assert out["novel_risk"] == "upper" and out["regret_pts"] == rules["upper"]["regret_pts"] == 0.0
     # withheld: c -> GPU-2, the only known cost; a -> every answer withheld, by load: GPU-2 (one job running)
     assert rules["withhold"]["regret_pts"] == 0.0
     assert score(entries, novel_risk="withhold")["regret_pts"] == 0.0
