@@ -138,6 +138,33 @@ def ranking_newcomer_pct(newcomer_pct: float, upper_pct: float | None, regime: s
     return max(newcomer_pct, upper_pct) if pessimistic and upper_pct is not None else newcomer_pct
 
 
+def ranking_entry_pct(
+    newcomer_pct: float, existing_pct: float, upper_pct: float | None, regime: str | None, risk: str = "expected",
+    novel_risk: str = "upper", running_jobs: int = 0,
+) -> tuple[float, float] | None:  # fmt: skip
+    """The (newcomer %, existing %) a ranking costs a what-if entry at; None where the entry is withheld (``novel``
+    and ``novel_risk`` ``withhold``: the GPU is ranked by load).  The one rule of
+    :meth:`SchedulerClient.ranking_entry`, the extender and ``aip bench accuracy``.
+
+    The newcomer's slowdown is :func:`ranking_newcomer_pct`'s.  A ``novel`` entry ranked at its upper end
+    (``novel_risk`` ``upper``) costs each of the ``running_jobs`` already there at the same margin above its expected
+    slowdown too: a type never measured here says as little of what it does to them as of what they do to it, and
+    the margin is counted once per job it would slow.  (Costing the newcomer alone at its upper end let the GPU
+    running the most jobs win where a novel prediction fell to -100 %: its upper end was the lowest.)
+
+    >>> ranking_entry_pct(20.0, 5.0, 80.0, "novel"), ranking_entry_pct(20.0, 5.0, 80.0, "novel", novel_risk="withhold")
+    ((80.0, 5.0), None)
+    >>> ranking_entry_pct(20.0, 5.0, 80.0, "novel", running_jobs=2), ranking_entry_pct(20.0, 5.0, 80.0, "new", running_jobs=2)
+    ((80.0, 125.0), (20.0, 5.0))
+    """
+    if regime == "novel" and novel_risk == "withhold":
+        return None
+    newcomer = ranking_newcomer_pct(newcomer_pct, upper_pct, regime, risk, novel_risk)
+    if regime == "novel" and novel_risk == "upper" and upper_pct is not None:
+        existing_pct += running_jobs * max(0.0, upper_pct - newcomer_pct)
+    return (newcomer, existing_pct)
+
+
 def exploration_bonus_pct(cost_pct: float, best_pct: float, meta: EntryMeta, margin_pct: float, width_share: float) -> float:
     """Points taken off a GPU's cost to prefer measuring a job set never measured: ``width_share`` of its interval's
     width, at most ``margin_pct``, and only within ``margin_pct`` of the best cost; 0 when the margin is 0 (off).
@@ -386,8 +413,8 @@ class SchedulerClient:
         return self.unknown_cost_pct if entry is None else placement_cost_pct(*entry)
 
     def ranking_entry(self, gpu_uuid: str, job_type: str, risk: str = "expected") -> tuple[float, float] | None:
-        """:meth:`what_if` with the ranking rules applied to the newcomer's slowdown (:func:`ranking_newcomer_pct`:
-        ``risk`` and ``novel_risk``); None when unknown."""
+        """:meth:`what_if` with the ranking rules applied (:func:`ranking_entry_pct`: ``risk`` and ``novel_risk``);
+        None when unknown."""
         entry = self.what_if(gpu_uuid, job_type)
         if entry is None or entry == (0.0, 0.0):
             return entry
@@ -395,9 +422,8 @@ class SchedulerClient:
             view = self._gpus.get(gpu_uuid)
             hi = None if view is None else view.upper.get(job_type)
             meta = EntryMeta() if view is None else view.meta.get(job_type, EntryMeta())
-        if meta.regime == "novel" and self.novel_risk == "withhold":
-            return None
-        return (ranking_newcomer_pct(entry[0], hi, meta.regime, risk, self.novel_risk), entry[1])
+            running = 0 if view is None else len(view.job_set)  # the entry's job set: what_if() checked it still runs
+        return ranking_entry_pct(entry[0], entry[1], hi, meta.regime, risk, self.novel_risk, running)
 
     def entry_meta(self, gpu_uuid: str, job_type: str) -> EntryMeta:
         """The regime and interval width of the GPU's entry for ``job_type`` (empty when none)."""

@@ -133,8 +133,8 @@ class Settings:
     novel_risk: str = _setting(
         "upper",
         "scheduler client and extender: a what-if entry for a job type never measured here (regime novel) is ranked "
-        "by its 90 % interval's upper end (upper), by its expected slowdown (expected), or not at all (withhold: "
-        "ranked by load)",
+        "by its 90 % interval's upper end, each job already there at the same margin (upper), by its expected "
+        "slowdown (expected), or not at all (withhold: ranked by load)",
     )
     explore_margin_pct: float = _setting(
         0.0,

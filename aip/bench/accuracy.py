@@ -21,7 +21,8 @@ are of the predictions of co-located jobs; a GPU running one job or none answers
 
 ``what_if``: every published what-if entry of the second half against the truth of its hypothetical job set
 (:mod:`aip.bench.what_if`): ``newcomer_mae``, ``existing_mae``, ``interval_coverage``, ``regret_pts`` against
-``random_regret_pts``, by jobs already running and regime (``by_running``), and by how many job sets holding the
+``random_regret_pts`` (the GPU the scheduler client would choose, under the ``novel_risk`` setting; every rule in
+``regret_by_novel_risk``), by jobs already running and regime (``by_running``), and by how many job sets holding the
 newcomer's type had been measured before (``by_measured_job_sets``); reported besides, in no floor, ``known_types``
 (every entry but the ``novel`` ones) and ``new_by_placeable`` (the ``new`` entries apart for job sets the simulator
 would place, :meth:`placement.experiment.Truth.fits`, and those it never runs).
@@ -212,7 +213,7 @@ def run(quick: bool, progress: Callable[[str], None], plot_dir: str | None = Non
     entries, no_truth = entries_of(predictions, MeasuredHistory(observations), truth_from_table(sim.table), since_ts=since)
     from placement.experiment import Truth as Feasible  # the simulator's rule, for a reported split only
 
-    result["what_if"] = score(entries, no_truth, placeable=Feasible(sim.gpu_model).fits)
+    result["what_if"] = score(entries, no_truth, placeable=Feasible(sim.gpu_model).fits, novel_risk=settings.novel_risk)
     result["floors_met"] = floors(result)
     if plot_dir:
         from pathlib import Path

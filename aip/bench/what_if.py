@@ -10,7 +10,8 @@ Everything here is arithmetic on records read back from the topics (never the mo
   newcomer's type had been measured before (:class:`MeasuredHistory`);
 * :func:`errors`: MAE of both figures, the median newcomer error, the newcomer intervals' coverage;
 * :func:`regret`: per (window, job type) question over the GPUs that answered it, the true cost of the GPU
-  chosen by predicted cost minus the truly cheapest, against a uniformly random choice's expected regret;
+  the scheduler client would choose (its ranking rule, :func:`clients.scheduler.ranking_entry_pct`, with a
+  ``novel_risk``) minus the truly cheapest, against a uniformly random choice's expected regret;
 * :func:`score`: all of it, by jobs already running (1, 2, 3) and regime, and by how often the type was measured.
 
 An idle GPU's entries (its ``occupancy`` ``idle``: a newcomer runs alone there) take part in the regret only.
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aip.bench.truth import what_if_truth
-from clients.scheduler import placement_cost_pct
+from clients.scheduler import NOVEL_RISKS, placement_cost_pct, rank_key, ranking_entry_pct
 
 MEASURED_BINS = ((0, 0, "0"), (1, 2, "1-2"), (3, 5, "3-5"), (6, 10, "6-10"))
 """(lowest, highest, label) of the bins of :func:`measured_bin`; beyond the last: ``more``."""
@@ -87,9 +88,15 @@ class Entry:
     true_existing_pct: float
     idle: bool = False
 
-    @property
-    def predicted_cost_pct(self) -> float:
-        return placement_cost_pct(self.newcomer_pct, self.existing_pct)
+    def ranking_cost_pct(self, novel_risk: str) -> float | None:
+        """The cost the scheduler client ranks this entry by (:func:`clients.scheduler.ranking_entry_pct`, expected
+        risk); None where it withholds it.  An idle GPU's entry as published (the client costs it 0)."""
+        upper = None if self.interval_pct is None else self.interval_pct[1]
+        regime = None if self.idle else self.regime
+        entry = ranking_entry_pct(
+            self.newcomer_pct, self.existing_pct, upper, regime, novel_risk=novel_risk, running_jobs=len(self.running)
+        )
+        return None if entry is None else placement_cost_pct(*entry)
 
     @property
     def true_cost_pct(self) -> float:
@@ -154,10 +161,15 @@ def errors(entries: Sequence[Entry]) -> dict[str, Any]:
     }
 
 
-def regret(entries: Iterable[Entry]) -> dict[str, Any]:
-    """Per (window, job type) question answered by two GPUs or more: the true cost of the GPU of least predicted
-    cost (ties: the first GPU by uuid) minus the least true cost; and a random choice's expected regret (the mean
-    true cost of the GPUs that answered, minus the least).  Means over the questions, in points of cost."""
+def regret(entries: Iterable[Entry], novel_risk: str = "upper") -> dict[str, Any]:
+    """Per (window, job type) question answered by two GPUs or more: the true cost of the GPU the scheduler client
+    would choose minus the least true cost; and a random choice's expected regret (the mean true cost of the GPUs
+    that answered, minus the least).  Means over the questions, in points of cost.
+
+    The choice is the client's (:meth:`clients.scheduler.SchedulerClient.ranked`): least
+    :meth:`Entry.ranking_cost_pct` under ``novel_risk`` (a novel entry at its interval's upper end by default), the
+    withheld entries after the others by fewest jobs running (:func:`clients.scheduler.rank_key`); ties: the first
+    GPU by uuid."""
     questions: dict[tuple[float, str], list[Entry]] = defaultdict(list)
     for e in entries:
         questions[(e.window_end, e.job_type)].append(e)
@@ -166,7 +178,7 @@ def regret(entries: Iterable[Entry]) -> dict[str, Any]:
         if len(answers) < 2:
             continue
         best = min(e.true_cost_pct for e in answers)
-        pick = min(answers, key=lambda e: (e.predicted_cost_pct, e.gpu_uuid))
+        pick = min(answers, key=lambda e: (rank_key(e.ranking_cost_pct(novel_risk), len(e.running)), e.gpu_uuid))
         chosen.append(pick.true_cost_pct - best)
         random_.append(statistics.mean(e.true_cost_pct for e in answers) - best)
     ratio = statistics.mean(chosen) / statistics.mean(random_) if random_ and statistics.mean(random_) > 0 else None
@@ -179,12 +191,16 @@ def regret(entries: Iterable[Entry]) -> dict[str, Any]:
 
 
 def score(
-    entries: Sequence[Entry], no_truth: int = 0, placeable: Callable[[Sequence[str]], bool] | None = None
+    entries: Sequence[Entry],
+    no_truth: int = 0,
+    placeable: Callable[[Sequence[str]], bool] | None = None,
+    novel_risk: str = "upper",
 ) -> dict[str, Any]:
     """``accuracy.what_if``: the errors overall, by jobs already running and regime, by regime, and by how often the
     newcomer's type had been measured (job sets holding it); the placement regret over every answer, idle GPUs' too,
     and over the answers of GPUs running two jobs or more (``regret_without_lone_gpus``: the stream before every GPU
-    answered).
+    answered); the regret is the scheduler client's choice under ``novel_risk`` (its setting), and under each rule
+    in ``regret_by_novel_risk`` (``upper``, ``expected``: every entry by its expected cost, ``withhold``).
 
     Reported besides, not part of any floor: ``known_types``, the errors of the entries whose every type was measured
     here (all but ``novel``); with ``placeable`` (whether a fleet would run a job set), ``new_by_placeable``: the
@@ -203,8 +219,10 @@ def score(
         **errors(scored),
         "no_truth": no_truth,
         "idle_entries": len(entries) - len(scored),
-        **regret(entries),
-        "regret_without_lone_gpus": regret(e for e in entries if len(e.running) >= 2),
+        "novel_risk": novel_risk,
+        **regret(entries, novel_risk),
+        "regret_without_lone_gpus": regret((e for e in entries if len(e.running) >= 2), novel_risk),
+        "regret_by_novel_risk": {rule: regret(entries, rule) for rule in NOVEL_RISKS},
         "by_regime": {g: errors([e for e in scored if e.regime == g]) for g in sorted({e.regime for e in scored})},
         "by_running": by_running,
         "by_measured_job_sets": by_measured,

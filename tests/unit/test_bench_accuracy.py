@@ -190,3 +190,35 @@ def test_what_if_entries_of_measured_types_and_of_job_sets_a_fleet_would_place_a
     assert split["1"]["never_placed"]["entries"] == 0
     assert split["2"]["placeable"]["entries"] == 0 and split["2"]["never_placed"]["newcomer_mae"] == 200.0
     assert "new_by_placeable" not in score(entries)  # reported only where the bench can say what a fleet places
+
+
+def _novel(job_type: str, newcomer: float, existing: float, interval: list[float]) -> SimpleNamespace:
+    return SimpleNamespace(job_type=job_type, newcomer_pct=newcomer, existing_pct=existing, interval_pct=interval, regime="novel")
+
+
+def test_the_regret_is_of_the_gpu_the_scheduler_client_would_choose() -> None:
+    from aip.bench.what_if import MeasuredHistory, entries_of, score, truth_from_table
+
+    t = T0 + 100
+    predictions = [
+        # question c: GPU-1 (true c+[a] 150 + 25) novel, expected 10 + 10, upper end 120; GPU-2 (true c+[b] 100 + 0) 100 + 0
+        _answer("GPU-1", ["a"], t, [_novel("c", 10.0, 10.0, [0.0, 120.0])], occupancy="solo"),
+        _answer("GPU-2", ["b"], t, [_wi("c", 100.0, 0.0, [50.0, 150.0]), _novel("a", 50.0, 50.0, [0.0, 100.0])],
+                occupancy="solo"),
+        # question a, every answer novel: GPU-2 (true a+[b] 100 + 25) expected 50 + 50, upper end 100;
+        # GPU-3 (true a+[b, c] 150 + 425) expected 0 + 0, upper end 80
+        _answer("GPU-3", ["b", "c"], t, [_novel("a", 0.0, 0.0, [0.0, 80.0])]),
+    ]  # fmt: skip
+    entries, _ = entries_of(predictions, MeasuredHistory([]), truth_from_table(TABLE), since_ts=T0)
+    out = score(entries)
+    rules = out["regret_by_novel_risk"]
+    random_pts = ((175 + 100) / 2 - 100 + (125 + 575) / 2 - 125) / 2
+    # expected costs: c -> GPU-1 (20 < 100, regret 75); a -> GPU-3 (0 < 100, regret 450)
+    assert rules["expected"]["regret_pts"] == (75 + 450) / 2 and rules["expected"]["random_regret_pts"] == random_pts
+    # the client's default (novel at the upper end, each job running at the same margin): c -> GPU-2 (120 + 10 + 110
+    # > 100, regret 0); a -> GPU-2 (100 + 50 + 50 < 80 + 0 + 2 x 80; the newcomer's upper end alone, 150 > 80, chose
+    # GPU-3, regret 450)
+    assert out["novel_risk"] == "upper" and out["regret_pts"] == rules["upper"]["regret_pts"] == 0.0
+    # withheld: c -> GPU-2, the only known cost; a -> every answer withheld, by load: GPU-2 (one job running)
+    assert rules["withhold"]["regret_pts"] == 0.0
+    assert score(entries, novel_risk="withhold")["regret_pts"] == 0.0
