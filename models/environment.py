@@ -361,8 +361,9 @@ class EnvironmentModels:
     def _result(self, plan: Plan, raw: float, interval: bool = True) -> PredictionResult:
         m = self.measurements
         value, extrapolated = float(raw), False
-        if plan.regime == "new" and m.labels and not m.lo <= value <= m.hi:
-            # a job set never measured, predicted outside every slowdown measured here: extrapolation
+        if plan.regime in ("new", "novel") and m.labels and not m.lo <= value <= m.hi:
+            # a job set never measured (or with a type never measured), predicted outside every slowdown measured
+            # here: extrapolation (a novel type's profile once gave -100 % next to two jobs whose truth was 10^6 %)
             value, extrapolated = min(max(value, m.lo), m.hi), True
         value, clipped = clip_pct(value, self.config.max_pct)
         err = plan.choice.error

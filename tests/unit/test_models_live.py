@@ -16,7 +16,7 @@ import random
 
 import pytest
 
-from models.candidates import CandidateKey
+from models.candidates import CandidateKey, Views
 from models.datasets import Sample
 from models.environment import Config, EnvironmentModels
 from models.live import LAST_MEASURED, LastMeasured, Measurements, RollingMedian, clip_pct, slot
@@ -308,6 +308,25 @@ def test_a_new_job_set_is_not_predicted_outside_every_measured_slowdown() -> Non
     assert raw < -1000.0  # what the model alone says
     r = em.predict_sample(far, "observed")
     assert r is not None and r.regime == "new" and r.clipped
+    assert em.measurements.lo <= r.interference_pct <= em.measurements.hi
+
+
+def test_a_novel_type_is_not_predicted_outside_every_measured_slowdown() -> None:
+    """A type never measured, predicted from its solo profile (placement mode): a profile far from every measured
+    one extrapolates a linear model far below zero; what is served stays within the measured range, as a new job
+    set's does (the quick accuracy bench's novel newcomers were served -100 % where the truth was 10^6 %)."""
+    config = dataclasses.replace(TREES, batch_models=("LinearRegression",), online_models=ONLINE_LINEAR)
+    em = EnvironmentModels("v100", config=config)
+    for s in _solo_stream([(a, b) for a in range(12) for b in range(12)] * 2, seed=5):
+        em.learn_sample(s)
+    em.refit_now()
+    far = Sample("J0", ("NEW",), math.nan, "", "v100", {}, {"S": 0.0, "M": 100.0}, ({"S": -3000.0, "M": 100.0},))
+    r = em.predict_sample(far, "placement")
+    assert r is not None and r.regime == "novel" and r.clipped
+    raw = em.candidates[CandidateKey("placement", r.category, r.model)].predict_many(
+        [em.candidates[CandidateKey("placement", r.category, r.model)].features(Views(far))]
+    )[0]
+    assert raw is not None and raw < em.measurements.lo - 100.0  # what the model alone says
     assert em.measurements.lo <= r.interference_pct <= em.measurements.hi
 
 
