@@ -589,9 +589,7 @@ class Spec(NamedTuple):
 def _rf(seed: int) -> Any:
     from sklearn.ensemble import RandomForestRegressor
 
-    # leaves of at least 3 rows' weight (fit_leaf_weighted): on the refit's observed rows (noisy, 2-6 features) the
-    # fully grown trees' CV error was higher and their fit 20-30 % longer; placement's leaves are that heavy anyway
-    return RandomForestRegressor(n_estimators=20, max_features=0.5, min_samples_leaf=3, random_state=seed, n_jobs=1)
+    return RandomForestRegressor(n_estimators=20, max_features=0.5, random_state=seed, n_jobs=1)
 
 
 def _extra(seed: int) -> Any:
@@ -609,7 +607,7 @@ SKLEARN: dict[str, Spec] = {
     "GradientBoosting": Spec(_gbr),
     "HistGradientBoosting": Spec(_hgb),
     "HistGradientBoosting-monotone": Spec(_hgb, fit_monotone),
-    "RandomForest": Spec(_rf, fit_leaf_weighted, predict=forest_predict),
+    "RandomForest": Spec(_rf, predict=forest_predict),
     "ExtraTrees": Spec(_extra, predict=forest_predict),
 }
 """The scikit-learn models.  Every one is fitted on the distinct feature rows (weights = copies; KNN: distinct
