@@ -652,7 +652,7 @@ class TorchMLP:
         """Fits every row (not the distinct ones): the minibatches sample rows, so copies weigh as rows.
 
         torch builds and seeds the network (its default initialisation) and keeps it for saving; the steps run in
-        numpy (:func:`models.mlp.adam`: torch's Adam and smooth-L1 arithmetic, a tenth of its per-step cost)."""
+        numpy (:func:`models.mlp.adam`: torch's Adam and smooth-L1 arithmetic, about a quarter of its cost per fit)."""
         import torch
 
         from models import mlp
