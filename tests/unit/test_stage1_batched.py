@@ -45,7 +45,9 @@ def _fleet() -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
     for i, (topic, record) in enumerate(events):
         if topic == METRICS and record.host == first_host:
-            procs = [msgspec.structs.replace(p, sm_util_pct=20.0 + i % 50, mem_util_pct=5.0 + i % 7) for p in record.processes or []]
+            procs = [
+                msgspec.structs.replace(p, sm_util_pct=20.0 + i % 50, mem_util_pct=5.0 + i % 7) for p in record.processes or []
+            ]
             record = msgspec.structs.replace(record, dram_bw_util_pct=30.0 + i % 40, processes=procs)
         out.append((topic, record))
         if i % 41 == 0:
