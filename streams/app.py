@@ -511,14 +511,14 @@ class Streams:
         base = self._base(m.topic)
         errors = [(r.payload, f"invalid {base} record: {r.error}") for r in rejected]
         pending = self.lifecycle_pending(m.partition)
+        self.state.read_all_from([r.gpu_uuid for r in records], m.partition)
+        apply: Callable[[Any, bool], list[Observation]] = self.stage1.on_metric if base == METRICS else self.stage1.on_job
         out: list[Observation] = []
-        for record in records:
-            self.state.read_from(record.gpu_uuid, m.partition)
+        for record in records:  # all of one kind: a batch is of one topic
             try:
-                if isinstance(record, MetricSample):
-                    out.extend(self.stage1.on_metric(record, pending))
-                else:
-                    out.extend(self.stage1.on_job(record, pending))
+                obs = apply(record, pending)
+                if obs:
+                    out.extend(obs)
             except LateEvent as exc:
                 if replay:
                     self.stage1.counters["replayed_late"] += 1

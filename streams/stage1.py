@@ -9,6 +9,7 @@ thin loop around it.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from events import JobEvent, MetricSample, Observation, SoloProfile
 from events.records import Occupancy, RwSource
 from streams.features import KEYS, interference_rate, means, percent_change, throughput
 from streams.profiles import LOCAL, SoloProfiles
-from streams.windows import NKEYS, GpuState, Job, add_extras, add_sample, extra_mean, job_utilisation, new_acc, window_index
+from streams.windows import NKEYS, GpuState, Job, add_extras, add_sample, extra_mean, job_utilisation, new_acc
 
 
 class LateEvent(Exception):
@@ -44,6 +45,8 @@ def _seen(job: Job, event: JobEvent) -> bool:
     if event.kind == "finished":
         return job.end == event.ts
     p = job.progress  # sorted by ts
+    if not p or p[-1][0] < event.ts:  # type: ignore[operator]
+        return False  # the usual case: later than every report
     i = bisect.bisect_left(p, event.ts, key=lambda e: e[0])  # type: ignore[arg-type,return-value]
     return i < len(p) and p[i][0] == event.ts
 
@@ -183,25 +186,35 @@ class Stage1:
         ``lifecycle_pending``: lifecycle records of this GPU are known to be unread (the
         caller knows its input positions): windows then wait for them up to ``progress_hold_s``
         instead of ``hold_s``, so that reading a backlog with metrics far ahead does not close
-        windows without their job set."""
-        st = self.state(sample.gpu_uuid)
-        if st.duplicate_sample(sample.producer_id, sample.seq, sample.ts):
+        windows without their job set.
+
+        The hot path (every GPU sample): each field and attribute is read once."""
+        gpu = sample.gpu_uuid
+        st = self.gpus.get(gpu) or self.state(gpu)
+        ts = sample.ts
+        if st.duplicate_sample(sample.producer_id, sample.seq, ts):
             self.counters["duplicate_metrics"] += 1
             return []
-        k = window_index(sample.ts, self.window_s)
-        if st.closed is not None and k < st.closed:
+        window_s = self.window_s
+        k = math.floor(ts / window_s)  # window_index
+        closed = st.closed
+        if closed is not None and k < closed:
             self.counters["late_metrics"] += 1
-            raise LateEvent(self._late_reason(st, sample.ts))
+            raise LateEvent(self._late_reason(st, ts))
         st.environment = sample.gpu_model
         acc = st.windows.get(k)
         if acc is None:
             acc = st.windows[k] = new_acc()
         add_sample(acc, sample)
-        add_extras(st.extras, k, sample)
-        if st.metrics_wm is None or sample.ts > st.metrics_wm:
-            st.metrics_wm = sample.ts
-            return self._advance(sample.gpu_uuid, st, lifecycle_pending)
-        return []
+        if sample.dram_bw_util_pct is not None or sample.processes:
+            add_extras(st.extras, k, sample)
+        wm = st.metrics_wm
+        if wm is not None and ts <= wm:
+            return []
+        st.metrics_wm = ts
+        if closed is not None and math.floor((ts - self.lateness_s) / window_s) <= closed:
+            return []  # no window can close (as in _advance)
+        return self._advance(gpu, st, lifecycle_pending)
 
     def on_job(self, event: JobEvent, lifecycle_pending: bool = False) -> list[Observation]:
         """Apply a lifecycle event; return the observations of windows that close
@@ -210,11 +223,13 @@ class Stage1:
         A late ``started`` or ``finished`` still updates the job set of the
         windows to come before :class:`LateEvent` is raised; late progress is dropped.
         """
-        st = self.state(event.gpu_uuid)
-        late = st.closed is not None and event.ts < st.closed * self.window_s
+        gpu = event.gpu_uuid
+        st = self.gpus.get(gpu) or self.state(gpu)
+        ts = event.ts
+        late = st.closed is not None and ts < st.closed * self.window_s
         job = st.jobs.get(event.job_id)
         if (job is not None and _seen(job, event)) or (
-            job is None and event.job_id in st.retired and event.ts <= st.retired[event.job_id]
+            job is None and event.job_id in st.retired and ts <= st.retired[event.job_id]
         ):
             self.counters["duplicate_lifecycle"] += 1
             return []
@@ -223,22 +238,22 @@ class Stage1:
         if event.pid is not None:
             job.pid = event.pid
         if event.kind == "started":
-            job.start = event.ts if job.start is None else min(job.start, event.ts)
+            job.start = ts if job.start is None else min(job.start, ts)
         elif event.kind == "finished":
-            job.end = event.ts
+            job.end = ts
             if job.start is None:
-                job.start = event.ts
+                job.start = ts
             st.finished(job)
         elif not late:
             if job.start is None:
-                job.start = event.ts
-            job.add_progress(event.ts, event.steps, event.step_time_s)
+                job.start = ts
+            job.add_progress(ts, event.steps, event.step_time_s)
         if late:
             self.counters["late_lifecycle"] += 1
-            raise LateEvent(self._late_reason(st, event.ts))
-        if st.lifecycle_wm is None or event.ts > st.lifecycle_wm:
-            st.lifecycle_wm = event.ts
-            return self._advance(event.gpu_uuid, st, lifecycle_pending)
+            raise LateEvent(self._late_reason(st, ts))
+        if st.lifecycle_wm is None or ts > st.lifecycle_wm:
+            st.lifecycle_wm = ts
+            return self._advance(gpu, st, lifecycle_pending)
         return []
 
     def flush(self, gpus: Iterable[str] | None = None) -> list[Observation]:
@@ -264,7 +279,7 @@ class Stage1:
         if (
             st.closed is not None
             and st.metrics_wm is not None
-            and window_index(st.metrics_wm - self.lateness_s, self.window_s) <= st.closed
+            and math.floor((st.metrics_wm - self.lateness_s) / self.window_s) <= st.closed  # window_index
         ):
             return []  # no window can close: the limit is never past the metrics watermark less the lateness
         limit = st.closable(self.window_s, self.lateness_s, self.hold_s, self.progress_hold_s, lifecycle_pending)

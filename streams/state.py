@@ -90,6 +90,11 @@ class Stage1State:
         self.gpu_partition[gpu_uuid] = partition
         self.touched.add(gpu_uuid)
 
+    def read_all_from(self, gpu_uuids: list[str], partition: int) -> None:
+        """:meth:`read_from` for each GPU of a host's batch (one partition)."""
+        self.gpu_partition.update(dict.fromkeys(gpu_uuids, partition))
+        self.touched.update(gpu_uuids)
+
     def take_released(self) -> list[Any]:
         released, self.released = self.released, []
         return released

@@ -48,10 +48,12 @@ _fields_of = operator.attrgetter(*FIELDS)
 def add_sample(acc: list[float], sample: Any) -> None:
     """Add one MetricSample's fields to a window accumulator (null fields are skipped)."""
     acc[0] += 1
-    for i, v in enumerate(_fields_of(sample), 1):
+    i = 1
+    for v in _fields_of(sample):
         if v is not None:
             acc[i] += v
-            acc[NKEYS + i] += 1
+            acc[i + NKEYS] += 1
+        i += 1
 
 
 def add_extras(extras: dict[int, dict[str, list[float]]], k: int, sample: Any) -> None:
@@ -255,9 +257,14 @@ class GpuState:
         (False, True, False)
         """
         last = self.seqs.get(producer_id or "")
-        if last is not None and seq <= last[0] and ts <= last[1]:
+        if last is None:
+            self.seqs[producer_id or ""] = [float(seq), ts]
+            return False
+        if seq <= last[0] and ts <= last[1]:
             return True
-        self.seqs[producer_id or ""] = [float(seq), ts if last is None else max(ts, last[1])]
+        last[0] = float(seq)  # in place: one sample, no new list
+        if ts > last[1]:
+            last[1] = ts
         return False
 
     def awaits_progress(self, metrics_wm: float | None = None, progress_hold_s: float = 0.0) -> bool:
