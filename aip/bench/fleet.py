@@ -58,13 +58,16 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 class _Predictions(threading.Thread):
-    """Reads ``interference.predictions`` and keeps, per prediction, the seconds since its window ended (all
-    of them, and apart by the window's occupancy: co-located, solo, idle)."""
+    """Reads ``interference.predictions`` and keeps, per prediction, the seconds from its window's end to its
+    publication (the record's ``ts``, stamped by the worker that served it: this machine's one clock) and to its
+    reading here, all of them and apart by the window's occupancy (co-located, solo, idle).  The reading also
+    counts this thread's own backlog: it shares one interpreter with the sender that simulates the fleet."""
 
     def __init__(self, settings: Any) -> None:
         super().__init__(name="aip-bench-fleet-predictions", daemon=True)
         self.settings = settings
         self.latencies_s: list[float] = []
+        self.read_latencies_s: list[float] = []
         self.by_occupancy: dict[str, list[float]] = {}
         self.stop = threading.Event()
 
@@ -75,8 +78,9 @@ class _Predictions(threading.Thread):
             while not self.stop.is_set():
                 for item in consumer.poll(timeout_s=0.5):
                     if item.record is not None and item.record.window_end is not None:
-                        latency_s = time.time() - item.record.window_end
+                        latency_s = item.record.ts - item.record.window_end
                         self.latencies_s.append(latency_s)
+                        self.read_latencies_s.append(time.time() - item.record.window_end)
                         self.by_occupancy.setdefault(item.record.occupancy or "colocated", []).append(latency_s)
 
 
@@ -248,6 +252,8 @@ def run_fleet(
         "p50_s": None if p50 is None else round(p50, 2),
         "p99_s": None if p99 is None else round(p99, 2),
         "p99_bound_s": bound_s,
+        "read_p50_s": _round(percentile(preds.read_latencies_s, 0.5)),
+        "read_p99_s": _round(percentile(preds.read_latencies_s, 0.99)),
         "latency_s_by_occupancy": {
             occupancy: {"predictions": len(v), "p50": _round(percentile(v, 0.5)), "p99": _round(percentile(v, 0.99))}
             for occupancy, v in sorted(preds.by_occupancy.items())

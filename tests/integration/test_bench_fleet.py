@@ -19,6 +19,7 @@ def test_a_small_fleet_runs_through_two_workers_and_every_sample_is_consumed(tmp
         set(v) == {"max_records", "max_s", "grows"} for v in out["lag"].values()
     )
     assert len(out["worker_cpu_pct"]) == len(out["worker_rss_mb"]) == 2 and all(r > 0 for r in out["worker_rss_mb"])
+    assert 0 <= out["p50_s"] <= out["read_p50_s"] and out["p99_s"] <= out["read_p99_s"]  # published, then read
     by = out["latency_s_by_occupancy"]
     assert set(by) <= {"colocated", "solo", "idle"} and sum(v["predictions"] for v in by.values()) == out["predictions"] > 0
     assert isinstance(out["kept_up"], bool) and out["cpu_ms_per_gpu_sample"] > 0
