@@ -24,7 +24,11 @@ def make(tmp_path: Any) -> Any:
     async def send_observation(key: bytes, value: bytes) -> None:
         sent.append(("observations", value))
 
+    def publish_served(out: Any) -> None:  # predictions and alerts are buffered (send_soon), not sent one by one
+        sent.extend([("predictions", p) for p in out.predictions] + [("alerts", a) for a in out.alerts])
+
     streams.send = send  # type: ignore[method-assign]
+    streams.publish_served = publish_served  # type: ignore[method-assign]
     streams.observations.send = send_observation  # type: ignore[method-assign]
     streams.emit_observation = lambda o: sent.append(("observations", o))  # type: ignore[method-assign]
     streams.checkpoint = lambda: streams.stage1.dirty.clear()  # type: ignore[method-assign]
