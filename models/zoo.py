@@ -15,6 +15,7 @@ takes its training median.
 from __future__ import annotations
 
 import math
+import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -274,6 +275,7 @@ class SklearnModel:
         self.estimator: Any = None
         self.cols: _Columns | None = None
         self._memo: dict[bytes, float] = {}
+        self.fit_id = ""
 
     def fit(self, X: pd.DataFrame, y: Sequence[float]) -> SklearnModel:
         return self.fit_prepared(Prepared.of_frame(X, y))
@@ -283,6 +285,7 @@ class SklearnModel:
         self._memo = {}
         with one_thread():
             self.estimator = self.spec.fit(self.spec.factory(self.seed), data)
+        self.fit_id = new_fit_id()
         return self
 
     def predict_array(self, a: np.ndarray) -> np.ndarray:
@@ -319,16 +322,22 @@ class SklearnModel:
         return float(self.predict_rows([x])[0])
 
     def save(self, path: Path) -> None:
+        """Write the model to ``path``; nothing when ``path`` already holds this fit (a worker saves every interval,
+        and an unchanged forest's skops file cost about 0.1 s of the event loop each time)."""
         assert self.cols is not None, "fit first"
+        if saved_fit_id(path) == self.fit_id:
+            return
         path.mkdir(parents=True, exist_ok=True)
         persist.dump_sklearn(path / "estimator.skops", self.estimator)
-        persist.write_state(path / META, SklearnMeta(self.name, self.seed, self.cols.columns, self.cols.fill.tolist()))
+        meta = SklearnMeta(self.name, self.seed, self.cols.columns, self.cols.fill.tolist(), self.fit_id)
+        persist.write_state(path / META, meta)  # last: the fit id says the files beside it are complete
 
     @classmethod
     def load(cls, path: Path, meta: SklearnMeta) -> SklearnModel:
         model = cls(meta.name, meta.seed)
         model.cols = _Columns.of_saved(meta.columns, meta.fill)
         model.estimator = persist.load_sklearn(path / "estimator.skops")
+        model.fit_id = meta.fit_id
         return model
 
 
@@ -342,6 +351,7 @@ class SklearnMeta(msgspec.Struct, tag="sklearn"):
     seed: int
     columns: list[str]
     fill: list[float]
+    fit_id: str = ""
 
     def load(self, path: Path) -> SklearnModel:
         return SklearnModel.load(path, self)
@@ -647,6 +657,7 @@ class TorchMLP:
         self.cols: _Columns | None = None
         self.net: Any = None
         self.stats = np.zeros(0)
+        self.fit_id = ""
 
     def _build(self, n_in: int) -> Any:
         import torch
@@ -692,6 +703,7 @@ class TorchMLP:
                 m.weight.copy_(torch.from_numpy(np.ascontiguousarray(w.T)))
                 m.bias.copy_(torch.from_numpy(b.copy()))
         self._numpy_weights()
+        self.fit_id = new_fit_id()
         return self
 
     def _numpy_weights(self) -> None:
@@ -727,11 +739,14 @@ class TorchMLP:
         import torch
 
         assert self.cols is not None, "fit first"
+        if saved_fit_id(path) == self.fit_id:  # as SklearnModel.save
+            return
         path.mkdir(parents=True, exist_ok=True)
         torch.save(self.net.state_dict(), path / "mlp.pt")
         meta = MlpMeta(
-            self.seed, self.hidden, self.epochs, self.lr, self.cols.columns, self.cols.fill.tolist(), self.stats.tolist()
-        )
+            self.seed, self.hidden, self.epochs, self.lr, self.cols.columns, self.cols.fill.tolist(), self.stats.tolist(),
+            self.fit_id,
+        )  # fmt: skip
         persist.write_state(path / META, meta)
 
     @classmethod
@@ -744,6 +759,7 @@ class TorchMLP:
         model.net = model._build(len(model.cols.columns))
         model.net.load_state_dict(torch.load(path / "mlp.pt", weights_only=True))
         model._numpy_weights()
+        model.fit_id = meta.fit_id
         return model
 
 
@@ -757,6 +773,7 @@ class MlpMeta(msgspec.Struct, tag="mlp"):
     columns: list[str]
     fill: list[float]
     stats: list[float]
+    fit_id: str = ""
 
     def load(self, path: Path) -> TorchMLP:
         return TorchMLP.load(path, self)
@@ -769,6 +786,30 @@ REFIT_BATCH: tuple[str, ...] = tuple(n for n in BATCH if n not in ("GradientBoos
 GradientBoosting, whose place HistGradientBoosting takes (same boosting settings; on the 10,000-observation
 refit its fits cost ~3 s of CPU against ~0.3 s, at the same or lower CV error; docs/MODELS.md), and but the
 monotone HistGradientBoosting (``aip evaluate`` only so far: the stream's refit budget was measured without it)."""
+
+
+def new_fit_id() -> str:
+    """A fit's identity: saved with it, so that saving the same fit again can be skipped."""
+    return uuid.uuid4().hex
+
+
+def saved_fit_id(path: Path) -> str | None:
+    """The fit id of the batch model saved in ``path`` (None: nothing saved there, or a save from before fit ids).
+
+    >>> import tempfile
+    >>> saved_fit_id(Path(tempfile.mkdtemp()))
+    """
+    try:
+        meta = persist.read_state(path / META, FitId)
+    except (OSError, msgspec.DecodeError):
+        return None
+    return meta.fit_id or None
+
+
+class FitId(msgspec.Struct):
+    """The one field of a saved batch model's meta that says which fit it holds."""
+
+    fit_id: str = ""
 
 
 def make_batch(name: str, seed: int = 0) -> SklearnModel | TorchMLP:

@@ -161,3 +161,28 @@ def test_a_tree_fits_a_few_duplicated_rows(rows: int) -> None:
     y = [1.0 + (i % 2) for i in range(rows)]
     model = zoo.SklearnModel("DecisionTree").fit(X, y)
     assert np.isfinite(model.predict(X)).all()
+
+
+@pytest.mark.parametrize("name", ["RandomForest", "MLP"])
+def test_saving_a_fit_again_writes_nothing_and_another_fit_is_written(name: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A worker saves every interval: an unchanged batch model is not serialised again, a refit is, and so is a
+    fit of another model that finds the directory holding something else (candidates' directories are by index)."""
+    xs, ys = _data()
+    first = zoo.make_batch(name, seed=0).fit(pd.DataFrame(xs), ys)
+    folder = tmp_path / "m"
+    first.save(folder)
+    written = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    first.save(folder)
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == written
+    assert zoo.saved_fit_id(folder) == first.fit_id != ""
+
+    xs2, ys2 = _data(seed=3)
+    for other in (first.fit(pd.DataFrame(xs2), ys2), zoo.make_batch(name, seed=1).fit(pd.DataFrame(xs), ys)):
+        other.save(folder)
+        assert zoo.saved_fit_id(folder) == other.fit_id
+        loaded = zoo.load_batch(folder)
+        assert loaded.fit_id == other.fit_id
+        assert [loaded.predict_one(x) for x in xs2] == pytest.approx([other.predict_one(x) for x in xs2])
+        before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+        loaded.save(folder)  # a model loaded from its directory does not write it again
+        assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == before
