@@ -51,10 +51,10 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
     from producers.sim import Simulator
     from transport import RecordConsumer, RecordProducer
 
-    paced_wall_s = 40.0 if quick else 120.0
+    paced_wall_s = 25.0 if quick else 120.0
     with worker_on_embedded_broker("e", ready_timeout_s=60) as worker:
         settings = worker.settings
-        burst = list(Simulator(32, seed=1, start_ts=1_700_000_000.0, duration_s=300 if quick else 600).events())
+        burst = list(Simulator(32, seed=1, start_ts=1_700_000_000.0, duration_s=150 if quick else 600).events())
         progress(f"burst of {len(burst)} events")
         with RecordProducer(settings, linger_ms=20) as p:
             for topic, record in burst:

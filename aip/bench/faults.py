@@ -57,14 +57,46 @@ def _scenario(
     progress: Callable[[str], None],
     **kw: Any,
 ) -> dict[str, Any]:
-    """``scenario(settings(), folder, progress=progress, **kw)`` in a fresh ``folder``, guarded."""
+    """``scenario(settings(), folder, **kw)`` in a fresh ``folder``, guarded; its progress lines start with ``name``
+    (lanes run side by side)."""
+
+    def say(message: str) -> None:
+        progress(f"{name}: {message}")
+
     folder.mkdir()
-    return _guard(name, what, lambda: scenario(settings(), folder, progress=progress, **kw), progress)
+    return _guard(name, what, lambda: scenario(settings(), folder, progress=say, **kw), progress)
+
+
+Scenario = tuple[str, Callable[[], dict[str, Any]]]
+"""A named scenario, ready to run (its entry of ``faults``)."""
+
+
+def run_lanes(lanes: list[list[Scenario]], side_by_side: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Run each lane's scenarios in order; the lanes one after another, or side by side in threads.
+
+    A scenario mostly waits (worker starts, group joins, resume waits, paced senders): side by side the
+    lanes take about as long as the longest one, where one after another they take their sum. Every
+    scenario keeps its own topics, group and workers, so they do not see each other's records.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    def lane(scenarios: list[Scenario]) -> dict[str, Any]:
+        return {name: fn() for name, fn in scenarios}
+
+    if not side_by_side:
+        return {name: entry for scenarios in lanes for name, entry in lane(scenarios).items()}
+    progress(f"{len(lanes)} lanes side by side: " + "; ".join(", ".join(n for n, _ in s) for s in lanes))
+    with ThreadPoolExecutor(max_workers=len(lanes), thread_name_prefix="fault-lane") as pool:
+        done = [future.result() for future in [pool.submit(lane, s) for s in lanes]]
+    return {name: entry for entries in done for name, entry in entries.items()}
 
 
 def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Every scenario; ``--quick`` runs them shorter, and all but the soak side by side in lanes (the soak
+    measures a worker's throughput, so it runs alone, after them). The full run keeps them one after another:
+    its figures, ``recovery_s`` included, are the ones docs/BENCHMARKS.md records."""
     from aip.broker import EmbeddedBroker, free_port
-    from aip.faults import scenarios
+    from aip.faults import scenarios, security
 
     faults: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="aip-faults-") as d:
@@ -74,57 +106,72 @@ def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
         def settings(name: str, **changes: Any) -> Callable[[], Any]:
             return lambda: replace(_settings(broker, tmp, name), **changes)
 
-        try:
-            per_topic = 2_000 if quick else 10_000
-            faults["bad_input"] = _scenario(
-                "bad_input", f"{per_topic} fuzzed records per input topic", scenarios.bad_input, settings("bad"), tmp / "bad",
-                progress, per_topic=per_topic,
-            )  # fmt: skip
-            kills = 2 if quick else 3
-            faults["worker_crash"] = _scenario(
-                "worker_crash", f"SIGKILL the worker {kills}x at random moments during a simulator run, restart it",
-                scenarios.worker_crash, settings("crash", models_save_interval_s=3.0 if quick else 10.0), tmp / "crash",
-                progress, kills=kills, gpus=8, sim_s=600 if quick else 900, run_s=25 if quick else 120,
-                resume_timeout_s=60 if quick else 120,
-            )  # fmt: skip
-            fleet_gpus = 8 if quick else 16
-            fast = {"models_save_interval_s": 2.0, "checkpoint_interval_s": 2.0} if quick else {"models_save_interval_s": 3.0}
-            faults["worker_failover"] = _scenario(
-                "worker_failover",
-                f"two workers; SIGKILL for good the one serving stage 2 once it saved and committed; a second {fleet_gpus}-GPU fleet",
-                scenarios.worker_failover, settings("failover", **fast), tmp / "failover", progress,
-                gpus=fleet_gpus, sim_s=300 if quick else 900, run_s=8 if quick else 45,
-            )  # fmt: skip
-            faults["rebalance"] = _scenario(
-                "rebalance", f"a third worker joins a {fleet_gpus}-GPU fleet's run, then one leaves cleanly",
-                scenarios.rebalance, settings("rebalance", models_save_interval_s=3.0), tmp / "rebalance", progress,
-                gpus=fleet_gpus, sim_s=600 if quick else 1200, run_s=30 if quick else 60,
-            )  # fmt: skip
-            soak_s = 30 if quick else 600
-            faults["load_soak"] = _scenario(
-                "load_soak", f"2x nominal (4,000 samples/s: 2,000 GPUs at 2 Hz) into one worker for {soak_s} s",
-                scenarios.load_soak, settings("soak"), tmp / "soak", progress, duration_s=soak_s,
-            )  # fmt: skip
-        finally:
-            broker.stop()
-    with tempfile.TemporaryDirectory(prefix="aip-faults-outage-") as d:
-        tmp = Path(d)
-
         class _NoBroker:  # the outage scenario runs a broker of its own (it stops and restarts it)
             address = "127.0.0.1:1"
 
-        outage_s = 10.0 if quick else 30.0
-        faults["broker_outage"] = _scenario(
-            "broker_outage", f"stop the broker {outage_s:g} s with a worker and a spool-backed producer running; restart it",
-            scenarios.broker_outage, lambda: _settings(_NoBroker(), tmp, "outage"), tmp / "outage", progress,
-            outage_s=outage_s, run_s=30 if quick else 120, sim_s=600 if quick else 2400,
-        )  # fmt: skip
-    from aip.faults import security  # owned with aip/authfront.py: SASL through the embedded broker's front
+        def scenario(name: str, what: str, fn: Callable[..., dict[str, Any]], make: Callable[[], Any], **kw: Any) -> Scenario:
+            return name, lambda: _scenario(name, what, fn, make, tmp / name, progress, **kw)
 
-    faults["security"] = _guard(
-        "security",
-        "SASL authentication at the embedded broker's front",
-        lambda: security.run(200 if quick else 2_000, progress),
-        progress,
-    )
-    return {"faults": faults}
+        per_topic = 2_000 if quick else 10_000
+        kills = 2 if quick else 3
+        fleet_gpus = 8 if quick else 16
+        fast = {"models_save_interval_s": 2.0, "checkpoint_interval_s": 2.0} if quick else {"models_save_interval_s": 3.0}
+        outage_s = 10.0 if quick else 30.0
+        soak_s = 30 if quick else 600
+        lanes: list[list[Scenario]] = [
+            [
+                scenario(
+                    "worker_crash", f"SIGKILL the worker {kills}x at random moments during a simulator run, restart it",
+                    scenarios.worker_crash, settings("worker_crash", models_save_interval_s=3.0 if quick else 10.0),
+                    kills=kills, gpus=8, sim_s=600 if quick else 900, run_s=25 if quick else 120,
+                    resume_timeout_s=60 if quick else 120,
+                ),
+            ],
+            [
+                scenario(
+                    "worker_failover",
+                    f"two workers; SIGKILL for good the one serving stage 2 once it saved and committed; a second {fleet_gpus}-GPU fleet",
+                    scenarios.worker_failover, settings("worker_failover", **fast), gpus=fleet_gpus, sim_s=300 if quick else 900,
+                    run_s=8 if quick else 45,
+                ),
+            ],
+            [
+                scenario(
+                    "rebalance", f"a third worker joins a {fleet_gpus}-GPU fleet's run, then one leaves cleanly",
+                    scenarios.rebalance, settings("rebalance", models_save_interval_s=3.0), gpus=fleet_gpus,
+                    sim_s=600 if quick else 1200, run_s=30 if quick else 60,
+                ),
+            ],
+            [
+                scenario(
+                    "bad_input", f"{per_topic} fuzzed records per input topic", scenarios.bad_input, settings("bad_input"),
+                    per_topic=per_topic,
+                ),
+                scenario(
+                    "broker_outage",
+                    f"stop the broker {outage_s:g} s with a worker and a spool-backed producer running; restart it",
+                    scenarios.broker_outage, lambda: _settings(_NoBroker(), tmp, "broker_outage"), outage_s=outage_s,
+                    run_s=30 if quick else 120, sim_s=600 if quick else 2400,
+                ),
+                (
+                    "security",
+                    lambda: _guard(
+                        "security", "SASL authentication at the embedded broker's front",
+                        lambda: security.run(200 if quick else 2_000, progress), progress,
+                    ),
+                ),
+            ],
+        ]  # fmt: skip
+        try:
+            faults.update(run_lanes(lanes, side_by_side=quick, progress=progress))
+            (soak,) = [
+                scenario(
+                    "load_soak", f"2x nominal (4,000 samples/s: 2,000 GPUs at 2 Hz) into one worker for {soak_s} s",
+                    scenarios.load_soak, settings("load_soak"), duration_s=soak_s,
+                ),
+            ]  # fmt: skip
+            faults.update(run_lanes([[soak]], side_by_side=False, progress=progress))
+        finally:
+            broker.stop()
+    order = ("bad_input", "worker_crash", "worker_failover", "rebalance", "load_soak", "broker_outage", "security")
+    return {"faults": {name: faults[name] for name in order}}

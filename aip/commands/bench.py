@@ -8,7 +8,7 @@ import platform
 import time
 from typing import Any
 
-from aip.bench import ALONE, PARTS, run_part
+from aip.bench import ALONE, COUNTED, PARTS, run_part, run_side_by_side
 
 
 def register(sub: Any) -> None:
@@ -26,8 +26,12 @@ def run(args: argparse.Namespace) -> int:
     parts = PARTS if args.part == "all" else (args.part,)
     result: dict[str, Any] = {"quick": args.quick, "machine": f"{platform.machine()} {platform.processor() or ''}".strip()}
     t0 = time.monotonic()
+    side_by_side = COUNTED if args.part == "all" and args.quick else ()
     for part in parts:
-        result.update(run_part(part, args.quick, plot_dir=args.plot_dir, gpus=args.gpus, workers=args.workers))
+        if part not in side_by_side:
+            result.update(run_part(part, args.quick, plot_dir=args.plot_dir, gpus=args.gpus, workers=args.workers))
+    if side_by_side:
+        result.update(run_side_by_side(side_by_side, args.quick, plot_dir=args.plot_dir))
     result["bench_seconds"] = round(time.monotonic() - t0, 1)
     if args.json:
         print(json.dumps(result))
