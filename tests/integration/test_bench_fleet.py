@@ -1,4 +1,5 @@
-"""``aip bench fleet``'s harness on a small fleet: counts only (no timing assertions)."""
+"""``aip bench fleet``'s harness at ``--quick``'s size (2,000 GPUs), for 30 s in place of 120: counts only (no
+timing assertions: the suite runs beside other tests)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_a_small_fleet_runs_through_two_workers_and_every_sample_is_consumed(tmp_path) -> None:
+def test_a_2000_gpu_fleet_runs_through_two_workers_and_every_sample_is_consumed(tmp_path) -> None:
     from aip.bench.fleet import run_fleet
 
     lines: list[str] = []
-    out = run_fleet(16, 2, 25.0, tmp_path, lines.append, partitions=4)
-    assert out["gpus"] == 16 and out["workers"] == 2 and out["hosts"] == 2
-    assert out["gpu_samples_sent"] >= 16 * 20  # 1 Hz for 25 s (no samples at the first tick)
+    out = run_fleet(2000, 2, 30.0, tmp_path, lines.append)
+    assert out["gpus"] == 2000 and out["workers"] == 2 and out["hosts"] == 250
+    assert out["gpu_samples_sent"] >= 2000 * 25  # 1 Hz for 30 s (no samples at the first tick)
     assert out["gpu_samples_consumed"] == out["gpu_samples_sent"]
     assert set(out["lag"]) == {"stage1", "stage2"} and all(
         set(v) == {"max_records", "max_s", "grows"} for v in out["lag"].values()
@@ -23,5 +24,5 @@ def test_a_small_fleet_runs_through_two_workers_and_every_sample_is_consumed(tmp
     by = out["latency_s_by_occupancy"]
     assert set(by) <= {"colocated", "solo", "idle"} and sum(v["predictions"] for v in by.values()) == out["predictions"] > 0
     assert isinstance(out["kept_up"], bool) and out["cpu_ms_per_gpu_sample"] > 0
-    assert out["sender_behind"] is False  # 16 GPUs: the simulator keeps real time
+    assert out["observations"] > 0
     assert any("lag stage 1" in line for line in lines)  # progress while it runs
