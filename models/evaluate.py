@@ -77,6 +77,8 @@ class Evaluation:
     folds: int = 0
     probes: int = 0
     """Job sets of each held-out family revealed to training (``family`` holdout; 0: none)."""
+    probe_seed: int | None = None
+    """The seed of the probes' draw (None: the evaluation's seed)."""
     scored_rows: int = 0
     """Rows scored (``rows`` less the revealed probes)."""
     median_baseline_mae: float | None = None
@@ -107,6 +109,7 @@ class Evaluation:
             "holdout": self.holdout,
             "folds": self.folds,
             "probes": self.probes,
+            "probe_seed": self.probe_seed,
             "selected": self.selected.model,
             "category": self.selected.category,
             "cv_mae": round(self.selected.mae, 3),
@@ -273,12 +276,13 @@ def candidate_scores(
     probes: int = 0,
     newcomer: bool = True,
     weighted: bool = False,
+    probe_seed: int | None = None,
 ) -> list[Score]:
     """Cross-validated error (``holdout`` scheme) of every candidate on ``samples``: the batch models per
     category (and per extra ``views``, see :data:`OBSERVED_VIEWS`), the average of the ``average`` best of them,
     and the baselines.  Empty when the scheme cannot
     make two folds (too few groups or families).  ``probes``: job sets of each held-out family revealed to the
-    folds' training rows (:func:`models.selection.reveal_probes`).
+    folds' training rows (:func:`models.selection.reveal_probes`, drawn with ``probe_seed``, by default ``seed``).
 
     ``weighted``: every batch model of every category and view is its :data:`NEWCOMER` form, fitted with the rows
     of thin families weighted up (:func:`newcomer_weights`, in each fold on that fold's training rows) and named
@@ -287,14 +291,16 @@ def candidate_scores(
     ``newcomer`` adds the one :func:`newcomer_name` candidate (placement mode)."""
     y = np.array([s.target for s in samples], dtype=float)
     weigh = newcomer_weights if weighted else None
-    scores = cross_validate(samples, [mode], models=models, k=k, seed=seed, holdout=holdout, probes=probes, weights=weigh)
+    scores = cross_validate(
+        samples, [mode], models=models, k=k, seed=seed, holdout=holdout, probes=probes, weights=weigh, probe_seed=probe_seed,
+    )  # fmt: skip
     if not scores:
         return []
     for name in views:  # the extra views (OBSERVED_VIEWS), cross-validated on the same folds
         frame = pd.DataFrame([view(s, mode, name) for s in samples])
         extra = cross_validate(
             samples, [mode], models=models, categories=("all",), k=k, seed=seed, holdout=holdout,
-            frames={mode: {"all": frame}}, probes=probes, weights=weigh,
+            frames={mode: {"all": frame}}, probes=probes, weights=weigh, probe_seed=probe_seed,
         )  # fmt: skip
         for s in extra:
             s.category = name
@@ -302,7 +308,7 @@ def candidate_scores(
     if weighted:
         for s in scores:
             s.model = newcomer_name(s.model, s.category)
-    folds = holdout_folds(samples, k, seed, holdout, probes)
+    folds = holdout_folds(samples, k, seed, holdout, probes, probe_seed)
     ranked = sorted((s for s in scores if math.isfinite(s.mae)), key=lambda s: (s.mae, s.model, s.category))
     if average > 1 and len(ranked) >= average:
         top = ranked[:average]
@@ -341,6 +347,7 @@ def evaluate(
     coverage: float = COVERAGE,
     report_table: bool = True,
     probes: int = 0,
+    probe_seed: int | None = None,
     progress: Progress | None = None,
 ) -> Evaluation:
     """Nested held-out evaluation (see the module docstring).  ``k`` outer folds (default: 5 for ``pair``, one
@@ -352,7 +359,10 @@ def evaluate(
     ``probes`` (``family`` only): ``K`` job sets of each held-out family revealed to the outer training rows
     (seeded, the same for every candidate, :func:`models.selection.reveal_probes`) and the rest scored; the inner
     selection reveals ``K`` the same way, so the choice is made on the task it is scored on, and every batch
-    candidate is its :data:`NEWCOMER` form (``candidate_scores(..., weighted=True)``).  0: the plain family holdout."""
+    candidate is its :data:`NEWCOMER` form (``candidate_scores(..., weighted=True)``).  0: the plain family holdout.
+    ``probe_seed``: the seed of the probes' draw (default ``seed``; the inner selection's is one more, as its folds'
+    seed is), so several draws can be measured on the same folds: with 2-4 job sets revealed the figures depend on
+    which ones (docs/MODELS.md, "Newcomers")."""
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     samples = dataset.samples
@@ -362,14 +372,16 @@ def evaluate(
         k = n_fam if holdout == "family" else 5
     if inner_k is None:
         inner_k = 2 if holdout == "family" else 3
-    folds = holdout_folds(samples, k, seed, holdout, probes)
+    folds = holdout_folds(samples, k, seed, holdout, probes, probe_seed)
     views = OBSERVED_VIEWS if mode == "observed" and "placement" in dataset.modes else ()
     if not folds:
         raise ValueError(f"too few {'families' if holdout == 'family' else 'groups'} for {holdout} holdout")
     say(f"{len(samples)} rows, {len(set(dataset.groups))} groups, {n_fam} families; {holdout} holdout, {len(folds)} outer folds")
     ts = time.perf_counter()
     scores = (
-        cross_validate(samples, [mode], models=models, k=k, seed=seed, holdout=holdout, probes=probes, progress=say)
+        cross_validate(
+            samples, [mode], models=models, k=k, seed=seed, holdout=holdout, probes=probes, progress=say, probe_seed=probe_seed,
+        )
         if report_table else []
     )  # fmt: skip
     selection_seconds = time.perf_counter() - ts
@@ -384,6 +396,7 @@ def evaluate(
         scored[test] = True
         inner = candidate_scores(
             tr, mode, models=models, k=inner_k, seed=seed + 1, holdout=holdout, views=views, probes=probes, weighted=probes > 0,
+            probe_seed=None if probe_seed is None else probe_seed + 1,
         )  # fmt: skip
         pick = select(inner, mode)
         name, cat = (MEDIAN, "all") if pick is None else (pick.model, pick.category)  # None: too few groups inside
@@ -407,7 +420,7 @@ def evaluate(
         baseline_mae=mae(id_pred, ys) if baseline else None, selection_seconds=selection_seconds,
         seconds=time.perf_counter() - t0, outer_choices=outer_choices, actual=ys, holdout=holdout, folds=len(folds),
         median_baseline_mae=mae(med_pred, ys), interval_lo=lo, interval_hi=hi, fold_picks=picks, probes=probes,
-        scored_rows=int(scored.sum()),
+        scored_rows=int(scored.sum()), probe_seed=probe_seed,
     )  # fmt: skip
 
 
@@ -557,7 +570,7 @@ def probe_summary(ev: Evaluation) -> dict[str, Any]:
     s = ev.summary()
     med = ev.median_baseline_mae
     ratio = round(ev.mae / med, 3) if med and math.isfinite(ev.mae) else None
-    keys = ("mae", "median_baseline_mae", "baseline_mae", "interval_coverage", "interval_width_mean", "scored_rows")
+    keys = ("mae", "median_baseline_mae", "baseline_mae", "interval_coverage", "interval_width_mean", "scored_rows", "probe_seed")
     return {**{k: s[k] for k in keys}, "mae_over_median": ratio, "outer_choices": ev.outer_choices}
 
 

@@ -152,18 +152,20 @@ def reveal_probes(
 
 
 def holdout_folds(
-    samples: Sequence[Sample], k: int, seed: int = 0, holdout: str = "pair", probes: int = 0
+    samples: Sequence[Sample], k: int, seed: int = 0, holdout: str = "pair", probes: int = 0, probe_seed: int | None = None
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """The folds of a holdout scheme: :func:`grouped_folds` by ``Sample.group`` or :func:`family_folds`; with
     ``probes`` (``family`` only), that many job sets of each held-out family revealed to training
-    (:func:`reveal_probes`, seeded by ``seed``)."""
+    (:func:`reveal_probes`, seeded by ``probe_seed``, by default ``seed``: another ``probe_seed`` draws other
+    probes from the same folds)."""
     if probes and holdout != "family":
         raise ValueError(f"probes reveal job sets of held-out families: they need holdout 'family', not {holdout!r}")
     if holdout == "pair":
         return grouped_folds([s.group for s in samples], k, seed)
     if holdout == "family":
         folds = family_folds([s.families for s in samples], k, seed)
-        return reveal_probes(folds, [s.families for s in samples], [s.group for s in samples], probes, seed)
+        draw = seed if probe_seed is None else probe_seed
+        return reveal_probes(folds, [s.families for s in samples], [s.group for s in samples], probes, draw)
     raise ValueError(f"unknown holdout {holdout!r} (choose from {', '.join(HOLDOUTS)})")
 
 
@@ -235,6 +237,7 @@ def cross_validate(
     holdout: str = "pair",
     probes: int = 0,
     weights: Callable[[Sequence[Sample]], Sequence[int]] | None = None,
+    probe_seed: int | None = None,
 ) -> list[Score]:
     """Out-of-fold predictions and errors of every model x category x mode, grouped by ``Sample.group``.
 
@@ -246,7 +249,7 @@ def cross_validate(
     says how many rows each fold trained on, summed over the folds / ``k - 1``.
 
     ``holdout`` is the scheme of the folds (:func:`holdout_folds`): ``pair`` by ``Sample.group``, ``family``
-    by job family (with ``probes`` job sets of each held-out family revealed to training).  ``weights``: each
+    by job family (with ``probes`` job sets of each held-out family revealed to training, drawn with ``probe_seed``).  ``weights``: each
     fold's training rows weighted by ``weights(training samples)`` (whole copies, one per unit; the models fit
     distinct rows weighted by their copies), e.g. :func:`models.evaluate.newcomer_weights`.
 
@@ -256,7 +259,7 @@ def cross_validate(
     """
     y = np.array([s.target for s in samples], dtype=float)
     groups = [s.group for s in samples]
-    folds = holdout_folds(samples, k, seed, holdout, probes)
+    folds = holdout_folds(samples, k, seed, holdout, probes, probe_seed)
     if not folds:
         return []
     if weights is not None:

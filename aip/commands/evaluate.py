@@ -40,6 +40,11 @@ def register(sub: Any) -> None:
         "every candidate) and score the rest, once per K; the JSON gains by_probes (K=0: the plain family holdout; "
         "the other figures are the first K's)",
     )  # fmt: skip
+    p.add_argument(
+        "--probe-seed", type=int, default=None,
+        help="--probes: the seed of the draw of the revealed job sets (default --seed); the folds stay --seed's, so "
+        "several draws measure how much the figures depend on which job sets were revealed",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--models", help="comma-separated subset of the batch zoo (default: all)")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
@@ -89,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     unknown = [m for m in models if m not in BATCH]
     if unknown:
         raise CliError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(BATCH)}", 2)
+    if args.probe_seed is not None and args.probes is None:
+        raise CliError("--probe-seed draws the job sets --probes reveals: it needs --probes", 2)
     if args.probes is not None and args.holdout != "family":
         raise CliError("--probes reveals job sets of held-out families: it needs --holdout family", 2)
     say = _progress(t0)
@@ -99,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
                 say(f"probes K={probes}")
             evs.append(evaluate(
                 dataset, mode, k=args.folds, inner_k=args.inner_folds, seed=args.seed, models=models,
-                holdout=args.holdout, probes=probes, report_table=i == 0, progress=say,
+                holdout=args.holdout, probes=probes, probe_seed=args.probe_seed, report_table=i == 0, progress=say,
             ))  # fmt: skip
     except ValueError as exc:
         raise CliError(f"{args.dataset}: {exc}", 2) from exc

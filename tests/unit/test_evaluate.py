@@ -257,17 +257,18 @@ def test_observed_mode_uses_everything_and_is_not_worse_than_placement() -> None
 # --------------------------------------------------------------------------- probes (issue 25 item 2)
 
 
-@pytest.mark.parametrize("probes", [1, 3])
-def test_revealed_probes_never_leak_a_test_row_and_never_split_a_group(monkeypatch, probes) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("probes", "probe_seed"), [(1, None), (3, None), (1, 7), (3, 7)])
+def test_revealed_probes_never_leak_a_test_row_and_never_split_a_group(monkeypatch, probes, probe_seed) -> None:  # type: ignore[no-untyped-def]
     """K job sets of each held-out family move to training whole (both rows of a pair); every fit and CV of the
-    outer fold sees its training rows only; the scored rows are the rest; the probes of K are among those of K + 1."""
+    outer fold sees its training rows only; the scored rows are the rest; the probes of K are among those of K + 1.
+    The same with the probes drawn by another seed than the folds' (``probe_seed``)."""
     import models.evaluate as ev_mod
 
     ds = _pairs(5)
     groups = [s.group for s in ds.samples]
     plain = holdout_folds(ds.samples, 5, 0, "family")
-    folds = holdout_folds(ds.samples, 5, 0, "family", probes)
-    more = holdout_folds(ds.samples, 5, 0, "family", probes + 1)
+    folds = holdout_folds(ds.samples, 5, 0, "family", probes, probe_seed)
+    more = holdout_folds(ds.samples, 5, 0, "family", probes + 1, probe_seed)
     assert 2 <= len(more) <= len(folds) <= len(plain)  # a fold left without test rows is dropped
 
     def base(te: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -295,7 +296,7 @@ def test_revealed_probes_never_leak_a_test_row_and_never_split_a_group(monkeypat
     monkeypatch.setattr(ev_mod, "cross_validate", lambda samples, *a, **kw: log.append(frozenset(rid[id(s)] for s in samples)) or real_cv(samples, *a, **kw))
     marks: list[int] = []
     ev = ev_mod.evaluate(
-        ds, "placement", models=("DecisionTree",), holdout="family", probes=probes, report_table=False,
+        ds, "placement", models=("DecisionTree",), holdout="family", probes=probes, probe_seed=probe_seed, report_table=False,
         progress=lambda m: marks.append(len(log)) if m.startswith("outer fold") else None,
     )  # fmt: skip
     start = 0
@@ -305,6 +306,44 @@ def test_revealed_probes_never_leak_a_test_row_and_never_split_a_group(monkeypat
         start = end
     assert ev.scored_rows == sum(len(te) for _, te in folds) == len(ev.actual) < len(ds.samples)
     assert ev.mae > 0.7 * ev.median_baseline_mae  # type: ignore[operator]  # a leak would read the pair id
+
+
+def test_probe_seed_draws_other_probes_from_the_same_folds(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``probe_seed`` redraws which job sets are revealed and nothing else: the folds' families and the rows each
+    fold holds out stay the seed's; by default (None) the draw is the seed's, so today's figures are unchanged; the
+    evaluation reports the seed it drew with."""
+    from models.evaluate import evaluate
+
+    ds = _pairs(6)
+    plain = holdout_folds(ds.samples, 6, 0, "family")
+    default = holdout_folds(ds.samples, 6, 0, "family", 2)
+    assert [(a.tolist(), b.tolist()) for a, b in default] == [
+        (a.tolist(), b.tolist()) for a, b in holdout_folds(ds.samples, 6, 0, "family", 2, probe_seed=0)
+    ]
+    drawn = {}
+    for seed in (0, 1, 2, 3):
+        folds = holdout_folds(ds.samples, 6, 0, "family", 2, probe_seed=seed)
+        held = []
+        for tr, te in folds:  # each fold: the same held-out rows, split differently into probes and scored rows
+            tr0, te0 = next(f for f in plain if set(te.tolist()) <= set(f[1].tolist()))
+            assert set(tr0.tolist()) <= set(tr.tolist()) and set(tr.tolist()) | set(te.tolist()) == set(tr0.tolist()) | set(te0.tolist())
+            held.append(frozenset(set(tr.tolist()) - set(tr0.tolist())))
+        drawn[seed] = tuple(held)
+    assert len(set(drawn.values())) > 1  # another seed, other probes
+    kw = {"models": ("LinearRegression",), "holdout": "family", "probes": 2, "report_table": False, "baseline": False}
+    a, b = evaluate(ds, "placement", **kw), evaluate(ds, "placement", probe_seed=0, **kw)  # type: ignore[arg-type]
+    assert a.mae == b.mae and a.summary()["probe_seed"] is None and b.summary()["probe_seed"] == 0
+    other = evaluate(ds, "placement", probe_seed=3, **kw)  # type: ignore[arg-type]
+    assert other.mae != a.mae
+    csv = tmp_path / "obs.csv"
+    lines = ["environment,job_type,co_job_types,job_family,co_job_families,interference_pct,solo_S,other_solo_S"]
+    lines += [f"h200,{s.job_type},{s.co_job_types[0]},{s.job_family},{s.co_job_families[0]},{s.target:.3f},1,1" for s in ds.samples]
+    csv.write_text("\n".join(lines) + "\n")
+    argv = ["evaluate", str(csv), "--holdout", "family", "--models", "LinearRegression", "--json", "--probes", "2"]
+    assert main([*argv, "--probe-seed", "3"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["by_probes"]["2"]["probe_seed"] == 3
+    assert main([*argv[:-2], "--probe-seed", "3"]) == 2  # a draw of nothing: --probe-seed needs --probes
+    assert "--probes" in capsys.readouterr().err
 
 
 def test_cli_probes_json_and_report(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
