@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
 from events import MODES, REGIMES
 from models.candidates import KINDS, BatchCandidate, Candidate, CandidateKey, Views
 from models.live import LAST_MEASURED, MEDIAN, Measurements, clip_pct
@@ -48,6 +50,21 @@ class Pending:
     regime: str
     slot: str | None
     """Its slot where the slot keeps its own errors."""
+
+
+def _best_of(judged: list[tuple[CandidateKey, bool, float]], mode: str) -> Choice | None:
+    """:meth:`Selector.best` (``wider``, every category) over ``judged``: (key, lends, error) of the candidates that
+    can serve and have an error, in the candidates' order."""
+    best: Choice | None = None
+    via = mode == "observed"
+    for k, lends, e in judged:
+        if k.mode != mode and not (via and k.mode == VIA and lends):
+            continue
+        if best is None or e <= best.error:
+            choice = Choice(e, k.category, k.name_in(mode))
+            if best is None or choice < best:
+                best = choice
+    return best
 
 
 class Selector:
@@ -150,13 +167,17 @@ class Selector:
             if not rows:
                 continue
             frame = pd.DataFrame([pending[i].views.full(mode) for i in rows])
+            # one array for every candidate of the mode: each takes its columns from it (a reindex of the frame
+            # per candidate was most of this pass)
+            union = frame.to_numpy(dtype=float, na_value=np.nan)
+            where = {str(col): j for j, col in enumerate(frame.columns)}
             for c in batch:
                 if c.key.mode != mode:
                     continue
                 use = [j for j, i in enumerate(rows) if c.features(pending[i].views)]
                 if not use:
                     continue
-                preds = c.predict_frame(frame.iloc[use] if len(use) < len(rows) else frame)
+                preds = c.predict_matrix(union[use] if len(use) < len(rows) else union, where)
                 for j, pred in zip(use, preds, strict=True):
                     p = pending[rows[j]]
                     self._score(c, float(pred), p.target, p.regime, p.slot)
@@ -207,12 +228,19 @@ class Selector:
     def select(self) -> None:
         """Per stale regime and mode, the best candidate."""
         t0 = time.perf_counter()
+        min_samples = self.config.min_samples
         for regime in REGIMES:
             if regime not in self.stale:
                 continue
             self.stale.discard(regime)
+            # each candidate's error once for both modes (placement's models are weighed in observed mode too)
+            judged = [
+                (c.key, c.lends, e)
+                for c in self.candidates.values()
+                if c.servable and (e := c.error(regime, min_samples)) is not None
+            ]
             for mode in MODES:
-                best = self.best(regime, mode, wider=True)
+                best = _best_of(judged, mode)
                 if best is not None:
                     self.selected[regime][mode] = best
                 else:
