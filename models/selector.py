@@ -228,24 +228,25 @@ class Selector:
     def select(self) -> None:
         """Per stale regime and mode, the best candidate."""
         t0 = time.perf_counter()
-        min_samples = self.config.min_samples
         for regime in REGIMES:
             if regime not in self.stale:
                 continue
             self.stale.discard(regime)
-            # each candidate's error once for both modes (placement's models are weighed in observed mode too)
-            judged = [
-                (c.key, c.lends, e)
-                for c in self.candidates.values()
-                if c.servable and (e := c.error(regime, min_samples)) is not None
-            ]
-            for mode in MODES:
-                best = _best_of(judged, mode)
+            for mode, best in self.best_per_mode(regime).items():
                 if best is not None:
                     self.selected[regime][mode] = best
                 else:
                     self.selected[regime].pop(mode, None)
         self.selection_seconds = time.perf_counter() - t0
+
+    def best_per_mode(self, regime: str) -> dict[str, Choice | None]:
+        """Per mode, :meth:`best` of ``regime`` (``wider``), each candidate's error computed once for both modes
+        (placement mode's models are weighed in observed mode too)."""
+        min_samples = self.config.min_samples
+        judged = [
+            (c.key, c.lends, e) for c in self.candidates.values() if c.servable and (e := c.error(regime, min_samples)) is not None
+        ]
+        return {mode: _best_of(judged, mode) for mode in MODES}
 
     def choice(self, mode: str, key: str) -> tuple[str, Choice] | None:
         """(regime, choice) serving slot ``key`` (a :func:`models.live.slot`) in ``mode``."""
