@@ -5,7 +5,9 @@
 * a what-if batch (compositions first, no prediction of a job set of 3+ whose composition is served, the newcomer's
   base model in one batch) equals the per-row path;
 * ``refit_due``'s job-set run equals a scan of the history; the tree predictions equal scikit-learn's; a pair's
-  placement features are what ``sum`` makes of one co-runner; cached conformal offsets equal fresh ones.
+  placement features are what ``sum`` makes of one co-runner; cached conformal offsets equal fresh ones;
+* the selection (each candidate's error once for both modes) chooses what ``Selector.best`` chooses; the batch
+  candidates' vectorised test from one array equals each model's ``predict`` of the frame.
 """
 
 from __future__ import annotations
