@@ -241,8 +241,9 @@ class Candidate:
     def predict_many(self, xs: Sequence[Any]) -> list[float | None]:
         return [self.predict_one(x) for x in xs]
 
-    def predict_frame(self, frame: Any) -> np.ndarray:
-        """Predictions of a frame of the mode's full features (the vectorised test of a :attr:`batched` kind)."""
+    def predict_matrix(self, a: np.ndarray, where: Mapping[str, int]) -> np.ndarray:
+        """Predictions of the rows of ``a``, the mode's full features (column ``where[name]``, NaN where a row has
+        none): the vectorised test of a :attr:`batched` kind."""
         raise NotImplementedError
 
     def learn(self, views: Views, y: float) -> None:
@@ -355,6 +356,23 @@ class OnlineCandidate(Candidate):
         return out
 
 
+def select_columns(a: np.ndarray, where: Mapping[str, int], cols: Any) -> np.ndarray:
+    """``a``'s columns in the order of a fitted model's ``cols`` (:class:`models.zoo._Columns`), a column ``a`` lacks
+    all NaN, and NaN filled with the model's fill values: ``cols.frame`` of a frame of the same rows.
+
+    >>> from models.zoo import _Columns
+    >>> cols = _Columns.of_saved(["a", "b", "c"], [0.5, 1.5, 2.5])
+    >>> select_columns(np.array([[1.0, np.nan], [3.0, 4.0]]), {"c": 0, "a": 1}, cols).tolist()
+    [[0.5, 1.5, 1.0], [4.0, 1.5, 3.0]]
+    """
+    idx = np.array([where.get(name, -1) for name in cols.columns], dtype=int)
+    out = a[:, np.maximum(idx, 0)] if len(idx) else np.empty((len(a), 0))
+    missing = idx < 0
+    if missing.any():
+        out[:, missing] = np.nan
+    return np.asarray(cols.filled(out), dtype=float)
+
+
 class BatchCandidate(Candidate):
     """A batch model of the last refit (None when the last refit did not fit it: not servable)."""
 
@@ -365,9 +383,10 @@ class BatchCandidate(Candidate):
     def predict_many(self, xs: Sequence[Any]) -> list[float | None]:
         return [float(v) for v in self.estimator.predict_rows(xs)]
 
-    def predict_frame(self, frame: Any) -> np.ndarray:
-        """Predictions of a frame of the mode's full features (scoring pending observations)."""
-        return np.asarray(self.estimator.predict(frame), dtype=float)
+    def predict_matrix(self, a: np.ndarray, where: Mapping[str, int]) -> np.ndarray:
+        """Predictions of the rows of ``a`` (scoring pending observations): what ``estimator.predict`` gives for the
+        frame of the same rows, whose columns it reindexes to its own (absent: NaN, then its fill values)."""
+        return np.asarray(self.estimator.predict_array(select_columns(a, where, self.estimator.cols)), dtype=float)
 
     def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
         if self.estimator is None:

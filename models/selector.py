@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
 from events import MODES, REGIMES
 from models.candidates import KINDS, BatchCandidate, Candidate, CandidateKey, Views
 from models.live import LAST_MEASURED, MEDIAN, Measurements, clip_pct
@@ -48,6 +50,21 @@ class Pending:
     regime: str
     slot: str | None
     """Its slot where the slot keeps its own errors."""
+
+
+def _best_of(judged: list[tuple[CandidateKey, bool, float]], mode: str) -> Choice | None:
+    """:meth:`Selector.best` (``wider``, every category) over ``judged``: (key, lends, error) of the candidates that
+    can serve and have an error, in the candidates' order."""
+    best: Choice | None = None
+    via = mode == "observed"
+    for k, lends, e in judged:
+        if k.mode != mode and not (via and k.mode == VIA and lends):
+            continue
+        if best is None or e <= best.error:
+            choice = Choice(e, k.category, k.name_in(mode))
+            if best is None or choice < best:
+                best = choice
+    return best
 
 
 class Selector:
@@ -150,13 +167,17 @@ class Selector:
             if not rows:
                 continue
             frame = pd.DataFrame([pending[i].views.full(mode) for i in rows])
+            # one array for every candidate of the mode: each takes its columns from it (a reindex of the frame
+            # per candidate was most of this pass)
+            union = frame.to_numpy(dtype=float, na_value=np.nan)
+            where = {str(col): j for j, col in enumerate(frame.columns)}
             for c in batch:
                 if c.key.mode != mode:
                     continue
                 use = [j for j, i in enumerate(rows) if c.features(pending[i].views)]
                 if not use:
                     continue
-                preds = c.predict_frame(frame.iloc[use] if len(use) < len(rows) else frame)
+                preds = c.predict_matrix(union[use] if len(use) < len(rows) else union, where)
                 for j, pred in zip(use, preds, strict=True):
                     p = pending[rows[j]]
                     self._score(c, float(pred), p.target, p.regime, p.slot)
@@ -211,13 +232,21 @@ class Selector:
             if regime not in self.stale:
                 continue
             self.stale.discard(regime)
-            for mode in MODES:
-                best = self.best(regime, mode, wider=True)
+            for mode, best in self.best_per_mode(regime).items():
                 if best is not None:
                     self.selected[regime][mode] = best
                 else:
                     self.selected[regime].pop(mode, None)
         self.selection_seconds = time.perf_counter() - t0
+
+    def best_per_mode(self, regime: str) -> dict[str, Choice | None]:
+        """Per mode, :meth:`best` of ``regime`` (``wider``), each candidate's error computed once for both modes
+        (placement mode's models are weighed in observed mode too)."""
+        min_samples = self.config.min_samples
+        judged = [
+            (c.key, c.lends, e) for c in self.candidates.values() if c.servable and (e := c.error(regime, min_samples)) is not None
+        ]
+        return {mode: _best_of(judged, mode) for mode in MODES}
 
     def choice(self, mode: str, key: str) -> tuple[str, Choice] | None:
         """(regime, choice) serving slot ``key`` (a :func:`models.live.slot`) in ``mode``."""

@@ -290,6 +290,8 @@ class SklearnModel:
 
     def predict_array(self, a: np.ndarray) -> np.ndarray:
         """Predict rows already in :attr:`cols` order and filled."""
+        if not self.spec.threaded:
+            return self.spec.predict(self.estimator, a)
         with one_thread():
             return self.spec.predict(self.estimator, a)
 
@@ -606,6 +608,10 @@ class Spec(NamedTuple):
     factory: Callable[[int], Any]
     fit: Callable[[Any, Prepared], Any] = fit_weighted
     predict: Callable[[Any, np.ndarray], np.ndarray] = _predict
+    threaded: bool = True
+    """Its ``predict`` may run OpenMP or BLAS threads (asked in :func:`one_thread`); False: one thread whatever the
+    limits (the trees' :func:`forest_predict` and :func:`tree_predict`), asked without the context, which costs more
+    than a tree's prediction of a few rows (threadpoolctl reads every library's thread count to restore it)."""
 
 
 def _rf(seed: int) -> Any:
@@ -624,13 +630,13 @@ SKLEARN: dict[str, Spec] = {
     "LinearRegression": Spec(_linear, fit_scaled_weighted),
     "SVR-linear": Spec(_svr_linear, fit_kernel_svr),
     "SVR-poly": Spec(_svr_poly, fit_kernel_svr),
-    "DecisionTree": Spec(_tree, fit_leaf_weighted, tree_predict),
+    "DecisionTree": Spec(_tree, fit_leaf_weighted, tree_predict, threaded=False),
     "KNN": Spec(_knn, fit_neighbours),
     "GradientBoosting": Spec(_gbr),
     "HistGradientBoosting": Spec(_hgb),
     "HistGradientBoosting-monotone": Spec(_hgb, fit_monotone),
-    "RandomForest": Spec(_rf, predict=forest_predict),
-    "ExtraTrees": Spec(_extra, predict=forest_predict),
+    "RandomForest": Spec(_rf, predict=forest_predict, threaded=False),
+    "ExtraTrees": Spec(_extra, predict=forest_predict, threaded=False),
 }
 """The scikit-learn models.  Every one is fitted on the distinct feature rows (weights = copies; KNN: distinct
 points, mean target): exact for LinearRegression and the MSE trees (DecisionTree; ExtraTrees in distribution); RandomForest's

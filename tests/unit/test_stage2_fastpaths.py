@@ -5,7 +5,9 @@
 * a what-if batch (compositions first, no prediction of a job set of 3+ whose composition is served, the newcomer's
   base model in one batch) equals the per-row path;
 * ``refit_due``'s job-set run equals a scan of the history; the tree predictions equal scikit-learn's; a pair's
-  placement features are what ``sum`` makes of one co-runner; cached conformal offsets equal fresh ones.
+  placement features are what ``sum`` makes of one co-runner; cached conformal offsets equal fresh ones;
+* the selection (each candidate's error once for both modes) chooses what ``Selector.best`` chooses; the batch
+  candidates' vectorised test from one array equals each model's ``predict`` of the frame.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 
 from models.candidates import NewcomerCandidate, Views
 from models.datasets import Sample
-from models.environment import EnvironmentModels
+from models.environment import EnvironmentModels, sample_of
 from models.features import placement_features
 from models.intervals import ResidualWindow, conformal_offsets
 from models.settings import Config
@@ -167,3 +169,61 @@ def test_cached_conformal_offsets_are_fresh_ones() -> None:
         fresh = (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
         assert w.offsets() == fresh and w.offsets() == fresh  # twice: the second from the cache
         assert w.offsets(0.8) == ResidualWindow(50, list(w.values)).offsets(0.8)
+
+
+def test_the_selection_weighs_each_error_once_and_chooses_as_best_does() -> None:
+    """:meth:`Selector.select` (each candidate's error computed once for both modes) chooses what
+    :meth:`Selector.best` (``wider``) chooses per regime and mode: on a stream with refits, and with errors drawn
+    from three values (ties, placement mode's models best in observed mode)."""
+    from models.candidates import CvScore
+
+    em = EnvironmentModels("v100", config=SMALL)
+    sel = em.selector
+
+    def same() -> int:
+        sel.stale.update(("seen", "new"))
+        sel.select()
+        for regime in ("seen", "new"):
+            for mode in ("observed", "placement"):
+                assert sel.selected[regime].get(mode) == sel.best(regime, mode, wider=True), (regime, mode)
+        return sum(c is not None for by_mode in sel.selected.values() for c in by_mode.values())
+
+    for i, o in enumerate(gavel_observations(300, seed=4)):
+        em.learn(o)
+        if i in (100, 200):
+            em.refit_now()
+        same()
+    rng = random.Random(3)
+    chosen = set()
+    for _ in range(200):
+        for c in sel.candidates.values():
+            c.record.cv = CvScore(rng.choice((1.0, 1.5, 2.0)), None, 10)
+            for _ in range(em.config.min_samples):
+                c.record.errors["seen"].update(rng.choice((1.0, 1.5, 2.0)))
+        assert same() == 4
+        chosen.update(c.name for c in sel.selected["seen"].values())
+    assert any(name.startswith("placement/") for name in chosen)  # observed mode chose placement's models too
+
+
+def test_scoring_pending_rows_from_one_array_equals_each_models_frame() -> None:
+    """The batch candidates' vectorised test takes each model's columns from one array of the mode's features:
+    the predictions equal ``estimator.predict`` of the frame (reindexed to its columns, filled), bit for bit."""
+    import pandas as pd
+
+    from models.candidates import BatchCandidate
+
+    em, _ = _fitted(300, seed=6)
+    stream = gavel_observations(80, seed=8)
+    batch = [c for c in em.candidates.values() if isinstance(c, BatchCandidate) and c.servable]
+    assert {c.key.mode for c in batch} == {"observed", "placement"} and len({c.key.category for c in batch}) > 1
+    for mode in ("observed", "placement"):
+        views = [Views(sample_of(o)) for o in stream]
+        rows = [v.full(mode) for v in views if v.full(mode)]
+        rows[3] = {k: v for k, v in list(rows[3].items())[1:]}  # a row without one of the features
+        frame = pd.DataFrame(rows)
+        union = frame.to_numpy(dtype=float, na_value=np.nan)
+        where = {str(c): j for j, c in enumerate(frame.columns)}
+        for c in batch:
+            if c.key.mode == mode:
+                expected = np.asarray(c.estimator.predict(frame.iloc[2:]), dtype=float)
+                assert np.array_equal(c.predict_matrix(union[2:], where), expected), c.key
