@@ -4,7 +4,9 @@
 2 kills in a 25 s run instead of 3 in 120 s, the failover's two 8-GPU fleets streamed in 8 s each with checkpoints
 and model saves every 2 s, a 30 s soak, a 10 s broker outage in a 30 s run (the rebalance as before: with the
 test's 24 s and 2 s it lost the group once under load, issue 23's measurement).  Each still counts sent, received and lost against its
-reference; the full run is what the floors are measured by (docs/BENCHMARKS.md).
+reference; the full run is what the floors are measured by (docs/BENCHMARKS.md).  ``--quick`` also runs the
+scenarios side by side in four lanes (:func:`run_lanes`; the soak alone after them), since each mostly waits on
+worker starts, group joins and resume waits; the full run keeps them one after another.
 
 Each entry of ``faults`` says what was done, ``sent``, ``received``, ``lost`` and
 ``recovery_s``; a test that found a broken guarantee or could not run carries
