@@ -3,6 +3,7 @@
 from events.codec import (
     JobsRecord,
     MetricsRecord,
+    ObservationsRecord,
     Rejected,
     b64,
     decode,
@@ -11,6 +12,8 @@ from events.codec import (
     encode,
     job_events,
     metric_samples,
+    observation_batches,
+    observations,
     to_dict,
 )
 from events.records import (
@@ -34,6 +37,7 @@ from events.records import (
     LeaderboardEntry,
     MetricSample,
     Observation,
+    ObservationBatch,
     Prediction,
     ProfileSource,
     RecordError,
@@ -68,6 +72,8 @@ __all__ = [
     "MetricSample",
     "MetricsRecord",
     "Observation",
+    "ObservationBatch",
+    "ObservationsRecord",
     "Prediction",
     "ProfileSource",
     "RecordError",
@@ -83,6 +89,8 @@ __all__ = [
     "encode",
     "job_events",
     "metric_samples",
+    "observation_batches",
+    "observations",
     "profile_key",
     "to_dict",
 ]

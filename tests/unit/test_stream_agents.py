@@ -30,7 +30,7 @@ def make(tmp_path: Any) -> Any:
     streams.send = send  # type: ignore[method-assign]
     streams.publish_served = publish_served  # type: ignore[method-assign]
     streams.observations.send = send_observation  # type: ignore[method-assign]
-    streams.emit_observation = lambda o: sent.append(("observations", o))  # type: ignore[method-assign]
+    streams.emit_observations = lambda obs: sent.extend(("observations", o) for o in obs)  # type: ignore[method-assign]
     streams.checkpoint = lambda: streams.stage1.dirty.clear()  # type: ignore[method-assign]
     return streams, sent
 
