@@ -83,6 +83,9 @@ def decode_input(topic: str, value: bytes | None) -> list[InputRecord] | None:
     return None
 
 
+STAGE2_OUTPUT_EVERY = 200
+"""Stage 2 publishes what it made, and lets the event loop run, after at most about this many observations (a
+record's observations are not split: an ObservationBatch holds up to 1,024)."""
 AUTO_COMMIT_OFF_S = 10.0**9  # faust's periodic commit timer: effectively never
 AUTO_COMMIT_OFF_EVERY = 2**62  # faust's commit every N acked messages: never
 
@@ -636,10 +639,17 @@ class Streams:
     async def stage2_batch(self, batch: Iterable[Any]) -> None:
         """Stage 2 for a batch: every observation first, then each environment's leaderboard (once per batch: a
         worker published only the batch's last one), then what they produced, so that the views' leaderboard is
-        current before the batch's first prediction is out."""
-        outs = []
+        current before the batch's first prediction is out.  A batch of records holds up to 200 records, and with
+        :class:`events.ObservationBatch` records many more observations: its outputs go out after every
+        :data:`STAGE2_OUTPUT_EVERY` observations, as a batch of single records' did, and the event loop runs
+        between."""
+        outs: list[Output] = []
         envs: dict[str, None] = {}  # the environments of this batch, in order (a board goes out only when changed)
         for event in batch:
+            if len(outs) >= STAGE2_OUTPUT_EVERY:
+                await self.stage2_outputs(outs, envs)
+                outs, envs = [], {}
+                await asyncio.sleep(0)
             self._consumed(event)
             await self.rebuild.before(event.message.partition, event.message.offset)
             try:
@@ -647,6 +657,7 @@ class Streams:
             except RecordError as exc:
                 await self.send_dead_letter(event, f"invalid interference.observations record: {exc}", "stage2")
                 continue
+            self.metrics.consumed_observations += len(record.observations) + len(record.rejected)
             for rejected in record.rejected:  # an invalid observation of a batch: dead-lettered alone
                 self.dead_letter_soon(event, rejected.payload, f"invalid interference.observations record: {rejected.error}", "stage2")
             for obs in record.observations:
@@ -666,6 +677,11 @@ class Streams:
                 if not self.sharded:  # sharded: observed where the GPU is served (Streams.serve)
                     self.interference.observe(obs, out.predictions, out.alerts)
                 outs.append(out)
+        await self.stage2_outputs(outs, envs)
+
+    async def stage2_outputs(self, outs: list[Output], envs: dict[str, None]) -> None:
+        """What observations of ``envs`` gave: their predictions and alerts, each environment's leaderboard, the
+        snapshots (serving sharded); then the refits due."""
         boards = [board for env in envs if (board := self.stage2.leaderboard_of(env)) is not None]
         for out in outs:
             self.publish_served(out)
