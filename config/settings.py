@@ -79,6 +79,11 @@ class Settings:
     )
     stage1_batch: int = _setting(1000, "stage 1 handles input in batches of up to this many events (1: event by event)")
     stage1_batch_wait_s: float = _setting(0.05, "stage 1 waits at most this long to fill a batch (stage1_batch > 1)")
+    observation_batch_bytes: int = _setting(
+        256 * 1024,
+        "stage 1 publishes the observations of one input batch as one record per environment (ObservationBatch) of at "
+        "most this many bytes (0: one Observation per record, for stage-2 workers older than ObservationBatch)",
+    )
     checkpoint_interval_s: float = _setting(
         5.0, "stage 1 writes its state (windows, job sets, solo profiles) to state_dir this often, then commits offsets"
     )
@@ -185,6 +190,8 @@ class Settings:
             raise SettingsError(
                 "serving sharded needs snapshot_key (AIP_SNAPSHOT_KEY): 16 characters or more, the same on every worker"
             )
+        if self.observation_batch_bytes != 0 and not 1024 <= self.observation_batch_bytes <= 900 * 1024:
+            raise SettingsError("observation_batch_bytes must be 0 or between 1024 and 921600 (below Kafka's 1 MB message limit)")
         if not 1024 <= self.snapshot_chunk_bytes <= 900 * 1024:
             raise SettingsError("snapshot_chunk_bytes must be between 1024 and 921600 (below Kafka's 1 MB message limit)")
         if self.window_s <= 0 or self.lateness_s < 0:

@@ -3,6 +3,7 @@
 from events.codec import (
     JobsRecord,
     MetricsRecord,
+    ObservationsRecord,
     Rejected,
     b64,
     decode,
@@ -11,6 +12,8 @@ from events.codec import (
     encode,
     job_events,
     metric_samples,
+    observation_batches,
+    observations,
     to_dict,
 )
 from events.records import (
@@ -18,6 +21,7 @@ from events.records import (
     ALERT_STATES,
     CATEGORIES,
     JOB_KINDS,
+    MAX_OBSERVATIONS_PER_BATCH,
     MODES,
     PARAMETER_FIELDS,
     PARAMETERS,
@@ -34,6 +38,7 @@ from events.records import (
     LeaderboardEntry,
     MetricSample,
     Observation,
+    ObservationBatch,
     Prediction,
     ProfileSource,
     RecordError,
@@ -49,6 +54,7 @@ __all__ = [
     "ALERT_STATES",
     "CATEGORIES",
     "JOB_KINDS",
+    "MAX_OBSERVATIONS_PER_BATCH",
     "MODES",
     "PARAMETERS",
     "PARAMETER_FIELDS",
@@ -68,6 +74,8 @@ __all__ = [
     "MetricSample",
     "MetricsRecord",
     "Observation",
+    "ObservationBatch",
+    "ObservationsRecord",
     "Prediction",
     "ProfileSource",
     "RecordError",
@@ -83,6 +91,8 @@ __all__ = [
     "encode",
     "job_events",
     "metric_samples",
+    "observation_batches",
+    "observations",
     "profile_key",
     "to_dict",
 ]

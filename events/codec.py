@@ -17,10 +17,13 @@ from msgspec import Meta
 from events.records import (
     MAX_EVENTS_PER_HOST_BATCH,
     MAX_GPUS_PER_HOST,
+    MAX_OBSERVATIONS_PER_BATCH,
     HostJobEvents,
     HostMetrics,
     JobEvent,
     MetricSample,
+    Observation,
+    ObservationBatch,
     RecordError,
     Str,
     Ts,
@@ -148,13 +151,23 @@ class _HostJobEventsView(msgspec.Struct, frozen=True, gc=False):
     schema_version: Version = 1
 
 
+class _ObservationBatchView(msgspec.Struct, frozen=True, gc=False):
+    """:class:`ObservationBatch` with each observation left undecoded (same fields)."""
+
+    environment: Str
+    observations: Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=MAX_OBSERVATIONS_PER_BATCH)]
+    schema_version: Version = 1
+
+
 class _Batching(NamedTuple):
-    """How a topic's batch of one host is read: its record, its batch, the batch undecoded, the list's key."""
+    """How a topic's batch is read: its record, its batch, the batch undecoded, the list's key, and the field that
+    every record of a batch shares with it (``host``; ``environment`` for observations)."""
 
     item: type
     batch: type
     view: type
     field: str
+    group: str = "host"
 
     @property
     def mark(self) -> bytes:
@@ -165,6 +178,7 @@ class _Batching(NamedTuple):
 _BATCHING: dict[type, _Batching] = {
     MetricSample: _Batching(MetricSample, HostMetrics, _HostMetricsView, "samples"),
     JobEvent: _Batching(JobEvent, HostJobEvents, _HostJobEventsView, "events"),
+    Observation: _Batching(Observation, ObservationBatch, _ObservationBatchView, "observations", "environment"),
 }
 
 
@@ -179,6 +193,15 @@ class MetricsRecord(NamedTuple):
     """What one ``gpu.metrics`` record holds: its valid samples, the rejected ones, and whether it was a batch."""
 
     samples: list[MetricSample]
+    rejected: list[Rejected]
+    batched: bool
+
+
+class ObservationsRecord(NamedTuple):
+    """What one ``interference.observations`` record holds: its valid observations, the rejected ones, and whether
+    it was a batch (:class:`ObservationBatch`)."""
+
+    observations: list[Observation]
     rejected: list[Rejected]
     batched: bool
 
@@ -215,8 +238,9 @@ def _read(b: _Batching, data: bytes | bytearray | memoryview | str | None) -> tu
         except RecordError as exc:
             rejected.append(Rejected(bytes(raw), f"{b.field}[{i}]: {exc}"))
             continue
-        if item.host != view.host:
-            rejected.append(Rejected(bytes(raw), f"{b.field}[{i}]: host {item.host!r} is not the batch's host {view.host!r}"))
+        mine, theirs = getattr(item, b.group), getattr(view, b.group)
+        if mine != theirs:
+            rejected.append(Rejected(bytes(raw), f"{b.field}[{i}]: {b.group} {mine!r} is not the batch's {b.group} {theirs!r}"))
             continue
         items.append(item)
     return items, rejected, True
@@ -251,6 +275,58 @@ def job_events(data: bytes | bytearray | memoryview | str | None) -> JobsRecord:
     (['j1'], ["events[1]: host 'g' is not the batch's host 'h'"], True)
     """
     return JobsRecord(*_read(_BATCHING[JobEvent], data))
+
+
+def observations(data: bytes | bytearray | memoryview | str | None) -> ObservationsRecord:
+    """The observations of one ``interference.observations`` record: an :class:`Observation`, or an
+    :class:`ObservationBatch` (read as :func:`metric_samples` reads samples: an invalid observation inside a valid
+    envelope is returned in ``rejected``, the others are kept).
+
+    >>> one = encode(Observation(window_start=1.7e9, window_end=1.7e9 + 10, gpu_uuid="GPU-1", environment="v100",
+    ...                          job_id="j1", job_type="r50", co_job_types=["vgg"]))
+    >>> other = one.replace(b'"environment":"v100"', b'"environment":"a100"')
+    >>> out = observations(b'{"environment": "v100", "observations": [' + one + b", " + other + b"]}")
+    >>> [o.job_id for o in out.observations], [r.error for r in out.rejected], out.batched
+    (['j1'], ["observations[1]: environment 'a100' is not the batch's environment 'v100'"], True)
+    >>> observations(one).batched
+    False
+    """
+    return ObservationsRecord(*_read(_BATCHING[Observation], data))
+
+
+def observation_batches(records: list[Observation], max_bytes: int) -> list[tuple[str, bytes, int]]:
+    """``records`` as :class:`ObservationBatch` messages: ``(environment, value, observations in it)``, one per
+    environment in the order each first appears, split where the next observation would take a value past
+    ``max_bytes`` or past :data:`MAX_OBSERVATIONS_PER_BATCH` (an observation bigger than ``max_bytes`` goes alone).
+
+    Each observation is validated and encoded once (:func:`encode`); the envelope is written around the encoded
+    observations, which is what encoding the :class:`ObservationBatch` would write.
+
+    >>> o = Observation(window_start=1.7e9, window_end=1.7e9 + 10, gpu_uuid="GPU-1", environment="v100",
+    ...                 job_id="j1", job_type="r50", co_job_types=["vgg"])
+    >>> [(env, n) for env, _value, n in observation_batches([o, o, o], max_bytes=2 * len(encode(o)) + 80)]
+    [('v100', 2), ('v100', 1)]
+    >>> env, value, n = observation_batches([o], 1 << 20)[0]
+    >>> decode(ObservationBatch, value) == ObservationBatch(environment="v100", observations=[o])
+    True
+    """
+    by_env: dict[str, list[bytes]] = {}
+    for record in records:
+        by_env.setdefault(record.environment, []).append(encode(record))
+    out: list[tuple[str, bytes, int]] = []
+    for env, parts in by_env.items():
+        head = b'{"environment":' + _ENCODER.encode(env) + b',"observations":['
+        tail = b'],"schema_version":1}'
+        chunk: list[bytes] = []
+        size = len(head) + len(tail)
+        for part in parts:
+            if chunk and (size + len(part) + 1 > max_bytes or len(chunk) >= MAX_OBSERVATIONS_PER_BATCH):
+                out.append((env, head + b",".join(chunk) + tail, len(chunk)))
+                chunk, size = [], len(head) + len(tail)
+            chunk.append(part)
+            size += len(part) + 1
+        out.append((env, head + b",".join(chunk) + tail, len(chunk)))
+    return out
 
 
 def decode_on_topic(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> T | HostMetrics | HostJobEvents:

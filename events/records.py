@@ -327,6 +327,43 @@ class Observation(Record, frozen=True):
         return value
 
 
+MAX_OBSERVATIONS_PER_BATCH = MAX_LIST_LEN
+"""Observations in one :class:`ObservationBatch`."""
+
+
+def all_of_environment(environment: str, observations: list[Observation]) -> None:
+    """Every observation of a batch is of its environment (the key its partition was chosen by)."""
+    for i, obs in enumerate(observations):
+        if obs.environment != environment:
+            raise RecordError(
+                f"observations[{i}]: environment {obs.environment!r} is not the batch's {environment!r} - at `$.environment`"
+            )
+
+
+class ObservationBatch(Record, frozen=True):
+    """Observations of one environment that a stage-1 worker made from one batch of its input, sent together.
+    Topic ``interference.observations``, key ``environment``.
+
+    As :class:`HostMetrics` for samples: one record instead of one per observation, so the worker that makes them
+    pays the producer's per-message cost once per environment and input batch, and stage 2 its consumer's.  The
+    observations are in the order they were made.  It shares the topic with single :class:`Observation` records (a
+    record with ``observations`` is a batch); every reader of the topic reads both.  A reader that finds one invalid
+    observation in a batch keeps the others (stage 2 dead-letters that observation's payload alone, with the
+    reason).
+    """
+
+    environment: Str
+    observations: Annotated[list[Observation], Meta(min_length=1, max_length=MAX_OBSERVATIONS_PER_BATCH)]
+    schema_version: Version = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        all_of_environment(self.environment, self.observations)
+
+    @property
+    def key(self) -> str:
+        return self.environment
+
+
 class WhatIf(Record, frozen=True):
     """Predicted effect of adding one job of ``job_type`` to a GPU.
 

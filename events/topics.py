@@ -17,6 +17,7 @@ from events.records import (
     Leaderboard,
     MetricSample,
     Observation,
+    ObservationBatch,
     Prediction,
     SoloProfile,
 )
@@ -47,9 +48,10 @@ RECORD_OF: dict[str, type] = {
     PROFILES: SoloProfile,
 }
 ALL = tuple(RECORD_OF)
-BATCH_OF: dict[str, type] = {METRICS: HostMetrics, LIFECYCLE: HostJobEvents}
-"""Topics that also carry batches of their record, one per host and tick: :class:`HostMetrics` on ``gpu.metrics``,
-:class:`HostJobEvents` on ``jobs.lifecycle``."""
+BATCH_OF: dict[str, type] = {METRICS: HostMetrics, LIFECYCLE: HostJobEvents, OBSERVATIONS: ObservationBatch}
+"""Topics that also carry batches of their record: one per host and tick, :class:`HostMetrics` on ``gpu.metrics``
+and :class:`HostJobEvents` on ``jobs.lifecycle``; one per environment and stage-1 input batch, :class:`ObservationBatch`
+on ``interference.observations``."""
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,9 @@ from events import (
     encode,
     job_events,
     metric_samples,
+    observation_batches,
 )
+from events import observations as read_observations
 from events.topics import LIFECYCLE, METRICS
 from models import parallel
 from streams import changelog, views
@@ -81,6 +83,9 @@ def decode_input(topic: str, value: bytes | None) -> list[InputRecord] | None:
     return None
 
 
+STAGE2_OUTPUT_EVERY = 200
+"""Stage 2 publishes what it made, and lets the event loop run, after at most about this many observations (a
+record's observations are not split: an ObservationBatch holds up to 1,024)."""
 AUTO_COMMIT_OFF_S = 10.0**9  # faust's periodic commit timer: effectively never
 AUTO_COMMIT_OFF_EVERY = 2**62  # faust's commit every N acked messages: never
 
@@ -434,12 +439,27 @@ class Streams:
         self.metrics.published[name] += 1
 
     def publish_observations(self, observations: list[Observation]) -> None:
-        """Emit observations and count them as published."""
-        for o in observations:
-            self.emit_observation(o)
+        """Emit observations and count them as published (observations, not records): one :class:`ObservationBatch`
+        per environment (setting ``observation_batch_bytes``), or one record each (0)."""
+        if not observations:
+            return
+        if self.settings.observation_batch_bytes:
+            self.emit_observations(observations)
+        else:
+            for o in observations:
+                self.emit_observation(o)
         self.metrics.published["observations"] += len(observations)
         if self.sharded:
             self.serve(observations)
+
+    def emit_observations(self, observations: list[Observation]) -> None:
+        """Buffer observations for the producer, as :class:`ObservationBatch` records of one environment each.
+
+        Measured (docs/BENCHMARKS.md, "Host-batched samples", ninth session): one record per observation cost the
+        host-batched stage 1 most of its time outside stage 1 itself (faust's and aiokafka's per-message work, and one
+        produce request per few records); flushed before the input offsets are committed, as single records are."""
+        for env, value, _n in observation_batches(observations, self.settings.observation_batch_bytes):
+            self.observations.send_soon(key=env.encode(), value=value)
 
     def emit_observation(self, obs: Observation) -> None:
         """Buffer an observation for the producer.  Not awaited: an awaited faust send cost about
@@ -619,28 +639,49 @@ class Streams:
     async def stage2_batch(self, batch: Iterable[Any]) -> None:
         """Stage 2 for a batch: every observation first, then each environment's leaderboard (once per batch: a
         worker published only the batch's last one), then what they produced, so that the views' leaderboard is
-        current before the batch's first prediction is out."""
-        outs = []
+        current before the batch's first prediction is out.  A batch of records holds up to 200 records, and with
+        :class:`events.ObservationBatch` records many more observations: its outputs go out after every
+        :data:`STAGE2_OUTPUT_EVERY` observations, as a batch of single records' did, and the event loop runs
+        between."""
+        outs: list[Output] = []
         envs: dict[str, None] = {}  # the environments of this batch, in order (a board goes out only when changed)
         for event in batch:
+            if len(outs) >= STAGE2_OUTPUT_EVERY:
+                await self.stage2_outputs(outs, envs)
+                outs, envs = [], {}
+                await asyncio.sleep(0)
             self._consumed(event)
             await self.rebuild.before(event.message.partition, event.message.offset)
             try:
-                obs = decode(Observation, event.value)
-                out = self.stage2.on_observation(obs, leaderboard=False)
-                self.metrics.observations[obs.environment] += 1
-                self.snapshots.learned(obs, event.message.partition)
-                envs[obs.environment] = None  # a solo window's too: its prediction is no earlier than its leaderboard
+                record = read_observations(event.value)  # one Observation, or an ObservationBatch
             except RecordError as exc:
                 await self.send_dead_letter(event, f"invalid interference.observations record: {exc}", "stage2")
                 continue
-            except Exception as exc:
-                log.exception("stage 2 failed on p%s@%s", event.message.partition, event.message.offset)
-                await self.send_dead_letter(event, f"stage 2 error: {type(exc).__name__}: {exc}", "stage2")
-                continue
-            if not self.sharded:  # sharded: observed where the GPU is served (Streams.serve)
-                self.interference.observe(obs, out.predictions, out.alerts)
-            outs.append(out)
+            self.metrics.consumed_observations += len(record.observations) + len(record.rejected)
+            for rejected in record.rejected:  # an invalid observation of a batch: dead-lettered alone
+                self.dead_letter_soon(event, rejected.payload, f"invalid interference.observations record: {rejected.error}", "stage2")
+            for obs in record.observations:
+                try:
+                    out = self.stage2.on_observation(obs, leaderboard=False)
+                    self.metrics.observations[obs.environment] += 1
+                    self.snapshots.learned(obs, event.message.partition)
+                    envs[obs.environment] = None  # a solo window's too: its prediction is no earlier than its leaderboard
+                except Exception as exc:
+                    log.exception("stage 2 failed on p%s@%s", event.message.partition, event.message.offset)
+                    error = f"stage 2 error: {type(exc).__name__}: {exc}"
+                    if record.batched:  # the others of the batch are kept
+                        self.dead_letter_soon(event, encode(obs), error, "stage2")
+                    else:
+                        await self.send_dead_letter(event, error, "stage2")
+                    continue
+                if not self.sharded:  # sharded: observed where the GPU is served (Streams.serve)
+                    self.interference.observe(obs, out.predictions, out.alerts)
+                outs.append(out)
+        await self.stage2_outputs(outs, envs)
+
+    async def stage2_outputs(self, outs: list[Output], envs: dict[str, None]) -> None:
+        """What observations of ``envs`` gave: their predictions and alerts, each environment's leaderboard, the
+        snapshots (serving sharded); then the refits due."""
         boards = [board for env in envs if (board := self.stage2.leaderboard_of(env)) is not None]
         for out in outs:
             self.publish_served(out)

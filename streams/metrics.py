@@ -49,6 +49,12 @@ class _Collector:
         for topic, value in sorted(m.consumed.items()):
             consumed.add_metric([topic], float(value))
         yield consumed
+        read = CounterMetricFamily(
+            "aip_stream_consumed_observations",
+            "observations stage 2 read: one per Observation record, each of an ObservationBatch (valid or not)",
+        )
+        read.add_metric([], float(m.consumed_observations))
+        yield read
         published = CounterMetricFamily(
             "aip_stream_published_records",
             "records published, by topic (short name: observations, predictions, ...)",
@@ -132,6 +138,8 @@ class StreamMetrics:
         self.published: Counter[str] = Counter()
         self.dead_letters: Counter[str] = Counter()
         self.observations: Counter[str] = Counter()
+        self.consumed_observations = 0
+        """Observations stage 2 read (an ObservationBatch counts its observations; ``consumed`` counts records)."""
         self.positions: dict[tuple[str, int], int] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from events import Observation, RecordError, decode
+from events import RecordError, observations
 from streams.readers import PartitionReader
 from streams.refits import Refits
 from streams.stage2 import Stage2
@@ -55,11 +55,12 @@ class Rebuild:
             while not reader.done:
                 for _offset, _key, value in await loop.run_in_executor(None, reader.read):
                     try:
-                        obs = decode(Observation, value)
+                        record = observations(value)  # one Observation, or an ObservationBatch
                     except RecordError:
                         continue  # dead-lettered when it was first read
-                    learned += self.stage2.replay(obs)
-                    envs.add(obs.environment)
+                    for obs in record.observations:  # an invalid one of a batch was dead-lettered alone
+                        learned += self.stage2.replay(obs)
+                        envs.add(obs.environment)
                 await asyncio.sleep(0)
         finally:
             reader.close()

@@ -17,6 +17,8 @@ from events import (
     JobEvent,
     LeaderboardEntry,
     MetricSample,
+    Observation,
+    ObservationBatch,
     Prediction,
     ProfileSource,
     WhatIf,
@@ -72,6 +74,13 @@ def records_of(cls: type) -> st.SearchStrategy[Any]:
                 ts=ts, host=host, events=[msgspec.structs.replace(x, host=host) for x in events], producer_id=producer_id
             ),
             fields["host"], fields["ts"], st.lists(records_of(JobEvent), min_size=1, max_size=3), fields["producer_id"],
+        )  # fmt: skip
+    if cls is ObservationBatch:  # every observation of the batch's environment
+        return st.builds(
+            lambda env, observations: ObservationBatch(
+                environment=env, observations=[msgspec.structs.replace(x, environment=env) for x in observations]
+            ),
+            fields["environment"], st.lists(records_of(Observation), min_size=1, max_size=3),
         )  # fmt: skip
     return st.builds(cls, **fields)
 

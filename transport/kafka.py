@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from config import Settings
-from events import RecordError, Topics, decode_on_topic, encode
+from events import RecordError, Topics, decode_on_topic, encode, observations
 from events.topics import COMPACTED, OBSERVATIONS
 from transport.tls import TlsSettingsError, client_context, handshake_error
 
@@ -540,6 +540,23 @@ def decode_message(
         return Received(topic, partition, offset, timestamp_ms, key, value, error=str(exc))
 
 
+def decode_messages(
+    topics: Topics, topic: str, partition: int, offset: int, timestamp_ms: int, key: bytes | None, value: bytes | None
+) -> list[Received]:
+    """:func:`decode_message`, except that an :class:`events.ObservationBatch` is read as its observations, one
+    :class:`Received` each (all with the batch's offset; an invalid one as its own ``error``), so that every reader
+    of ``interference.observations`` counts observations whether they came one per record or in batches."""
+    if topics.base(topic) != OBSERVATIONS or value is None or b'"observations"' not in value:
+        return [decode_message(topics, topic, partition, offset, timestamp_ms, key, value)]
+    try:
+        batch = observations(value)
+    except RecordError as exc:
+        return [Received(topic, partition, offset, timestamp_ms, key, value, error=str(exc))]
+    out = [Received(topic, partition, offset, timestamp_ms, key, value, record=o) for o in batch.observations]
+    out.extend(Received(topic, partition, offset, timestamp_ms, key, r.payload, error=r.error) for r in batch.rejected)
+    return out
+
+
 class RawConsumer:
     """Raw ``(offset, key, value)`` records of one partition read from a given offset, outside any consumer group.
 
@@ -688,7 +705,7 @@ class RecordConsumer:
         out = []
         for _tp, messages in batches.items():
             for m in messages:
-                out.append(decode_message(self.names, m.topic, m.partition, m.offset, m.timestamp, m.key, m.value))
+                out.extend(decode_messages(self.names, m.topic, m.partition, m.offset, m.timestamp, m.key, m.value))
         out.sort(key=lambda r: (r.timestamp_ms, r.topic, r.partition, r.offset))
         return out
 

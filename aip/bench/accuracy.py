@@ -158,7 +158,7 @@ def _mean_or_none(values: Sequence[float]) -> float | None:
 
 def _drained(worker: Any) -> bool:
     published = worker.counter("aip_stream_published_records_total", topic="observations")
-    consumed = worker.counter("aip_stream_consumed_records_total", topic="interference.observations")
+    consumed = worker.counter("aip_stream_consumed_observations_total")  # observations, as published counts them
     return published > 0 and consumed >= published
 
 

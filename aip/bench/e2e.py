@@ -21,16 +21,16 @@ from aip.faults.worker import metric_values, worker_on_embedded_broker
 from producers.pacing import due_after_s
 
 STAGE1_TOPICS = ("gpu.metrics", "jobs.lifecycle")
-STAGE2_TOPICS = ("interference.observations",)
 
 
 def _metric(port: int, name: str, topics: tuple[str, ...]) -> float:
-    """Sum of ``aip_stream_<name>{topic=...}`` over ``topics`` on the worker's /metrics; -1 while it is not up."""
+    """Sum of ``aip_stream_<name>{topic=...}`` over ``topics`` (``""``: a metric without a topic) on the worker's
+    /metrics; -1 while it is not up."""
     try:
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
     except OSError:
         return -1.0
-    return sum(sum(metric_values(body, f"aip_stream_{name}", topic=topic)) for topic in topics)
+    return sum(sum(metric_values(body, f"aip_stream_{name}", **({"topic": topic} if topic else {}))) for topic in topics)
 
 
 def _consumed(port: int, topics: tuple[str, ...] = STAGE1_TOPICS) -> float:
@@ -38,8 +38,8 @@ def _consumed(port: int, topics: tuple[str, ...] = STAGE1_TOPICS) -> float:
 
 
 def _stage2_idle(port: int) -> bool:
-    published = _metric(port, "published_records_total", ("observations",))
-    return _consumed(port, STAGE2_TOPICS) >= published
+    published = _metric(port, "published_records_total", ("observations",))  # observations, not records
+    return _metric(port, "consumed_observations_total", ("",)) >= published
 
 
 def _pct(values: list[float], q: float) -> float:

@@ -61,13 +61,13 @@ def _child(mode: str, broker: str, prefix: str, n: int, state_dir: str, client_i
             await real_batch(events)
             count(len(events))
 
-        real_emit = streams.emit_observation
+        real_publish = streams.publish_observations
 
-        def emit(obs: Any) -> None:
-            emitted.append(obs.observation_id.encode())
-            real_emit(obs)
+        def publish(observations: list[Any]) -> None:  # every observation goes through it, batched or not
+            emitted.extend(obs.observation_id.encode() for obs in observations)
+            real_publish(observations)
 
-        streams.emit_observation = emit  # type: ignore[method-assign]
+        streams.publish_observations = publish  # type: ignore[method-assign]
         report["published"] = streams.metrics.published
         report["dead_letter_reasons"] = streams.metrics.dead_letters
         report["stage1_counters"] = streams.stage1.counters

@@ -6,10 +6,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from aip.faults import scenarios
-from events import Observation, Topics, encode
+from events import Observation, Topics, encode, observation_batches
 from producers.sim import Simulator
 from streams.readers import PartitionReader
 from streams.rebuild import Rebuild
@@ -32,7 +33,29 @@ def _labelled(observations: list[Observation]) -> int:
     return sum(o.interference_pct is not None for o in observations)
 
 
-def test_a_rebuild_learns_exactly_its_range_skips_bad_records_and_refits_before_serving(settings: Any, tmp_path: Path) -> None:
+def _in_range(observations: list[Observation], batched: bool) -> list[bytes]:
+    """The range's records: one per observation, or ObservationBatch records of a few each (the first with an invalid
+    observation, another environment's, inside it), with bad records among them."""
+    if batched:
+        records = [value for _env, value, _n in observation_batches(observations, max_bytes=8192)]
+        stray = encode(msgspec.structs.replace(observations[0], environment="a100"))
+        head, tail = records[0].split(b"[", 1)
+        records[0] = head + b"[" + stray + b"," + tail
+        assert len(records) > 5
+    else:
+        records = [encode(o) for o in observations]
+    values: list[bytes] = []
+    for i, value in enumerate(records):
+        values.append(value)
+        if i % 25 == 3:
+            values.append(GARBAGE[(i // 25) % len(GARBAGE)])
+    return values
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["one-per-record", "observation-batches"])
+def test_a_rebuild_learns_exactly_its_range_skips_bad_records_and_refits_before_serving(
+    settings: Any, tmp_path: Path, batched: bool
+) -> None:
     from transport import RecordProducer, ensure_project_topics
 
     ensure_project_topics(settings)
@@ -41,16 +64,11 @@ def test_a_rebuild_learns_exactly_its_range_skips_bad_records_and_refits_before_
     covered, rest = obs[:40], obs[40:]
     in_range, after = rest[: len(rest) // 2], rest[len(rest) // 2 :]
     # partition 0: what the models already cover, the range to rebuild with bad records among it, what follows
-    values = [encode(o) for o in covered]
-    for i, o in enumerate(in_range):
-        values.append(encode(o))
-        if i % 25 == 3:
-            values.append(GARBAGE[(i // 25) % len(GARBAGE)])
-    values += [encode(o) for o in after]
+    values = [encode(o) for o in covered] + _in_range(in_range, batched) + [encode(o) for o in after]
     with RecordProducer(settings) as p:
         offsets = [int(f.get(timeout=30).offset) for f in [p.send_to(topic, 0, v, key=b"v100") for v in values]]
     start, end = offsets[len(covered)], offsets[len(values) - len(after)]  # [start, end): the range and its bad records
-    assert end - start == len(in_range) + sum(v in GARBAGE for v in values)
+    assert end - start == len(values) - len(covered) - len(after)
 
     stage2 = Stage2(state_dir=tmp_path)
     stage2.applied(0, start - 1)  # the models cover everything before ``start`` (a snapshot, say)

@@ -85,7 +85,7 @@ def test_the_profiles_schema_in_the_integration_guide_is_the_generated_one() -> 
 
 def _published(tmp_path) -> dict[type, list[object]]:
     """What the simulator, stage 1 and stage 2 publish for a short simulated fleet, by record class."""
-    from events import HostJobEvents, HostMetrics
+    from events import HostJobEvents, HostMetrics, ObservationBatch, decode, observation_batches
     from producers.batching import host_batches
     from producers.sim import Simulator
     from streams.deadletters import dead_letter
@@ -105,6 +105,7 @@ def _published(tmp_path) -> dict[type, list[object]]:
         *events,
         *batches,
         *observations,
+        *(decode(ObservationBatch, value) for _env, value, _n in observation_batches(observations, 256 * 1024)),
         *(stage1.profiles.record(env, job_type) for env, job_type in stage1.profiles.known()),
         *(p for o in outputs for p in o.predictions),
         *(a for o in outputs for a in o.alerts),

@@ -61,7 +61,7 @@ def _through_the_worker(records: list[tuple[str, Any]], tmp_path: Any, name: str
     """The observations and stage-1 counters of a worker's stage 1 fed ``records`` in batches of 200 events."""
     streams = create_app(Settings(topic_prefix="unit.", partitions=4, state_dir=str(tmp_path / name)), web=False)
     emitted: list[Any] = []
-    streams.emit_observation = emitted.append  # type: ignore[method-assign]
+    streams.emit_observations = emitted.extend  # type: ignore[method-assign]
     streams.out["predictions"].send_soon = lambda **_: None  # type: ignore[method-assign,assignment]
     offsets: dict[tuple[str, int], int] = {}
     events = []

@@ -64,7 +64,7 @@ def test_held_windows_taken_over_are_published_at_the_next_batch(tmp_path: Path,
     log = _last_owner_log(tmp_path)
     streams = create_app(Settings(topic_prefix="unit.", state_dir=str(tmp_path / "new"), stage1_batch=batch), web=False)
     emitted: list[Any] = []
-    streams.emit_observation = emitted.append  # type: ignore[method-assign]
+    streams.emit_observations = emitted.extend  # type: ignore[method-assign]
     streams.state.read = lambda p: changelog.fold([(k, v) for k, v, q in log if q == p])
     # this worker knows new-type's solo profile (interference.profiles carries every worker's shares)
     streams.stage1.profiles.add("v100", "new-type", {**{k: 50.0 for k in KEYS}, "throughput": 2.0}, source="1", ts=TS)

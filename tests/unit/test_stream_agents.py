@@ -9,7 +9,7 @@ from records import job_event, sample
 from test_streams import observations, scenario
 
 from config import Settings
-from events import encode
+from events import Observation, encode, observation_batches, to_dict
 from streams.app import create_app
 from streams.stage2 import Stage2
 
@@ -30,8 +30,15 @@ def make(tmp_path: Any) -> Any:
     streams.send = send  # type: ignore[method-assign]
     streams.publish_served = publish_served  # type: ignore[method-assign]
     streams.observations.send = send_observation  # type: ignore[method-assign]
-    streams.emit_observation = lambda o: sent.append(("observations", o))  # type: ignore[method-assign]
+    streams.emit_observations = lambda obs: sent.extend(("observations", o) for o in obs)  # type: ignore[method-assign]
     streams.checkpoint = lambda: streams.stage1.dirty.clear()  # type: ignore[method-assign]
+
+    def dead_letter_soon(key: bytes | None, value: bytes) -> None:  # a batch's invalid observation: buffered
+        from events import DeadLetter, decode
+
+        sent.append(("deadletter", decode(DeadLetter, value)))
+
+    streams.out["deadletter"].send_soon = lambda key=None, value=b"", **_: dead_letter_soon(key, value)  # type: ignore[method-assign]
     return streams, sent
 
 
@@ -56,6 +63,54 @@ def test_stage2_agent_publishes_predictions_and_dead_letters(tmp_path: Any) -> N
     dl = next(r for n, r in sent if n == "deadletter")
     assert dl.stage == "stage2" and "not valid JSON" in dl.error
     assert streams.stage2.counters["duplicates"] == 1
+
+
+def _stage2_through_agent(streams: Any, values: list[bytes]) -> None:
+    async def go() -> None:
+        async with streams.agents[1].test_context() as agent:
+            for value in values:
+                await agent.put(value, key=b"v100")
+            await asyncio.sleep(0.2)  # let take_events flush its buffer
+
+    asyncio.run(go())
+
+
+def test_stage2_learns_and_serves_a_batch_as_the_same_observations_one_by_one(tmp_path: Any) -> None:
+    """ObservationBatch records (several observations per record) give stage 2 the same models, leaderboard and
+    predictions as the same observations one per record; an invalid observation of a batch is dead-lettered alone."""
+    obs = observations(40)
+    singles, sent_singles = make(tmp_path / "singles")
+    _stage2_through_agent(singles, [encode(o) for o in obs])
+
+    batches = [value for _env, value, _n in observation_batches(obs, max_bytes=4096)]
+    assert len(batches) > 3 and all(b'"observations":[' in b for b in batches)
+    stray = encode(Observation(**{**to_dict(obs[0]), "environment": "a100", "co_solo": obs[0].co_solo}))
+    head, tail = batches[0].split(b"[", 1)
+    batches[0] = head + b"[" + stray + b"," + tail  # another environment's observation, inside a v100 batch
+    batched, sent_batched = make(tmp_path / "batched")
+    _stage2_through_agent(batched, batches)
+
+    def served(sent: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in to_dict(r).items() if k != "ts"} for n, r in sent if n == "predictions"]
+
+    assert served(sent_batched) == served(sent_singles) and len(served(sent_singles)) > 0
+    assert batched.stage2.models["v100"].observations == singles.stage2.models["v100"].observations == len(obs)
+    def board(sent: list[tuple[str, Any]]) -> dict[str, Any]:  # the last leaderboard published, less its timings
+        last = [r for n, r in sent if n == "leaderboard"][-1]
+        return {k: v for k, v in to_dict(last).items() if k not in ("ts", "selection_seconds", "last_refit")}
+
+    assert board(sent_batched) == board(sent_singles)
+    assert batched.metrics.observations == singles.metrics.observations == {"v100": len(obs)}
+    letters = [r for n, r in sent_batched if n == "deadletter"]
+    assert [n for n, _ in sent_singles].count("deadletter") == 0 and len(letters) == 1
+    assert letters[0].stage == "stage2" and "environment 'a100' is not the batch's environment 'v100'" in letters[0].error
+    assert decode_payload(letters[0].payload_b64) == stray  # its own JSON, not the whole batch
+
+
+def decode_payload(payload_b64: str) -> bytes:
+    import base64
+
+    return base64.b64decode(payload_b64)
 
 
 def test_stage1_agent_emits_observations(tmp_path: Any) -> None:
