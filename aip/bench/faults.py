@@ -159,23 +159,18 @@ def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
         ]  # fmt: skip
         # alone, after the lanes: the rebalance wedged the embedded broker's group when it ran beside other
         # scenarios at load (docs/BENCHMARKS.md, "bench all --quick"); the soak measures a worker's throughput
-        rebalance = [
-            scenario(
-                "rebalance", f"a third worker joins a {fleet_gpus}-GPU fleet's run, then one leaves cleanly",
-                scenarios.rebalance, settings("rebalance", models_save_interval_s=3.0), gpus=fleet_gpus,
-                sim_s=600 if quick else 1200, run_s=30 if quick else 60,
-            ),
-        ]  # fmt: skip
+        rebalance = scenario(
+            "rebalance", f"a third worker joins a {fleet_gpus}-GPU fleet's run, then one leaves cleanly",
+            scenarios.rebalance, settings("rebalance", models_save_interval_s=3.0), gpus=fleet_gpus,
+            sim_s=600 if quick else 1200, run_s=30 if quick else 60,
+        )  # fmt: skip
+        soak = scenario(
+            "load_soak", f"2x nominal (4,000 samples/s: 2,000 GPUs at 2 Hz) into one worker for {soak_s} s",
+            scenarios.load_soak, settings("load_soak"), duration_s=soak_s,
+        )  # fmt: skip
         try:
             faults.update(run_lanes(lanes, side_by_side=quick, progress=progress))
-            faults.update(run_lanes([rebalance], side_by_side=False, progress=progress))
-            (soak,) = [
-                scenario(
-                    "load_soak", f"2x nominal (4,000 samples/s: 2,000 GPUs at 2 Hz) into one worker for {soak_s} s",
-                    scenarios.load_soak, settings("load_soak"), duration_s=soak_s,
-                ),
-            ]  # fmt: skip
-            faults.update(run_lanes([[soak]], side_by_side=False, progress=progress))
+            faults.update(run_lanes([[rebalance, soak]], side_by_side=False, progress=progress))
         finally:
             broker.stop()
     order = ("bad_input", "worker_crash", "worker_failover", "rebalance", "load_soak", "broker_outage", "security")
