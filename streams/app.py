@@ -48,7 +48,7 @@ from events import (
 from events import observations as read_observations
 from events.topics import LIFECYCLE, METRICS
 from models import parallel
-from streams import changelog, views
+from streams import changelog, outputs, views
 from streams.checkpoint import Checkpoint, TopicPartition
 from streams.consumer import App
 from streams.deadletters import dead_letter
@@ -268,6 +268,7 @@ class Streams:
             lambda p, start, end: PartitionReader(settings, t.observations, p, start, end),
             lambda env, board: self.send("leaderboard", env, board),
         )
+        self.deliveries = outputs.Deliveries(self.stage1.counters)
         self._own_commit = False
         self._tps: dict[tuple[str, int], tuple[TP, TopicPartition]] = {}  # (base topic, partition) -> (faust TP, ours)
         self._bases: dict[str, str] = {}  # full topic name -> base name
@@ -356,11 +357,13 @@ class Streams:
         self.metrics.published["alerts"] += len(out.alerts)
 
     def on_commit_initiated(self) -> None:
-        """Before faust commits offsets (our timers, a rebalance, a clean stop): save the state they cover
-        (the changelog and profiles are flushed by faust before the offsets are committed)."""
+        """Before faust commits offsets (our timers, a rebalance, a clean stop): take the state they cover, and put
+        the changelog and profiles in the producer's buffer.  faust then flushes the buffer, which waits until every
+        output is acknowledged and only then writes the stage-1 checkpoint taken here (:mod:`streams.outputs`)."""
+        self.guard_outputs()
         self.publish_profiles()
         self.publish_changelog()
-        self.checkpoint()
+        self.state.prepare_checkpoint()
         if not self._own_commit:  # a commit of every topic: observations too
             self.stage2.save()
 
@@ -377,8 +380,13 @@ class Streams:
         finally:
             self._own_commit = False
 
+    def guard_outputs(self) -> None:
+        """Outputs acknowledged before offsets are committed and the checkpoint written (once; :mod:`streams.outputs`)."""
+        outputs.guard(self.app.producer, self.deliveries, self.state.write_prepared)
+
     async def checkpoint_and_commit(self) -> None:
-        await self.state.offsets.commit()  # the input offsets; on_commit_initiated checkpoints first
+        await self.state.offsets.commit()  # the input offsets; on_commit_initiated takes the checkpoint first
+        await self.app.producer.buffer.flush()  # no offsets to commit: faust did not flush, and the checkpoint waits
 
     async def save_models_and_commit(self) -> None:
         self.stage2.save()
@@ -587,6 +595,7 @@ class Streams:
         @app.task
         async def shared_state() -> None:
             self.state.enabled = True
+            self.guard_outputs()
             self.follow_profiles()
             if self.sharded:
                 self.snapshots.follow()
@@ -761,5 +770,8 @@ def run_worker(settings: Settings, *, loglevel: str = "warn", web_port: int | No
         for follower in (streams.follower, streams.snapshots.follower):
             if follower is not None:
                 follower.stop()
-        streams.checkpoint()
+        if streams.deliveries.pending:  # the broker has not got everything this state produced: keep the last checkpoint
+            log.warning("%d outputs unacknowledged at stop: stage 1 restarts from its last checkpoint", len(streams.deliveries.pending))
+        else:
+            streams.checkpoint()
         streams.stage2.save()

@@ -75,6 +75,7 @@ class Stage1State:
         self.touched: set[str] = set()  # GPUs whose state changed since the last changelog write
         self.enabled = False  # the changelog is used once the worker runs (unit tests drive stage 1 without a broker)
         self.checkpoints = 0
+        self._prepared: bytes | None = None  # a checkpoint taken, not written yet
         self.released: list[Any] = []  # observations of adopted held job-windows whose profile was known: to publish
         self._logged: dict[int, dict[TopicPartition, int]] = {}  # input positions last written to the changelog
         self._restoring: dict[int, asyncio.Future[int]] = {}  # input partitions whose changelog is being read
@@ -122,7 +123,13 @@ class Stage1State:
 
     def checkpoint(self) -> None:
         """Write stage 1's state atomically (temporary file, fsync, rename)."""
-        body = _dumps(
+        self.prepare_checkpoint()
+        self.write_prepared()
+
+    def prepare_checkpoint(self) -> None:
+        """Take stage 1's state as it is now, to be written by :meth:`write_prepared` (the worker: once the outputs
+        made so far are acknowledged, right before the offsets are committed; see :mod:`streams.outputs`)."""
+        self._prepared = _dumps(
             {
                 "version": 1,
                 "saved_at": time.time(),
@@ -131,14 +138,22 @@ class Stage1State:
                 "positions": encode_offsets(self.positions),
             }
         )
+        self.stage1.dirty.clear()
+
+    def write_prepared(self) -> bool:
+        """Write the state :meth:`prepare_checkpoint` took, if not written yet (atomically: temporary file, fsync,
+        rename)."""
+        body, self._prepared = self._prepared, None
+        if body is None:
+            return False
         tmp = self.checkpoint_path.with_suffix(".json.tmp")
         with open(tmp, "wb") as f:
             f.write(body)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.checkpoint_path)
-        self.stage1.dirty.clear()
         self.checkpoints += 1
+        return True
 
     # -------------------------------------------------------------- changelog
     def publish_changelog(self) -> int:

@@ -240,7 +240,9 @@ def test_static_group_membership_id_is_stable_per_host_and_state_dir(tmp_path: P
 
 
 def test_worker_monitor_checkpoints_before_a_commit_and_the_worker_has_no_spinner(tmp_path: Path) -> None:
-    """faust calls the monitor's on_commit_initiated right before it computes the offsets to commit."""
+    """faust calls the monitor's on_commit_initiated right before it computes the offsets to commit: it takes the
+    checkpoint then, and the producer's flush (guarded: tests/unit/test_stream_outputs.py) writes it once every
+    output is acknowledged."""
     import logging
 
     from streams.app import WorkerMonitor, faust_worker
@@ -249,6 +251,9 @@ def test_worker_monitor_checkpoints_before_a_commit_and_the_worker_has_no_spinne
     assert isinstance(streams.app.monitor, WorkerMonitor)
     feed(streams.stage1, scenario()[:200])
     streams.app.monitor.on_commit_initiated(None)
+    assert streams.app.producer.aip_deliveries is streams.deliveries  # the flush waits for every output
+    assert not (tmp_path / "stage1.json").exists()  # taken, not written before the outputs are acknowledged
+    assert streams.state.write_prepared()
     assert json.loads((tmp_path / "stage1.json").read_bytes())["stage1"]["gpus"]
     # faust's own Worker sets the root logger to DEBUG for its spinner and keeps it there
     worker = faust_worker(streams.app, "warn")
