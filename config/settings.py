@@ -48,7 +48,8 @@ class Settings:
     connect_timeout_s: float = _setting(10.0, "give up connecting to the broker after this long")
     request_timeout_s: float = _setting(30.0, "Kafka request timeout")
     rebalance_timeout_s: float = _setting(
-        3.0, "consumer group rebalance timeout; Tansu holds every JoinGroup for its full length"
+        3.0,
+        "consumer group rebalance timeout (Tansu 0.6.0 holds a static member's JoinGroup and SyncGroup 3 s each, whatever it is)",
     )
     fetch_max_wait_s: float = _setting(
         0.25,
@@ -114,6 +115,12 @@ class Settings:
         "",
         "worker's static consumer-group membership id: restarted with the same id, it gets its partitions back "
         "without waiting for its old session to expire (default: host name + state_dir; none: dynamic membership)",
+    )
+    leave_group_on_stop: bool = _setting(
+        True,
+        "a worker that stops cleanly (SIGINT/SIGTERM) leaves the consumer group, static member or not, so its "
+        "partitions move at once (false: a static member's partitions wait for its session to expire, and on the "
+        "embedded broker a group whose leader stopped can wait for it for good)",
     )
     observations_retention_ms: int = _setting(
         -1,

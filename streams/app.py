@@ -53,6 +53,7 @@ from streams.checkpoint import Checkpoint, TopicPartition
 from streams.consumer import App
 from streams.deadletters import dead_letter
 from streams.interference_metrics import HORIZON_WINDOWS, InterferenceMetrics
+from streams.membership import GroupWatch
 from streams.metrics import StreamMetrics, dead_letter_reason
 from streams.profiles import LOCAL
 from streams.readers import PartitionReader, TopicFollower
@@ -86,6 +87,9 @@ def decode_input(topic: str, value: bytes | None) -> list[InputRecord] | None:
 STAGE2_OUTPUT_EVERY = 200
 """Stage 2 publishes what it made, and lets the event loop run, after at most about this many observations (a
 record's observations are not split: an ObservationBatch holds up to 1,024)."""
+GROUP_STUCK_AFTER_S = 60.0
+"""A worker out of a stable consumer-group generation this long says so in its log (:class:`GroupWatch`): well beyond
+a rebalance here (a static member's join and sync take 3 s each on the embedded broker; the session timeout is 10 s)."""
 AUTO_COMMIT_OFF_S = 10.0**9  # faust's periodic commit timer: effectively never
 AUTO_COMMIT_OFF_EVERY = 2**62  # faust's commit every N acked messages: never
 
@@ -163,7 +167,8 @@ def group_instance_id(settings: Settings) -> str | None:
 
 
 def app_config(settings: Settings, *, web: bool = True, web_port: int | None = None) -> dict[str, Any]:
-    """faust settings for the broker at hand (see DESIGN.md: Tansu holds JoinGroup for the whole rebalance timeout)."""
+    """faust settings for the broker at hand (Tansu holds a static member's JoinGroup and SyncGroup 3 s each; a worker
+    leaves its group when it stops: docs/RELIABILITY.md, History 13)."""
     return dict(
         broker=[f"kafka://{s}" for s in settings.bootstrap_servers],
         broker_credentials=broker_credentials(settings),
@@ -189,6 +194,7 @@ def app_config(settings: Settings, *, web: bool = True, web_port: int | None = N
         key_serializer="raw",
         value_serializer="raw",
         fetch_max_wait_s=settings.fetch_max_wait_s,
+        leave_group_on_stop=settings.leave_group_on_stop,
     )
 
 
@@ -249,6 +255,7 @@ class Streams:
             leaderboards=lambda: self.stage2.leaderboards,
             highwater=self._highwater,
             held=lambda: self.stage1.held_count(),
+            group=lambda: (self.group.out_for(), self.group.episodes),
         )
         self.interference = InterferenceMetrics(
             settings.alert_threshold_pct, settings.alert_clear_pct, horizon_s=HORIZON_WINDOWS * settings.window_s
@@ -269,6 +276,8 @@ class Streams:
             lambda env, board: self.send("leaderboard", env, board),
         )
         self.deliveries = outputs.Deliveries(self.stage1.counters)
+        self.group = GroupWatch(GROUP_STUCK_AFTER_S, describe=lambda: str(self.app.group_member()))
+        """Liveness of this worker's group membership: a wedged rebalance is logged with its reason."""
         self._own_commit = False
         self._tps: dict[tuple[str, int], tuple[TP, TopicPartition]] = {}  # (base topic, partition) -> (faust TP, ours)
         self._bases: dict[str, str] = {}  # full topic name -> base name
@@ -393,8 +402,13 @@ class Streams:
         await self.commit({self.topics.observations})
         self.stage2.counters["models_saved_committed"] += 1  # saved, and the offsets it covers committed
 
+    def on_partitions_revoked(self, _sender: Any, revoked: Any = (), **_: Any) -> None:
+        """A rebalance started: this worker is out of a stable generation until its next assignment."""
+        self.group.rebalancing()
+
     def on_partitions_assigned(self, _sender: Any, assigned: Any = (), **_: Any) -> None:
         """Read the changelog of input partitions new here, forget GPUs of those now assigned elsewhere."""
+        self.group.assigned()
         inputs = {self.topics.metrics, self.topics.lifecycle}
         before = set(self.gpu_partition)
         self.state.assign({tp.partition for tp in assigned if tp.topic in inputs})
@@ -612,6 +626,11 @@ class Streams:
             views.register(app, self)
 
         app.on_partitions_assigned.connect(self.on_partitions_assigned)
+        app.on_partitions_revoked.connect(self.on_partitions_revoked)
+
+        @app.timer(5.0)
+        async def group_liveness() -> None:
+            self.group.check()
 
         self.agents = (stage1, stage2)
 

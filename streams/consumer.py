@@ -1,4 +1,5 @@
-"""The worker's faust app: faust's Kafka transport with the fetch wait a setting (``fetch_max_wait_s``).
+"""The worker's faust app: faust's Kafka transport with the fetch wait a setting (``fetch_max_wait_s``), whose
+consumer leaves its group when it stops (``leave_group_on_stop``, static members too: :mod:`streams.membership`).
 
 faust's aiokafka driver fixes ``fetch_max_wait_ms`` at 1,500 ms.  On Apache Kafka the wait only bounds how
 long a fetch is held while fewer than ``fetch_min_bytes`` (1) are new, so a shorter one costs a few more
@@ -14,12 +15,31 @@ from typing import Any
 import faust
 from faust.transport.drivers import aiokafka as driver
 
+from streams.membership import leave_on_close
+
 
 class _ConsumerThread(driver.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
         consumer._fetch_max_wait_ms = self.app.fetch_max_wait_ms  # read by aiokafka when it starts its fetcher
         return consumer
+
+    async def on_start(self) -> None:
+        await super().on_start()  # starts the aiokafka consumer, which creates its group coordinator
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        if self.app.leave_group_on_stop and coordinator is not None:
+            leave_on_close(coordinator)
+
+    def group_member(self) -> dict[str, Any]:
+        """What the consumer knows of its group membership (for the liveness log): member id, generation, instance."""
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        if coordinator is None:
+            return {}
+        return {
+            "member_id": coordinator.member_id,
+            "generation": coordinator.generation,
+            "group_instance_id": coordinator._group_instance_id,
+        }
 
 
 class _Consumer(driver.Consumer):
@@ -32,11 +52,19 @@ class _Transport(driver.Transport):
 
 
 class App(faust.App):
-    """:class:`faust.App` whose consumers wait at most ``fetch_max_wait_s`` for new records."""
+    """:class:`faust.App` whose consumers wait at most ``fetch_max_wait_s`` for new records and leave their group when
+    they stop (``leave_group_on_stop``)."""
 
-    def __init__(self, *args: Any, fetch_max_wait_s: float = 1.5, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, fetch_max_wait_s: float = 1.5, leave_group_on_stop: bool = True, **kwargs: Any) -> None:
         self.fetch_max_wait_ms = max(1, round(fetch_max_wait_s * 1000.0))
+        self.leave_group_on_stop = leave_group_on_stop
         super().__init__(*args, **kwargs)
+
+    def group_member(self) -> dict[str, Any]:
+        """The consumer's group membership as far as it knows (empty before it started)."""
+        thread = getattr(self.consumer, "_thread", None)
+        member = getattr(thread, "group_member", None)
+        return member() if member is not None else {}
 
     def _new_transport(self) -> Any:
         return _Transport(self.conf.broker_consumer, self)

@@ -87,6 +87,18 @@ class _Collector:
         )
         held.add_metric([], float(m.held()))
         yield held
+        out, episodes = m.group()
+        group_out = GaugeMetricFamily(
+            "aip_stream_group_out_seconds",
+            "seconds this worker has been out of a stable consumer-group generation (0 while it holds an assignment)",
+        )
+        group_out.add_metric([], out)
+        yield group_out
+        stuck = CounterMetricFamily(
+            "aip_stream_group_stuck", "times this worker stayed out of the consumer group beyond the liveness limit"
+        )
+        stuck.add_metric([], float(episodes))
+        yield stuck
         error = GaugeMetricFamily(
             "aip_model_mae_points",
             "prequential rolling MAE on measured job sets, points of interference rate",
@@ -128,12 +140,15 @@ class StreamMetrics:
         leaderboards: Callable[[], Mapping[str, Leaderboard]] = dict,
         highwater: Callable[[str, int], int | None] = lambda topic, partition: None,
         held: Callable[[], int] = lambda: 0,
+        group: Callable[[], tuple[float, int]] = lambda: (0.0, 0),
     ) -> None:
         self.stage1 = stage1
         self.stage2 = stage2
         self.leaderboards = leaderboards
         self.highwater = highwater
         self.held = held
+        self.group = group
+        """(seconds out of a stable consumer-group generation, times stuck beyond the liveness limit)"""
         self.consumed: Counter[str] = Counter()
         self.published: Counter[str] = Counter()
         self.dead_letters: Counter[str] = Counter()
