@@ -10,10 +10,11 @@ restart are duplicates of the checkpoint's.
 
 :class:`Deliveries` keeps every record handed to the producer (its ``FutureMessage``, done when the broker acknowledged
 it), and :func:`guard` puts :meth:`Deliveries.drain` in the place of the buffer's flush, which every commit of faust's
-awaits right before it commits (our timers', a rebalance's, a clean stop's): faust's own flush until the buffer is
-empty, then every record still unacknowledged, then ``after`` (the stage-1 checkpoint prepared when the commit began,
-written only now: the saved state never claims an output the broker has not got).  Nothing is faust-specific but the
-two names it wraps, ``producer.send_soon`` and ``producer.buffer.flush``.
+awaits right before it commits (our timers', a rebalance's, a clean stop's): it waits until every record handed over
+before the commit is acknowledged (faust's buffer sends them in order, in a task of its own), then calls ``after``
+(the stage-1 checkpoint taken when the commit began, written only now: the saved state never claims an output the
+broker has not got).  Nothing is faust-specific but the two names it wraps, ``producer.send_soon`` and
+``producer.buffer.flush``.
 """
 
 from __future__ import annotations
@@ -48,17 +49,20 @@ class Deliveries:
             self.counters["outputs_failed"] += 1  # faust logged it; the commit does not wait for a record that failed
 
     async def drain(self, flush: Callable[[], Awaitable[None]], buffered: Callable[[], int], timeout_s: float) -> bool:
-        """faust's ``flush`` until ``buffered()`` is 0, then wait for every record tracked; False when ``timeout_s``
-        passed first (the records left are counted and logged)."""
+        """Wait until every record handed over so far is acknowledged (faust's ``flush`` first, for any handed over
+        before tracking began); False when ``timeout_s`` passed first (those left are counted and logged).
+
+        Records handed over while it waits are not waited for: they come from events beyond the offsets this commit
+        covers, and under a steady input the buffer is never empty for long."""
         deadline = time.monotonic() + timeout_s
-        await flush()
-        while buffered() and time.monotonic() < deadline:
-            self.counters["outputs_flush_short"] += 1  # faust's flush returned with records still buffered
-            await flush()
         waiting = set(self.pending)
-        if waiting and not buffered():
+        await flush()
+        if buffered():
+            self.counters["outputs_flush_short"] += 1  # faust's flush returned with records still buffered
+        waiting = {f for f in waiting if not f.done()}
+        if waiting:
             await asyncio.wait(waiting, timeout=max(0.0, deadline - time.monotonic()))
-        left = buffered() + sum(not f.done() for f in waiting)
+        left = sum(not f.done() for f in waiting)
         if left:
             self.counters["outputs_undelivered_at_commit"] += left
             log.warning("%d outputs not acknowledged within %.0f s of a commit: committing as faust would", left, timeout_s)

@@ -84,6 +84,34 @@ def test_guarded_flush_waits_for_every_acknowledgement_then_writes_the_checkpoin
     assert counters["outputs_undelivered_at_commit"] == 0
 
 
+def test_records_handed_over_during_the_drain_are_not_waited_for() -> None:
+    """Under a steady input the buffer is never empty: the drain waits for what came before the commit only."""
+
+    async def run() -> tuple[bool, Counter[str], int]:
+        loop = asyncio.get_running_loop()
+        deliveries = Deliveries()
+        before = [loop.create_future() for _ in range(3)]
+        for f in before:
+            deliveries.track(f)
+            loop.call_later(0.05, f.set_result, None)
+        later: list[asyncio.Future[Any]] = []
+
+        async def flush() -> None:  # the agents keep producing while the commit waits, and nothing after is acked
+            for _ in range(3):
+                fut = loop.create_future()
+                later.append(fut)
+                deliveries.track(fut)
+
+        ok = await deliveries.drain(flush, lambda: len(later), timeout_s=5.0)
+        for f in later:
+            f.cancel()
+        return ok, deliveries.counters, sum(f.done() for f in before)
+
+    ok, counters, acked = asyncio.run(run())
+    assert ok is True and acked == 3
+    assert counters["outputs_undelivered_at_commit"] == 0
+
+
 def test_drain_past_its_timeout_reports_what_is_left() -> None:
     async def run() -> tuple[bool, Counter[str]]:
         deliveries = Deliveries()
