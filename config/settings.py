@@ -85,6 +85,12 @@ class Settings:
         "stage 1 publishes the observations of one input batch as one record per environment (ObservationBatch) of at "
         "most this many bytes (0: one Observation per record, for stage-2 workers older than ObservationBatch)",
     )
+    changelog_buckets: int = _setting(
+        32,
+        "stage 1 writes each input partition's GPU states to its changelog as this many records at most (a GPU's "
+        "state in the record of its bucket, every GPU of a bucket in each write); 0: one record per GPU, as workers "
+        "before it wrote and read",
+    )
     checkpoint_interval_s: float = _setting(
         5.0, "stage 1 writes its state (windows, job sets, solo profiles) to state_dir this often, then commits offsets"
     )
@@ -197,6 +203,8 @@ class Settings:
             raise SettingsError(
                 "serving sharded needs snapshot_key (AIP_SNAPSHOT_KEY): 16 characters or more, the same on every worker"
             )
+        if not 0 <= self.changelog_buckets <= 4096:
+            raise SettingsError("changelog_buckets must be between 0 (one record per GPU) and 4096")
         if self.observation_batch_bytes != 0 and not 1024 <= self.observation_batch_bytes <= 900 * 1024:
             raise SettingsError("observation_batch_bytes must be 0 or between 1024 and 921600 (below Kafka's 1 MB message limit)")
         if not 1024 <= self.snapshot_chunk_bytes <= 900 * 1024:

@@ -238,6 +238,7 @@ class Streams:
             read=functools.partial(changelog.read_partition, settings, t.stage1_changelog, writer=self.writer_id),
             writer_id=self.writer_id,
             offsets=Checkpoint(commit=lambda: self.commit({t.metrics, t.lifecycle})),
+            buckets=settings.changelog_buckets,
         )
         self.state.load_checkpoint()
         self.sharded = settings.serving == "sharded"

@@ -11,6 +11,13 @@ keeps the latest record per key, and continues those GPUs where the last owner's
 checkpoint left them; the input read again from the committed offsets is deduplicated
 as after a local restart.
 
+GPU states travel in buckets (setting ``changelog_buckets``, 32): a GPU belongs to bucket ``crc32(uuid) % n``, and a
+write of any GPU of a bucket writes every GPU the partition holds in it, as one record keyed ``gpus:<n>:<bucket>``.
+So compaction keeps, per key, a complete bucket, and a partition of 1,000 GPUs is 32 records a checkpoint instead of
+1,000: the producer's cost is per record (faust's buffer sends one at a time; measured, docs/BENCHMARKS.md "Fleet",
+tenth session).  ``changelog_buckets`` 0 writes one ``gpu:<uuid>`` record per GPU, as workers before it did; every
+worker reads both, in log order (a bucket's record replaces whatever was read before of that bucket's GPUs).
+
 Where the partition ends: the new owner writes a ``fence`` record of its own to the
 partition and reads until it has seen it (the broker answered the offset of that
 write).  ListOffsets is never asked (the embedded broker's undercounts: 2,341 for 3,000
@@ -24,6 +31,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -33,6 +41,7 @@ from streams.checkpoint import TopicPartition
 from streams.stage1 import HeldWindow
 
 GPU_PREFIX = "gpu:"
+BUCKET_PREFIX = "gpus:"
 POSITIONS = "positions"
 FENCE = "fence"
 
@@ -41,6 +50,23 @@ def gpu_record(gpu_uuid: str, state: Mapping[str, Any], held: Iterable[HeldWindo
     """One GPU's state and the job-windows held for a solo profile that has not arrived yet."""
     body = {"state": state, "held": [w.to_builtins() for w in held]}
     return (GPU_PREFIX + gpu_uuid).encode(), json.dumps(body, separators=(",", ":")).encode()
+
+
+def bucket_of(gpu_uuid: str, buckets: int) -> int:
+    """The bucket of ``gpu_uuid`` among ``buckets`` (the same in every process and version).
+
+    >>> bucket_of("GPU-1", 32), bucket_of("GPU-1", 32) == bucket_of("GPU-1", 32)
+    (8, True)
+    """
+    return zlib.crc32(gpu_uuid.encode()) % buckets
+
+
+def bucket_record(
+    bucket: int, buckets: int, gpus: Mapping[str, tuple[Mapping[str, Any], Iterable[HeldWindow]]]
+) -> tuple[bytes, bytes]:
+    """Every GPU of one bucket of a partition: ``{uuid: (state, held job-windows)}``, all of them in ``bucket``."""
+    body = {"gpus": {g: {"state": state, "held": [w.to_builtins() for w in held]} for g, (state, held) in gpus.items()}}
+    return f"{BUCKET_PREFIX}{buckets}:{bucket}".encode(), json.dumps(body, separators=(",", ":")).encode()
 
 
 def positions_record(positions: Mapping[TopicPartition, int], window_s: float, writer: str) -> tuple[bytes, bytes]:
@@ -70,9 +96,12 @@ class PartitionState:
         return any(off > local.get(tp, -1) for tp, off in self.positions.items())
 
 
-def _gpu_entry(value: bytes) -> GpuEntry:
-    body = json.loads(value)
+def _entry(body: Mapping[str, Any]) -> GpuEntry:
     return GpuEntry(body.get("state", {}), [HeldWindow.from_builtins(w) for w in body.get("held", [])])
+
+
+def _gpu_entry(value: bytes) -> GpuEntry:
+    return _entry(json.loads(value))
 
 
 def fold(records: Iterable[tuple[bytes | None, bytes | None]]) -> PartitionState:
@@ -83,8 +112,16 @@ def fold(records: Iterable[tuple[bytes | None, bytes | None]]) -> PartitionState
     >>> s = fold([(k, v), (p, q), (b"fence", b"{}")])
     >>> s.gpus, s.positions, s.window_s
     ({'GPU-1': GpuEntry(state={'closed': 3}, held=[])}, {TopicPartition(topic='gpu.metrics', partition=0): 41}, 10.0)
+    >>> b = bucket_of("GPU-1", 32)
+    >>> fold([(k, v), bucket_record(b, 32, {"GPU-1": ({"closed": 4}, [])})]).gpus  # the bucket replaces what was read
+    {'GPU-1': GpuEntry(state={'closed': 4}, held=[])}
+    >>> fold([(k, v), bucket_record(b, 32, {})]).gpus  # ... GPUs it no longer holds included
+    {}
     """
     gpus: dict[str, GpuEntry] = {}
+    members: dict[tuple[int, int], set[str]] = {}  # (buckets, bucket) -> the GPUs its last record held
+    others: set[str] = set()  # GPUs last read from anything but a record of ``last_n`` buckets
+    last_n = 0
     positions: dict[TopicPartition, int] = {}
     window_s = None
     for key, value in records:
@@ -92,10 +129,26 @@ def fold(records: Iterable[tuple[bytes | None, bytes | None]]) -> PartitionState
             continue
         name = key.decode(errors="replace")
         if name.startswith(GPU_PREFIX):
+            gpu = name[len(GPU_PREFIX) :]
             if value is None:
-                gpus.pop(name[len(GPU_PREFIX) :], None)
+                gpus.pop(gpu, None)
             else:
-                gpus[name[len(GPU_PREFIX) :]] = _gpu_entry(value)
+                gpus[gpu] = _gpu_entry(value)
+                others.add(gpu)
+        elif name.startswith(BUCKET_PREFIX) and value is not None:
+            n, b = (int(x) for x in name[len(BUCKET_PREFIX) :].split(":"))
+            if n != last_n:  # another bucket count (a changed setting): every GPU read so far is of the others
+                others, last_n = set(gpus), n
+                members = {k: v for k, v in members.items() if k[0] == n}
+            replaced = members.pop((n, b), set()) | {g for g in others if bucket_of(g, n) == b}
+            for gpu in replaced:
+                gpus.pop(gpu, None)
+            others -= replaced
+            held = json.loads(value).get("gpus", {})
+            for gpu, body in held.items():
+                gpus[gpu] = _entry(body)
+                others.discard(gpu)
+            members[(n, b)] = set(held)
         elif name == POSITIONS and value is not None:
             body = json.loads(value)
             positions = checkpoint.decode(body.get("positions", {}))

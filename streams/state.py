@@ -62,6 +62,7 @@ class Stage1State:
         writer_id: str = "",
         catch_up_s: float = 15.0,
         offsets: Checkpoint | None = None,
+        buckets: int = 0,
     ) -> None:
         self.stage1 = stage1
         self.checkpoint_path = checkpoint_path
@@ -69,6 +70,7 @@ class Stage1State:
         self.read = read
         self.writer_id = writer_id
         self.catch_up_s = catch_up_s
+        self.buckets = buckets  # changelog records per partition (0: one per GPU; see streams.changelog)
         self.gpu_partition: dict[str, int] = {}  # GPU -> input partition it was last read from
         self.offsets = offsets if offsets is not None else Checkpoint()  # the input offsets applied to stage 1
         self.assigned: set[int] = set()  # input partitions assigned to this process
@@ -164,15 +166,18 @@ class Stage1State:
             return 0
         sent = 0
         partitions: set[int] = set()
-        held = self.stage1.held_by_gpu(self.touched) if self.stage1.held else {}
-        for gpu in self.touched:
-            partition = self.gpu_partition.get(gpu)
-            st = self.stage1.gpus.get(gpu)
-            if partition is None or st is None:
-                continue
-            self.send(*changelog.gpu_record(gpu, st.to_dict(), held.get(gpu, ())), partition)
-            partitions.add(partition)
-            sent += 1
+        if self.buckets:
+            sent += self._publish_buckets(partitions)
+        else:
+            held = self.stage1.held_by_gpu(self.touched) if self.stage1.held else {}
+            for gpu in self.touched:
+                partition = self.gpu_partition.get(gpu)
+                st = self.stage1.gpus.get(gpu)
+                if partition is None or st is None:
+                    continue
+                self.send(*changelog.gpu_record(gpu, st.to_dict(), held.get(gpu, ())), partition)
+                partitions.add(partition)
+                sent += 1
         self.touched.clear()
         for partition in sorted(partitions | self.assigned):
             mine = self.offsets.of_partition(partition)
@@ -181,6 +186,28 @@ class Stage1State:
                 self._logged[partition] = mine
                 sent += 1
         return sent
+
+    def _publish_buckets(self, partitions: set[int]) -> int:
+        """Each (partition, bucket) holding a GPU touched since the last write, whole (:mod:`streams.changelog`)."""
+        assert self.send is not None
+        n = self.buckets
+        dirty = {
+            (p, changelog.bucket_of(g, n))
+            for g in self.touched
+            if (p := self.gpu_partition.get(g)) is not None and g in self.stage1.gpus
+        }
+        if not dirty:
+            return 0
+        members: dict[tuple[int, int], list[str]] = {}
+        for g, p in self.gpu_partition.items():
+            if g in self.stage1.gpus and (k := (p, changelog.bucket_of(g, n))) in dirty:
+                members.setdefault(k, []).append(g)
+        held = self.stage1.held_by_gpu([g for gs in members.values() for g in gs]) if self.stage1.held else {}
+        for (p, b), gpus in sorted(members.items()):
+            entries = {g: (self.stage1.gpus[g].to_dict(), held.get(g, ())) for g in gpus}
+            self.send(*changelog.bucket_record(b, n, entries), p)
+            partitions.add(p)
+        return len(members)
 
     async def restore_partition(self, partition: int) -> int:
         """Continue input partition ``partition``'s GPUs from the changelog when it is beyond this worker's own

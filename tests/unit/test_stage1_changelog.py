@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from events.topics import METRICS
 from producers.sim import Simulator
 from streams import changelog
@@ -43,13 +45,17 @@ def _replay(state: Stage1State, events: list[tuple[str, Any]], start: int, stop:
         _apply(state, i, topic, record)
 
 
-def test_the_next_owner_continues_the_partition_as_if_nothing_moved(tmp_path: Path) -> None:
+@pytest.mark.parametrize("buckets", [0, 1, 32])
+def test_the_next_owner_continues_the_partition_as_if_nothing_moved(tmp_path: Path, buckets: int) -> None:
+    """One record per GPU (0, as workers before buckets wrote), or per bucket (every GPU of it in each)."""
     events = _events()
     cut = len(events) // 2
-    old, log = _writing(tmp_path, "old", writer_id="old")
+    old, log = _writing(tmp_path, "old", writer_id="old", buckets=buckets)
     old.assigned = {0}
     _replay(old, events, 0, cut)
-    assert old.publish_changelog() == 3 + 1  # three GPUs, then the positions
+    gpus = sorted(old.stage1.gpus)
+    records = len({changelog.bucket_of(g, buckets) for g in gpus}) if buckets else len(gpus)
+    assert old.publish_changelog() == records + 1  # the GPUs' records, then the positions
     assert {p for _k, _v, p in log} == {0}
     new = _state(tmp_path, "new", read=lambda p: changelog.fold([(k, v) for k, v, q in log if q == p]), writer_id="new")
     for env, jt in old.stage1.profiles.known():  # what interference.profiles carries
@@ -136,3 +142,39 @@ def test_records_of_the_dict_era_still_fold_and_the_wire_format_is_unchanged() -
     assert (key, json.loads(value)) == (gpu[0], json.loads(gpu[1]))
     _, value = changelog.positions_record(state.positions, 10.0, "w")
     assert json.loads(value)["positions"] == {"gpu.metrics:3": 41, "jobs.lifecycle:3": 7}
+
+
+def test_a_bucket_record_replaces_what_was_read_of_its_gpus_in_log_order() -> None:
+    """A bucket's record holds every GPU of it: one it no longer holds is gone, whichever record held it before."""
+    n = 4
+    gpus = [f"GPU-{i}" for i in range(40)]
+    b = changelog.bucket_of(gpus[0], n)
+    mine = [g for g in gpus if changelog.bucket_of(g, n) == b]
+    other = next(g for g in gpus if changelog.bucket_of(g, n) != b)
+    single = changelog.gpu_record(mine[1], {"v": "single"})  # as a worker without buckets wrote it
+    first = changelog.bucket_record(b, n, {g: ({"v": 1}, []) for g in mine})
+    second = changelog.bucket_record(b, n, {mine[0]: ({"v": 2}, [])})  # the others left this partition
+    outside = changelog.bucket_record(changelog.bucket_of(other, n), n, {other: ({"v": 1}, [])})
+    state = changelog.fold([single, outside, first, second])
+    assert {g: e.state for g, e in state.gpus.items()} == {mine[0]: {"v": 2}, other: {"v": 1}}
+    later = changelog.gpu_record(mine[1], {"v": "back"})  # a record of its own after the bucket: it wins
+    assert changelog.fold([first, second, later]).gpus[mine[1]].state == {"v": "back"}
+    assert set(changelog.fold([single, first]).gpus) == set(mine)  # the bucket's record replaced the single one
+    rebucketed = changelog.bucket_record(changelog.bucket_of(mine[0], 8), 8, {})  # another bucket count
+    assert mine[0] not in changelog.fold([first, rebucketed]).gpus
+
+
+def test_a_thousand_gpus_are_a_few_records_a_checkpoint(tmp_path: Path) -> None:
+    """The cost the buckets are for: records per checkpoint, not per GPU (four input partitions)."""
+    events = list(Simulator(gpus=1000, gpu_model="v100", seed=4, start_ts=1_700_000_000.0, duration_s=12).events())
+    state, log = _writing(tmp_path, "many", buckets=32)
+    for i, (topic, record) in enumerate(events):
+        p = hash(record.gpu_uuid) % 4
+        state.read_from(record.gpu_uuid, p)
+        state.offsets.store(TopicPartition(topic, p), i)
+        state.stage1.on_metric(record) if topic == METRICS else state.stage1.on_job(record)
+    sent = state.publish_changelog()
+    assert sent == 4 * 32 + 4  # every bucket of every partition, then each partition's positions
+    folded = {p: changelog.fold([(k, v) for k, v, q in log if q == p]) for p in range(4)}
+    assert sum(len(f.gpus) for f in folded.values()) == len(state.stage1.gpus) == 1000
+    assert all(len(v) < 900 * 1024 for _k, v, _p in log)  # each under Kafka's 1 MB message limit
