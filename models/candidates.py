@@ -23,6 +23,7 @@ No Kafka, no faust.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
@@ -119,7 +120,10 @@ class MeanState(msgspec.Struct, array_like=True):
 
 
 class RollingMean:
-    """river's ``utils.Rolling(stats.Mean, window)`` with ``n`` and None when empty (the prequential rolling MAE).
+    """river's ``utils.Rolling(stats.Mean, window)`` with ``n`` and None when empty (the prequential rolling MAE): its
+    arithmetic, the same floats (``stats.Mean``'s ``update`` and ``revert`` with weight 1.0, the oldest value
+    reverted before the newest is added), without river's wrappers, a scored residual being the learner's commonest
+    operation (each candidate, each observation).
 
     >>> r = RollingMean(2)
     >>> for v in (1.0, 2.0, 6.0): r.update(v)
@@ -127,29 +131,37 @@ class RollingMean:
     (2, 4.0)
     """
 
-    __slots__ = ("rolling",)
+    __slots__ = ("count", "mean", "values", "window")
 
     def __init__(self, window: int, state: MeanState | None = None) -> None:
-        from river import stats, utils
-
-        self.rolling = utils.Rolling(stats.Mean, window_size=window)
+        self.window = window
+        self.values: deque[float] = deque(maxlen=window)
+        self.count = 0.0
+        """river's ``Mean.n``: the sum of the weights (1.0 each) in the window."""
+        self.mean = 0.0
         if state is not None:  # exactly as saved (a fresh mean of the window would differ in the last bits)
-            self.rolling.obj = stats.Mean._from_state(state.n, state.mean)
-            self.rolling.window.extend(((v,), {}) for v in state.values)
+            self.count, self.mean = float(state.n), float(state.mean)
+            self.values.extend(state.values)
 
     def update(self, v: float) -> None:
-        self.rolling.update(v)
+        values = self.values
+        if len(values) == self.window:  # river's Mean.revert of the oldest value
+            count = self.count - 1.0
+            self.count = count
+            self.mean = 0.0 if count == 0 else self.mean - (1.0 / count) * (values[0] - self.mean)
+        self.count += 1.0  # river's Mean.update
+        self.mean += (1.0 / self.count) * (v - self.mean)
+        values.append(v)
 
     @property
     def n(self) -> int:
-        return len(self.rolling.window)
+        return len(self.values)
 
     def get(self) -> float | None:
-        return float(self.rolling.obj.get()) if self.rolling.window else None
+        return float(self.mean) if self.values else None
 
     def state(self) -> MeanState:
-        mean = self.rolling.obj
-        return MeanState(mean.n, mean.get(), [args[0] for args, _ in self.rolling.window])
+        return MeanState(self.count, self.mean, list(self.values))
 
 
 class RecordState(msgspec.Struct):
@@ -268,8 +280,8 @@ class Candidate:
         record = self.record
         if regime == "new" and record.cv is not None:
             return record.cv.mae
-        r = record.errors[regime].rolling
-        return None if len(r.window) < min_samples else float(r.obj.get())
+        r = record.errors[regime]
+        return None if len(r.values) < min_samples else float(r.mean)
 
     def offsets(self, regime: str, min_samples: int) -> tuple[float, float] | None:
         """Its 90 % interval offsets in ``regime``: the refit's conformal ones on new job sets, else those of its

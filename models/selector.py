@@ -54,7 +54,8 @@ class Pending:
 
 def _best_of(judged: list[tuple[CandidateKey, bool, float]], mode: str) -> Choice | None:
     """:meth:`Selector.best` (``wider``, every category) over ``judged``: (key, lends, error) of the candidates that
-    can serve and have an error, in the candidates' order."""
+    can serve and have an error, in any order (no two candidates make the same :class:`Choice` in a mode, so the
+    smallest is one whatever the order)."""
     best: Choice | None = None
     via = mode == "observed"
     for k, lends, e in judged:
@@ -90,16 +91,22 @@ class Selector:
         """Regimes whose errors changed since their last selection (``new`` changes rarely: first observations
         of a slot and refits)."""
         self.selection_seconds: float | None = None
+        self._judged: dict[str, dict[CandidateKey, tuple[CandidateKey, bool, float]] | None] = {r: None for r in REGIMES}
+        """Per regime, (key, lends, error) of each servable candidate with an error, as of the last selection (None:
+        to be made afresh): a selection weighs again only the candidates scored since (:attr:`_scored`)."""
+        self._scored: dict[str, set[CandidateKey]] = {r: set() for r in REGIMES}
         self.changed()
 
     def changed(self) -> None:
-        """The candidates or their estimators changed (a refit, a load): which are tested when."""
+        """The candidates, their estimators or their records changed other than by scoring (a refit, a load):
+        which are tested when, and every error is weighed afresh at the next selection."""
         self._immediate = [c for c in self.candidates.values() if not c.batched]
         self._batched = [c for c in self.candidates.values() if c.batched and c.servable]
         self.scored_in = {}
         for c in self.candidates.values():
             for key in c.record.slots:
                 self.scored_in.setdefault(key, []).append(c)
+        self._judged = {r: None for r in REGIMES}
 
     # ------------------------------------------------------------------ test-then-train
 
@@ -114,6 +121,7 @@ class Selector:
                 self.scored_in.setdefault(own, []).append(c)
             c.score(y - clip_pct(pred, self.config.max_pct)[0], regime, own)
             self.stale.add(regime)
+            self._scored[regime].add(c.key)
 
     def learn_one(self, views: Views, y: float, n: int, draw: int | None = None) -> None:
         """Test every candidate due on the ``n``-th observation, then train them; the batch ones are tested later.
@@ -157,6 +165,7 @@ class Selector:
         Batch models do not learn between refits, so predicting an observation now gives what it would
         have given on arrival: the prequential error, in one vectorised call per candidate."""
         import pandas as pd
+        import sklearn
 
         pending, self.pending = self.pending, []
         batch = self._batched
@@ -171,16 +180,24 @@ class Selector:
             # per candidate was most of this pass)
             union = frame.to_numpy(dtype=float, na_value=np.nan)
             where = {str(col): j for j, col in enumerate(frame.columns)}
+            uses: dict[str, list[int]] = {}  # per category, the rows with its features (a batch model's features)
             for c in batch:
                 if c.key.mode != mode:
                     continue
-                use = [j for j, i in enumerate(rows) if c.features(pending[i].views)]
+                if type(c).features is Candidate.features:
+                    use = uses.get(c.key.category)
+                    if use is None:
+                        use = uses[c.key.category] = [j for j, i in enumerate(rows) if pending[i].views.get(mode, c.key.category)]
+                else:
+                    use = [j for j, i in enumerate(rows) if c.features(pending[i].views)]
                 if not use:
                     continue
-                preds = c.predict_matrix(union[use] if len(use) < len(rows) else union, where)
+                # the rows are filled and finite (select_columns): scikit-learn's checks are skipped, as serving's are
+                with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
+                    preds = c.predict_matrix(union[use] if len(use) < len(rows) else union, where).tolist()
                 for j, pred in zip(use, preds, strict=True):
                     p = pending[rows[j]]
-                    self._score(c, float(pred), p.target, p.regime, p.slot)
+                    self._score(c, pred, p.target, p.regime, p.slot)
         self.select()
         return len(pending)
 
@@ -199,7 +216,7 @@ class Selector:
                 c.estimator = None if r is None else r.model
         for c in self.candidates.values():
             c.link(self.candidates, refit=True)
-        self.changed()
+        self.changed()  # every error weighed afresh
         self.stale.update(REGIMES)  # other candidates, other CV errors
         self.select()
 
@@ -241,12 +258,27 @@ class Selector:
 
     def best_per_mode(self, regime: str) -> dict[str, Choice | None]:
         """Per mode, :meth:`best` of ``regime`` (``wider``), each candidate's error computed once for both modes
-        (placement mode's models are weighed in observed mode too)."""
+        (placement mode's models are weighed in observed mode too), and only for the candidates scored in ``regime``
+        since the last selection (every one after :meth:`changed`): the others' errors have not moved."""
         min_samples = self.config.min_samples
-        judged = [
-            (c.key, c.lends, e) for c in self.candidates.values() if c.servable and (e := c.error(regime, min_samples)) is not None
-        ]
-        return {mode: _best_of(judged, mode) for mode in MODES}
+        judged = self._judged[regime]
+        scored, self._scored[regime] = self._scored[regime], set()
+        if judged is None:
+            judged = self._judged[regime] = {
+                c.key: (c.key, c.lends, e)
+                for c in self.candidates.values()
+                if c.servable and (e := c.error(regime, min_samples)) is not None
+            }
+        else:
+            for key in scored:
+                c = self.candidates[key]
+                e = c.error(regime, min_samples) if c.servable else None
+                if e is None:
+                    judged.pop(key, None)
+                else:
+                    judged[key] = (key, c.lends, e)
+        values = list(judged.values())
+        return {mode: _best_of(values, mode) for mode in MODES}
 
     def choice(self, mode: str, key: str) -> tuple[str, Choice] | None:
         """(regime, choice) serving slot ``key`` (a :func:`models.live.slot`) in ``mode``."""
