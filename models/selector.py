@@ -42,6 +42,20 @@ class Choice(NamedTuple):
 
 
 @dataclass
+class Deferred:
+    """A labelled observation waiting for the :attr:`Candidate.deferred <models.candidates.Candidate.deferred>`
+    candidates' test then training."""
+
+    views: Views
+    target: float
+    regime: str | None
+    """None: learned, not scored (see :meth:`Selector.learn_one`)."""
+    slot: str | None
+    n: int
+    """Its number (what :meth:`Candidate.due <models.candidates.Candidate.due>` takes)."""
+
+
+@dataclass
 class Pending:
     """A labelled observation waiting for the batch candidates' vectorised test."""
 
@@ -83,6 +97,7 @@ class Selector:
         self.scored_in: dict[str, list[Candidate]] = {}
         """Per slot with its own errors, the candidates scored there (what :meth:`choice` weighs)."""
         self.pending: list[Pending] = []
+        self.deferred: list[Deferred] = []
         self.job_sets: set[tuple[str, ...]] = set()
         """Job sets (the sorted types of a slot's job and co-runners) measured since this selector started (not
         saved): a new slot of one of these is the same job set's other role, scored in neither regime."""
@@ -100,7 +115,10 @@ class Selector:
     def changed(self) -> None:
         """The candidates, their estimators or their records changed other than by scoring (a refit, a load):
         which are tested when, and every error is weighed afresh at the next selection."""
-        self._immediate = [c for c in self.candidates.values() if not c.batched]
+        self._immediate = [c for c in self.candidates.values() if not c.batched and not c.deferred]
+        self._deferred = [c for c in self.candidates.values() if c.deferred]
+        for c in self._deferred:
+            c.waiting = self.settle
         self._batched = [c for c in self.candidates.values() if c.batched and c.servable]
         self.scored_in = {}
         for c in self.candidates.values():
@@ -153,20 +171,40 @@ class Selector:
             c.learn(views, y)
         self.measurements.update(key, y, (views.sample.job_type, *views.sample.co_job_types))
         self.job_sets.add(job_set)
+        if self._deferred:
+            self.deferred.append(Deferred(views, y, regime, own, n))
         if self._batched and regime is not None:
             self.pending.append(Pending(views, y, regime, own))
-            if len(self.pending) >= self.config.score_batch_every:
-                self.score_pending()
+        if len(self.pending) >= self.config.score_batch_every or len(self.deferred) >= self.config.score_batch_every:
+            self.score_pending()
         self.select()
 
+    def settle(self) -> int:
+        """Test then train the deferred candidates on the observations learned since the last pass, in their order;
+        return how many observations waited.  Called by a deferred candidate before it predicts anything
+        (:attr:`Candidate.waiting <models.candidates.Candidate.waiting>`), with every batch pass, and so at refits
+        and saves."""
+        if not self.deferred:
+            return 0
+        rows, self.deferred = self.deferred, []
+        for c in self._deferred:
+            due = [r for r in rows if c.due(r.n)]
+            preds = c.test_then_learn([(r.views, r.target, r.regime is not None) for r in due])
+            for r, pred in zip(due, preds, strict=True):
+                if r.regime is not None:
+                    self._score(c, pred, r.target, r.regime, r.slot)
+        return len(rows)
+
     def score_pending(self) -> int:
-        """Test the batch candidates on the observations that arrived since the last pass; return how many.
+        """Test the batch candidates on the observations that arrived since the last pass (and the deferred
+        candidates, :meth:`settle`); return how many the batch candidates were tested on.
 
         Batch models do not learn between refits, so predicting an observation now gives what it would
         have given on arrival: the prequential error, in one vectorised call per candidate."""
         import pandas as pd
         import sklearn
 
+        self.settle()
         pending, self.pending = self.pending, []
         batch = self._batched
         if not pending or not batch:
