@@ -23,7 +23,7 @@ import numpy as np
 
 from events import MODES, REGIMES
 from models.candidates import KINDS, BatchCandidate, Candidate, CandidateKey, Views
-from models.live import LAST_MEASURED, MEDIAN, Measurements, clip_pct
+from models.live import LAST_MEASURED, MEDIAN, SLOWDOWN_MIN_PCT, Ewm, Measurements, clip_pct
 from models.refit import RefitResult
 from models.settings import Config
 
@@ -141,6 +141,33 @@ class Selector:
             self.stale.add(regime)
             self._scored[regime].add(c.key)
 
+    def _score_rows(self, c: Candidate, preds: list[float], rows: list[Pending]) -> None:
+        """:meth:`_score` of each prediction of its pending row, in order: the same updates (:meth:`Candidate.score
+        <models.candidates.Candidate.score>`'s where the kind keeps it), each lookup made once per candidate."""
+        if type(c).score is not Candidate.score:
+            for pred, p in zip(preds, rows, strict=True):
+                self._score(c, pred, p.target, p.regime, p.slot)
+            return
+        max_pct = self.config.max_pct
+        record = c.record
+        errors, residuals, slots, alpha = record.errors, record.residuals, record.slots, record.alpha
+        regimes = set()
+        for pred, p in zip(preds, rows, strict=True):
+            residual = p.target - (pred if SLOWDOWN_MIN_PCT <= pred <= max_pct else clip_pct(pred, max_pct)[0])
+            error = abs(residual)
+            errors[p.regime].update(error)
+            residuals[p.regime].update(residual)
+            if p.slot is not None:
+                e = slots.get(p.slot)
+                if e is None:
+                    self.scored_in.setdefault(p.slot, []).append(c)
+                    e = slots[p.slot] = Ewm(alpha)
+                e.update(error)
+            regimes.add(p.regime)
+        for regime in regimes:
+            self.stale.add(regime)
+            self._scored[regime].add(c.key)
+
     def learn_one(self, views: Views, y: float, n: int, draw: int | None = None) -> None:
         """Test every candidate due on the ``n``-th observation, then train them; the batch ones are tested later.
 
@@ -233,9 +260,7 @@ class Selector:
                 # the rows are filled and finite (select_columns): scikit-learn's checks are skipped, as serving's are
                 with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
                     preds = c.predict_matrix(union[use] if len(use) < len(rows) else union, where).tolist()
-                for j, pred in zip(use, preds, strict=True):
-                    p = pending[rows[j]]
-                    self._score(c, pred, p.target, p.regime, p.slot)
+                self._score_rows(c, preds, [pending[rows[j]] for j in use])
         self.select()
         return len(pending)
 
