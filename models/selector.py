@@ -117,6 +117,10 @@ class Selector:
         which are tested when, and every error is weighed afresh at the next selection."""
         self._immediate = [c for c in self.candidates.values() if not c.batched and not c.deferred]
         self._deferred = [c for c in self.candidates.values() if c.deferred]
+        sampled = self.config.batch_sampled and self.config.online_sample > 1
+        self._pending_max = max(1, self.config.score_batch_every // (self.config.online_sample if sampled else 1))
+        """Pending rows per batch pass: ``score_batch_every`` observations' worth (a sample of them, when the batch
+        candidates are tested on the sample), so their errors are as up to date as before."""
         for c in self._deferred:
             c.waiting = self.settle
         self._batched = [c for c in self.candidates.values() if c.batched and c.servable]
@@ -172,7 +176,9 @@ class Selector:
         """Test every candidate due on the ``n``-th observation, then train them; the batch ones are tested later.
 
         ``draw`` (:func:`models.environment.draw`): the online learners are due where ``draw % online_sample`` is 0,
-        each on its stride of ``draw // online_sample``; None: all of them, on their stride of ``n``."""
+        each on its stride of ``draw // online_sample``, and the batch candidates are tested there (the same rows;
+        ``Config.batch_sampled``); None: all of them, on their stride of ``n``, and the batch candidates on every
+        observation.  The baselines and the deferred candidates (the newcomer) are tested and trained on every one."""
         key = views.slot
         seen = self.measurements.measured(key) > 0
         job_set = tuple(sorted((views.sample.job_type, *views.sample.co_job_types)))
@@ -185,6 +191,7 @@ class Selector:
             # models' grouped-CV error with an error they do not have there.
             regime = None
         if draw is None:
+            online = True
             due = [c for c in self._immediate if c.due(n)]
         else:
             sample = max(1, self.config.online_sample)
@@ -200,9 +207,11 @@ class Selector:
         self.job_sets.add(job_set)
         if self._deferred:
             self.deferred.append(Deferred(views, y, regime, own, n))
-        if self._batched and regime is not None:
+        if self._batched and regime is not None and (online or not self.config.batch_sampled):
             self.pending.append(Pending(views, y, regime, own))
-        if len(self.pending) >= self.config.score_batch_every or len(self.deferred) >= self.config.score_batch_every:
+        if len(self.deferred) >= self.config.score_batch_every:
+            self.settle()
+        if len(self.pending) >= self._pending_max:
             self.score_pending()
         self.select()
 

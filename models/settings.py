@@ -21,6 +21,10 @@ class Config:
     ``online_sample`` by the hash of the observation's id (:func:`models.environment.draw`), the heavy ones on
     their stride within it; the baselines, the newcomer candidates and the batch candidates' scoring see every
     one.  1: every observation (before issue 23)."""
+    batch_sampled: bool = True
+    """The batch candidates are tested on the online learners' sample (one observation in ``online_sample``, the
+    same rows: the selection compares them on the same observations); False: on every observation (before issue 23
+    item 4's tenth session)."""
     score_batch_every: int = 256
     """Observations scored by the batch candidates in one vectorised pass (and at every refit and save)."""
     max_pct: float = 1000.0
