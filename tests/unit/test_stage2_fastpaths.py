@@ -287,3 +287,61 @@ def test_the_rolling_mean_is_rivers_to_the_last_bit() -> None:
                 restored = RollingMean(window, ours.state())
                 assert (restored.count, restored.mean, list(restored.values)) == (ours.count, ours.mean, list(ours.values))
                 ours = restored
+
+
+def test_the_deferred_newcomer_learns_predicts_and_is_scored_as_on_arrival(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Newcomer candidate is tested then trained with the batch pass, in order, its base model's predictions of
+    the rows in one call: once it has settled, its residual model, its record (errors, residuals, per-slot errors)
+    and what it predicts equal testing then training it on arrival; and whatever asks it for a prediction first gets
+    it from everything learned so far (it settles itself)."""
+    import contextlib
+
+    from models.candidates import NewcomerEstimator
+    from models.newcomer import dump
+
+    @contextlib.contextmanager
+    def on_arrival_mode():  # type: ignore[no-untyped-def]
+        NewcomerCandidate.deferred = False  # type: ignore[misc]
+        try:
+            yield
+        finally:
+            NewcomerCandidate.deferred = True  # type: ignore[misc]
+
+    stream = gavel_observations(700, seed=12)
+    deferred = EnvironmentModels("v100", config=SMALL)
+    with on_arrival_mode():
+        on_arrival = EnvironmentModels("v100", config=SMALL)
+    calls = {"one": 0, "many": 0}
+    base_pct, base_many = NewcomerEstimator.base_pct, NewcomerEstimator.base_many
+
+    def one(self: NewcomerEstimator, views: Views) -> float:
+        calls["one"] += 1
+        return base_pct(self, views)
+
+    def many(self: NewcomerEstimator, xs: list[Views]) -> list[float]:
+        calls["many"] += 1
+        return base_many(self, xs)
+
+    monkeypatch.setattr(NewcomerEstimator, "base_pct", one)
+    monkeypatch.setattr(NewcomerEstimator, "base_many", many)
+    probe = Views(sample_of(stream[0]))
+    key = next(k for k, c in deferred.candidates.items() if isinstance(c, NewcomerCandidate))
+    for i, o in enumerate(stream):
+        with on_arrival_mode():
+            on_arrival.learn(o)
+        before = calls["one"]
+        deferred.learn(o)
+        assert calls["one"] == before  # never one row at a time
+        if i in (150, 450):
+            deferred.refit_now()
+            with on_arrival_mode():
+                on_arrival.refit_now()
+        if i % 97 == 0 and deferred.candidates[key].servable:  # asked directly: it settles first
+            with on_arrival_mode():
+                expected = on_arrival.candidates[key].predict_one(probe)
+            assert deferred.candidates[key].predict_one(probe) == expected
+    assert calls["many"] > 0 and on_arrival.candidates[key].waiting is None and deferred.candidates[key].waiting is not None
+    deferred.score_pending()
+    a, b = deferred.candidates[key], on_arrival.candidates[key]
+    assert a.servable and a.record.state() == b.record.state() and a.record.errors["seen"].n > 0
+    assert dump(a.estimator.residuals) == dump(b.estimator.residuals)
