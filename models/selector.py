@@ -117,6 +117,7 @@ class Selector:
         which are tested when, and every error is weighed afresh at the next selection."""
         self._immediate = [c for c in self.candidates.values() if not c.batched and not c.deferred]
         self._deferred = [c for c in self.candidates.values() if c.deferred]
+        self._offline = [c for c in self._immediate if c.kind != "online"]
         sampled = self.config.batch_sampled and self.config.online_sample > 1
         self._pending_max = max(1, self.config.score_batch_every // (self.config.online_sample if sampled else 1))
         """Pending rows per batch pass: ``score_batch_every`` observations' worth (a sample of them, when the batch
@@ -196,7 +197,10 @@ class Selector:
         else:
             sample = max(1, self.config.online_sample)
             online, m = draw % sample == 0, draw // sample
-            due = [c for c in self._immediate if (online and c.due(m) if c.kind == "online" else c.due(n))]
+            # in the candidates' order (the online learners are not asked off their sample)
+            due = [c for c in self._immediate if (c.due(m) if c.kind == "online" else c.due(n))] if online else [
+                c for c in self._offline if c.due(n)
+            ]
         for c in due:
             x = c.features(views)
             if regime is not None and x and c.ready():
