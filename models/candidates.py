@@ -23,7 +23,8 @@ No Kafka, no faust.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
@@ -119,7 +120,10 @@ class MeanState(msgspec.Struct, array_like=True):
 
 
 class RollingMean:
-    """river's ``utils.Rolling(stats.Mean, window)`` with ``n`` and None when empty (the prequential rolling MAE).
+    """river's ``utils.Rolling(stats.Mean, window)`` with ``n`` and None when empty (the prequential rolling MAE): its
+    arithmetic, the same floats (``stats.Mean``'s ``update`` and ``revert`` with weight 1.0, the oldest value
+    reverted before the newest is added), without river's wrappers, a scored residual being the learner's commonest
+    operation (each candidate, each observation).
 
     >>> r = RollingMean(2)
     >>> for v in (1.0, 2.0, 6.0): r.update(v)
@@ -127,29 +131,37 @@ class RollingMean:
     (2, 4.0)
     """
 
-    __slots__ = ("rolling",)
+    __slots__ = ("count", "mean", "values", "window")
 
     def __init__(self, window: int, state: MeanState | None = None) -> None:
-        from river import stats, utils
-
-        self.rolling = utils.Rolling(stats.Mean, window_size=window)
+        self.window = window
+        self.values: deque[float] = deque(maxlen=window)
+        self.count = 0.0
+        """river's ``Mean.n``: the sum of the weights (1.0 each) in the window."""
+        self.mean = 0.0
         if state is not None:  # exactly as saved (a fresh mean of the window would differ in the last bits)
-            self.rolling.obj = stats.Mean._from_state(state.n, state.mean)
-            self.rolling.window.extend(((v,), {}) for v in state.values)
+            self.count, self.mean = float(state.n), float(state.mean)
+            self.values.extend(state.values)
 
     def update(self, v: float) -> None:
-        self.rolling.update(v)
+        values = self.values
+        if len(values) == self.window:  # river's Mean.revert of the oldest value
+            count = self.count - 1.0
+            self.count = count
+            self.mean = 0.0 if count == 0 else self.mean - (1.0 / count) * (values[0] - self.mean)
+        self.count += 1.0  # river's Mean.update
+        self.mean += (1.0 / self.count) * (v - self.mean)
+        values.append(v)
 
     @property
     def n(self) -> int:
-        return len(self.rolling.window)
+        return len(self.values)
 
     def get(self) -> float | None:
-        return float(self.rolling.obj.get()) if self.rolling.window else None
+        return float(self.mean) if self.values else None
 
     def state(self) -> MeanState:
-        mean = self.rolling.obj
-        return MeanState(mean.n, mean.get(), [args[0] for args, _ in self.rolling.window])
+        return MeanState(self.count, self.mean, list(self.values))
 
 
 class RecordState(msgspec.Struct):
@@ -200,14 +212,21 @@ class Candidate:
     lends: ClassVar[bool] = True
     """Offered to observed mode from placement mode (``placement/<model>``): a model of the solo profiles. The
     baselines are not: they do not read the mode's features, so observed mode has the same ones."""
+    deferred: ClassVar[bool] = False
+    """Tested then trained later, on the observations of a while in their order (:meth:`test_then_learn`, with the
+    batch candidates' pass, and before it predicts anything): its estimator depends only on what it learned, so it
+    learns, predicts and is scored as on arrival, and the dear part of many observations is computed at once."""
 
-    __slots__ = ("estimator", "key", "phase", "record", "stride")
+    __slots__ = ("estimator", "key", "phase", "record", "stride", "waiting")
 
     def __init__(self, key: CandidateKey, estimator: Any, config: Config, record: RecordState | None = None) -> None:
         self.key = key
         self.estimator = estimator
         self.record = Record(config, record)
         self.stride, self.phase = 1, 0
+        self.waiting: Callable[[], Any] | None = None
+        """A :attr:`deferred` kind's: what tests then trains it on the observations waiting for it (its selector's
+        :meth:`models.selector.Selector.settle`), called before it predicts anything."""
 
     @property
     def servable(self) -> bool:
@@ -249,6 +268,17 @@ class Candidate:
     def learn(self, views: Views, y: float) -> None:
         """Learn a labelled observation (after every candidate was tested on it)."""
 
+    def test_then_learn(self, rows: Sequence[tuple[Views, float, bool]]) -> list[float | None]:
+        """Of each (views, target, tested) in order: its prediction where ``tested`` and it can predict the row (else
+        None), then learn it; what :meth:`predict_one` then :meth:`learn` of each in turn give (a :attr:`deferred`
+        kind's pass)."""
+        out: list[float | None] = []
+        for views, y, tested in rows:
+            x = self.features(views) if tested else None
+            out.append(self.predict_one(x) if x and self.ready() else None)
+            self.learn(views, y)
+        return out
+
     # -- judging ------------------------------------------------------------------
 
     def score(self, residual: float, regime: str, slot: str | None) -> None:
@@ -268,8 +298,8 @@ class Candidate:
         record = self.record
         if regime == "new" and record.cv is not None:
             return record.cv.mae
-        r = record.errors[regime].rolling
-        return None if len(r.window) < min_samples else float(r.obj.get())
+        r = record.errors[regime]
+        return None if len(r.values) < min_samples else float(r.mean)
 
     def offsets(self, regime: str, min_samples: int) -> tuple[float, float] | None:
         """Its 90 % interval offsets in ``regime``: the refit's conformal ones on new job sets, else those of its
@@ -472,12 +502,19 @@ class NewcomerEstimator:
         base = self.base.predict_rows([v.get(VIA_MODE, "all") for v in xs])
         return [self.predict_with(v, float(b)) for v, b in zip(xs, base, strict=True)]
 
+    def base_many(self, xs: Sequence[Views]) -> list[float]:
+        """The base model's prediction of each, in one ``predict_rows``."""
+        return [float(b) for b in self.base.predict_rows([v.get(VIA_MODE, "all") for v in xs])]
+
     def predict_with(self, views: Views, base_pct: float) -> float:
         correction = self.residuals.predict_one(*roles(views.sample.job_type, views.sample.co_job_types))
         return from_log_pct(to_log_pct(base_pct) + correction)
 
     def learn(self, views: Views, y: float) -> None:
-        residual = to_log_pct(y) - to_log_pct(self.base_pct(views))
+        self.learn_with(views, y, self.base_pct(views))
+
+    def learn_with(self, views: Views, y: float, base_pct: float) -> None:
+        residual = to_log_pct(y) - to_log_pct(base_pct)
         if np.isfinite(residual):
             self.residuals.learn_one(*roles(views.sample.job_type, views.sample.co_job_types), residual)
 
@@ -519,6 +556,7 @@ class NewcomerCandidate(Candidate):
 
     kind = "newcomer"
     board_kind = "online"  # on the leaderboard record (events.ModelKind): it learns every observation
+    deferred = True  # its base model's prediction of one row (a forest's) was a tenth of the learner's time
     __slots__ = ()
 
     @property
@@ -532,9 +570,13 @@ class NewcomerCandidate(Candidate):
         return self.servable
 
     def predict_one(self, x: Any) -> float | None:
+        if self.waiting is not None:
+            self.waiting()  # from everything learned so far
         return float(self.estimator.predict(x)) if self.servable else None
 
     def predict_many(self, xs: Sequence[Any]) -> list[float | None]:
+        if self.waiting is not None:
+            self.waiting()
         if not self.servable:
             return [None] * len(xs)
         return [float(v) for v in self.estimator.predict_many(xs)]
@@ -542,6 +584,24 @@ class NewcomerCandidate(Candidate):
     def learn(self, views: Views, y: float) -> None:
         if self.servable and views.has(VIA_MODE):
             self.estimator.learn(views, y)
+
+    def test_then_learn(self, rows: Sequence[tuple[Views, float, bool]]) -> list[float | None]:
+        """The base model's predictions of the rows in one ``predict_rows``; then, in order, each row's prediction
+        (base plus the residual model as it is then) and the residual model learning it."""
+        if not self.servable:
+            return [None] * len(rows)
+        est: NewcomerEstimator = self.estimator
+        use = [i for i, (views, _, _) in enumerate(rows) if views.has(VIA_MODE)]
+        base = dict(zip(use, est.base_many([rows[i][0] for i in use]), strict=True)) if use else {}
+        out: list[float | None] = []
+        for i, (views, y, tested) in enumerate(rows):
+            b = base.get(i)
+            if b is None:
+                out.append(None)
+                continue
+            out.append(float(est.predict_with(views, b)) if tested else None)
+            est.learn_with(views, y, b)
+        return out
 
     def link(self, candidates: Mapping[CandidateKey, Candidate], *, refit: bool) -> None:
         est: NewcomerEstimator = self.estimator

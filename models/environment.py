@@ -266,7 +266,8 @@ class EnvironmentModels:
         y = sample.target
         self.generation += 1
         # drift: the error of what predict() serves for this sample, before anything learns it
-        for served in raw if raw is not None else self._predict_many([(views, mode) for mode in MODES]):
+        # (made here: without intervals, which nothing below reads)
+        for served in raw if raw is not None else self._predict_many([(views, mode) for mode in MODES], intervals=False):
             if served is not None and served.mode == "placement" and served.regime == "seen" and served.model == LAST_MEASURED:
                 self.seen_residuals.update(_log_ratio(y, served.interference_pct))
             if served is not None and served.mode == "placement" and served.regime == "novel":

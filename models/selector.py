@@ -23,7 +23,7 @@ import numpy as np
 
 from events import MODES, REGIMES
 from models.candidates import KINDS, BatchCandidate, Candidate, CandidateKey, Views
-from models.live import LAST_MEASURED, MEDIAN, Measurements, clip_pct
+from models.live import LAST_MEASURED, MEDIAN, SLOWDOWN_MIN_PCT, Ewm, Measurements, clip_pct
 from models.refit import RefitResult
 from models.settings import Config
 
@@ -42,6 +42,20 @@ class Choice(NamedTuple):
 
 
 @dataclass
+class Deferred:
+    """A labelled observation waiting for the :attr:`Candidate.deferred <models.candidates.Candidate.deferred>`
+    candidates' test then training."""
+
+    views: Views
+    target: float
+    regime: str | None
+    """None: learned, not scored (see :meth:`Selector.learn_one`)."""
+    slot: str | None
+    n: int
+    """Its number (what :meth:`Candidate.due <models.candidates.Candidate.due>` takes)."""
+
+
+@dataclass
 class Pending:
     """A labelled observation waiting for the batch candidates' vectorised test."""
 
@@ -54,7 +68,8 @@ class Pending:
 
 def _best_of(judged: list[tuple[CandidateKey, bool, float]], mode: str) -> Choice | None:
     """:meth:`Selector.best` (``wider``, every category) over ``judged``: (key, lends, error) of the candidates that
-    can serve and have an error, in the candidates' order."""
+    can serve and have an error, in any order (no two candidates make the same :class:`Choice` in a mode, so the
+    smallest is one whatever the order)."""
     best: Choice | None = None
     via = mode == "observed"
     for k, lends, e in judged:
@@ -82,6 +97,7 @@ class Selector:
         self.scored_in: dict[str, list[Candidate]] = {}
         """Per slot with its own errors, the candidates scored there (what :meth:`choice` weighs)."""
         self.pending: list[Pending] = []
+        self.deferred: list[Deferred] = []
         self.job_sets: set[tuple[str, ...]] = set()
         """Job sets (the sorted types of a slot's job and co-runners) measured since this selector started (not
         saved): a new slot of one of these is the same job set's other role, scored in neither regime."""
@@ -90,16 +106,30 @@ class Selector:
         """Regimes whose errors changed since their last selection (``new`` changes rarely: first observations
         of a slot and refits)."""
         self.selection_seconds: float | None = None
+        self._judged: dict[str, dict[CandidateKey, tuple[CandidateKey, bool, float]] | None] = {r: None for r in REGIMES}
+        """Per regime, (key, lends, error) of each servable candidate with an error, as of the last selection (None:
+        to be made afresh): a selection weighs again only the candidates scored since (:attr:`_scored`)."""
+        self._scored: dict[str, set[CandidateKey]] = {r: set() for r in REGIMES}
         self.changed()
 
     def changed(self) -> None:
-        """The candidates or their estimators changed (a refit, a load): which are tested when."""
-        self._immediate = [c for c in self.candidates.values() if not c.batched]
+        """The candidates, their estimators or their records changed other than by scoring (a refit, a load):
+        which are tested when, and every error is weighed afresh at the next selection."""
+        self._immediate = [c for c in self.candidates.values() if not c.batched and not c.deferred]
+        self._deferred = [c for c in self.candidates.values() if c.deferred]
+        self._offline = [c for c in self._immediate if c.kind != "online"]
+        sampled = self.config.batch_sampled and self.config.online_sample > 1
+        self._pending_max = max(1, self.config.score_batch_every // (self.config.online_sample if sampled else 1))
+        """Pending rows per batch pass: ``score_batch_every`` observations' worth (a sample of them, when the batch
+        candidates are tested on the sample), so their errors are as up to date as before."""
+        for c in self._deferred:
+            c.waiting = self.settle
         self._batched = [c for c in self.candidates.values() if c.batched and c.servable]
         self.scored_in = {}
         for c in self.candidates.values():
             for key in c.record.slots:
                 self.scored_in.setdefault(key, []).append(c)
+        self._judged = {r: None for r in REGIMES}
 
     # ------------------------------------------------------------------ test-then-train
 
@@ -114,12 +144,42 @@ class Selector:
                 self.scored_in.setdefault(own, []).append(c)
             c.score(y - clip_pct(pred, self.config.max_pct)[0], regime, own)
             self.stale.add(regime)
+            self._scored[regime].add(c.key)
+
+    def _score_rows(self, c: Candidate, preds: list[float], rows: list[Pending]) -> None:
+        """:meth:`_score` of each prediction of its pending row, in order: the same updates (:meth:`Candidate.score
+        <models.candidates.Candidate.score>`'s where the kind keeps it), each lookup made once per candidate."""
+        if type(c).score is not Candidate.score:
+            for pred, p in zip(preds, rows, strict=True):
+                self._score(c, pred, p.target, p.regime, p.slot)
+            return
+        max_pct = self.config.max_pct
+        record = c.record
+        errors, residuals, slots, alpha = record.errors, record.residuals, record.slots, record.alpha
+        regimes = set()
+        for pred, p in zip(preds, rows, strict=True):
+            residual = p.target - (pred if SLOWDOWN_MIN_PCT <= pred <= max_pct else clip_pct(pred, max_pct)[0])
+            error = abs(residual)
+            errors[p.regime].update(error)
+            residuals[p.regime].update(residual)
+            if p.slot is not None:
+                e = slots.get(p.slot)
+                if e is None:
+                    self.scored_in.setdefault(p.slot, []).append(c)
+                    e = slots[p.slot] = Ewm(alpha)
+                e.update(error)
+            regimes.add(p.regime)
+        for regime in regimes:
+            self.stale.add(regime)
+            self._scored[regime].add(c.key)
 
     def learn_one(self, views: Views, y: float, n: int, draw: int | None = None) -> None:
         """Test every candidate due on the ``n``-th observation, then train them; the batch ones are tested later.
 
         ``draw`` (:func:`models.environment.draw`): the online learners are due where ``draw % online_sample`` is 0,
-        each on its stride of ``draw // online_sample``; None: all of them, on their stride of ``n``."""
+        each on its stride of ``draw // online_sample``, and the batch candidates are tested there (the same rows;
+        ``Config.batch_sampled``); None: all of them, on their stride of ``n``, and the batch candidates on every
+        observation.  The baselines and the deferred candidates (the newcomer) are tested and trained on every one."""
         key = views.slot
         seen = self.measurements.measured(key) > 0
         job_set = tuple(sorted((views.sample.job_type, *views.sample.co_job_types)))
@@ -132,11 +192,15 @@ class Selector:
             # models' grouped-CV error with an error they do not have there.
             regime = None
         if draw is None:
+            online = True
             due = [c for c in self._immediate if c.due(n)]
         else:
             sample = max(1, self.config.online_sample)
             online, m = draw % sample == 0, draw // sample
-            due = [c for c in self._immediate if (online and c.due(m) if c.kind == "online" else c.due(n))]
+            # in the candidates' order (the online learners are not asked off their sample)
+            due = [c for c in self._immediate if (c.due(m) if c.kind == "online" else c.due(n))] if online else [
+                c for c in self._offline if c.due(n)
+            ]
         for c in due:
             x = c.features(views)
             if regime is not None and x and c.ready():
@@ -145,19 +209,42 @@ class Selector:
             c.learn(views, y)
         self.measurements.update(key, y, (views.sample.job_type, *views.sample.co_job_types))
         self.job_sets.add(job_set)
-        if self._batched and regime is not None:
+        if self._deferred:
+            self.deferred.append(Deferred(views, y, regime, own, n))
+        if self._batched and regime is not None and (online or not self.config.batch_sampled):
             self.pending.append(Pending(views, y, regime, own))
-            if len(self.pending) >= self.config.score_batch_every:
-                self.score_pending()
+        if len(self.deferred) >= self.config.score_batch_every:
+            self.settle()
+        if len(self.pending) >= self._pending_max:
+            self.score_pending()
         self.select()
 
+    def settle(self) -> int:
+        """Test then train the deferred candidates on the observations learned since the last pass, in their order;
+        return how many observations waited.  Called by a deferred candidate before it predicts anything
+        (:attr:`Candidate.waiting <models.candidates.Candidate.waiting>`), with every batch pass, and so at refits
+        and saves."""
+        if not self.deferred:
+            return 0
+        rows, self.deferred = self.deferred, []
+        for c in self._deferred:
+            due = [r for r in rows if c.due(r.n)]
+            preds = c.test_then_learn([(r.views, r.target, r.regime is not None) for r in due])
+            for r, pred in zip(due, preds, strict=True):
+                if r.regime is not None:
+                    self._score(c, pred, r.target, r.regime, r.slot)
+        return len(rows)
+
     def score_pending(self) -> int:
-        """Test the batch candidates on the observations that arrived since the last pass; return how many.
+        """Test the batch candidates on the observations that arrived since the last pass (and the deferred
+        candidates, :meth:`settle`); return how many the batch candidates were tested on.
 
         Batch models do not learn between refits, so predicting an observation now gives what it would
         have given on arrival: the prequential error, in one vectorised call per candidate."""
         import pandas as pd
+        import sklearn
 
+        self.settle()
         pending, self.pending = self.pending, []
         batch = self._batched
         if not pending or not batch:
@@ -171,16 +258,22 @@ class Selector:
             # per candidate was most of this pass)
             union = frame.to_numpy(dtype=float, na_value=np.nan)
             where = {str(col): j for j, col in enumerate(frame.columns)}
+            uses: dict[str, list[int]] = {}  # per category, the rows with its features (a batch model's features)
             for c in batch:
                 if c.key.mode != mode:
                     continue
-                use = [j for j, i in enumerate(rows) if c.features(pending[i].views)]
+                if type(c).features is Candidate.features:
+                    use = uses.get(c.key.category)
+                    if use is None:
+                        use = uses[c.key.category] = [j for j, i in enumerate(rows) if pending[i].views.get(mode, c.key.category)]
+                else:
+                    use = [j for j, i in enumerate(rows) if c.features(pending[i].views)]
                 if not use:
                     continue
-                preds = c.predict_matrix(union[use] if len(use) < len(rows) else union, where)
-                for j, pred in zip(use, preds, strict=True):
-                    p = pending[rows[j]]
-                    self._score(c, float(pred), p.target, p.regime, p.slot)
+                # the rows are filled and finite (select_columns): scikit-learn's checks are skipped, as serving's are
+                with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
+                    preds = c.predict_matrix(union[use] if len(use) < len(rows) else union, where).tolist()
+                self._score_rows(c, preds, [pending[rows[j]] for j in use])
         self.select()
         return len(pending)
 
@@ -199,7 +292,7 @@ class Selector:
                 c.estimator = None if r is None else r.model
         for c in self.candidates.values():
             c.link(self.candidates, refit=True)
-        self.changed()
+        self.changed()  # every error weighed afresh
         self.stale.update(REGIMES)  # other candidates, other CV errors
         self.select()
 
@@ -241,12 +334,27 @@ class Selector:
 
     def best_per_mode(self, regime: str) -> dict[str, Choice | None]:
         """Per mode, :meth:`best` of ``regime`` (``wider``), each candidate's error computed once for both modes
-        (placement mode's models are weighed in observed mode too)."""
+        (placement mode's models are weighed in observed mode too), and only for the candidates scored in ``regime``
+        since the last selection (every one after :meth:`changed`): the others' errors have not moved."""
         min_samples = self.config.min_samples
-        judged = [
-            (c.key, c.lends, e) for c in self.candidates.values() if c.servable and (e := c.error(regime, min_samples)) is not None
-        ]
-        return {mode: _best_of(judged, mode) for mode in MODES}
+        judged = self._judged[regime]
+        scored, self._scored[regime] = self._scored[regime], set()
+        if judged is None:
+            judged = self._judged[regime] = {
+                c.key: (c.key, c.lends, e)
+                for c in self.candidates.values()
+                if c.servable and (e := c.error(regime, min_samples)) is not None
+            }
+        else:
+            for key in scored:
+                c = self.candidates[key]
+                e = c.error(regime, min_samples) if c.servable else None
+                if e is None:
+                    judged.pop(key, None)
+                else:
+                    judged[key] = (key, c.lends, e)
+        values = list(judged.values())
+        return {mode: _best_of(values, mode) for mode in MODES}
 
     def choice(self, mode: str, key: str) -> tuple[str, Choice] | None:
         """(regime, choice) serving slot ``key`` (a :func:`models.live.slot`) in ``mode``."""

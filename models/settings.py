@@ -19,10 +19,15 @@ class Config:
     online_sample: int = 4
     """The online learners (river) are tested and trained on a deterministic sample of the observations, one in
     ``online_sample`` by the hash of the observation's id (:func:`models.environment.draw`), the heavy ones on
-    their stride within it; the baselines, the newcomer candidates and the batch candidates' scoring see every
-    one.  1: every observation (before issue 23)."""
+    their stride within it; the baselines and the newcomer candidates see every one (the batch candidates are
+    tested on the same sample, ``batch_sampled``).  1: every observation (before issue 23)."""
+    batch_sampled: bool = True
+    """The batch candidates are tested on the online learners' sample (one observation in ``online_sample``, the
+    same rows: the selection compares them on the same observations); False: on every observation (before issue 23
+    item 4's tenth session)."""
     score_batch_every: int = 256
-    """Observations scored by the batch candidates in one vectorised pass (and at every refit and save)."""
+    """Observations per vectorised pass of the batch candidates' test (of those in the sample, with
+    ``batch_sampled``; and at every refit and save), and per pass of the deferred candidates (the newcomer)."""
     max_pct: float = 1000.0
     """Predictions are bounded to ``[-100, max_pct]``; bounded ones are counted."""
     newcomer: bool = True

@@ -310,3 +310,30 @@ def test_the_other_role_of_a_job_set_just_measured_is_not_scored_as_new() -> Non
     assert new.n == 2  # a + c and b + c (the first, a + b, came before anything was learned: not ready)
     em.learn_sample(sample("a", "b", 10.0))  # measured now: seen
     assert em.candidates[key].record.errors["seen"].n >= 1 and new.n == 2
+
+
+@pytest.mark.parametrize("sampled", [True, False])
+def test_the_batch_candidates_are_tested_on_the_online_learners_sample(stream, sampled: bool) -> None:  # type: ignore[no-untyped-def]
+    """``Config.batch_sampled``: the batch candidates are scored on the observations the online learners are tested
+    on (one in ``online_sample`` by the observation's draw), the same rows, so the selection compares them on the
+    same observations; the baselines on every one.  Off: the batch candidates on every observation."""
+    from models.candidates import CandidateKey
+
+    config = dataclasses.replace(SMALL, online_models=("river.LinearRegression",), batch_sampled=sampled, window=1000)
+    em = EnvironmentModels("v100", config=config)
+    for o in stream[:250]:
+        em.learn(o)
+    em.refit_now()
+
+    def scored(key: CandidateKey) -> int:
+        return sum(m.n for m in em.candidates[key].record.errors.values())
+
+    batch = next(k for k, c in em.candidates.items() if c.kind == "batch" and c.servable and k.mode == "placement")
+    online, baseline = CandidateKey("placement", batch.category, "river.LinearRegression"), CandidateKey("placement", "all", "baseline.median")
+    before = {k: scored(k) for k in (batch, online, baseline)}
+    for o in stream[250:]:
+        em.learn(o)
+    em.score_pending()
+    got = {k: scored(k) - before[k] for k in (batch, online, baseline)}
+    assert 0 < got[online] < got[baseline] <= 150
+    assert got[batch] == (got[online] if sampled else got[baseline])

@@ -200,9 +200,48 @@ def test_the_selection_weighs_each_error_once_and_chooses_as_best_does() -> None
             c.record.cv = CvScore(rng.choice((1.0, 1.5, 2.0)), None, 10)
             for _ in range(em.config.min_samples):
                 c.record.errors["seen"].update(rng.choice((1.0, 1.5, 2.0)))
+        sel.changed()  # records changed behind the selector's back (not scored): every error weighed afresh
         assert same() == 4
         chosen.update(c.name for c in sel.selected["seen"].values())
     assert any(name.startswith("placement/") for name in chosen)  # observed mode chose placement's models too
+
+
+def test_the_selection_weighs_again_only_the_candidates_scored_since_and_chooses_as_best_does() -> None:
+    """A selection computes the errors of the candidates scored since the last one (every candidate's after a
+    refit), and still chooses what :meth:`Selector.best` chooses: on a stream with refits, and with scores drawn
+    from three values for a random few candidates at a time (ties, a best candidate getting worse)."""
+    from models.candidates import Candidate
+
+    em = EnvironmentModels("v100", config=SMALL)
+    sel = em.selector
+    for i, o in enumerate(gavel_observations(300, seed=4)):
+        em.learn(o)
+        if i in (100, 200):
+            em.refit_now()
+    calls: list[object] = []
+    error = Candidate.error
+
+    def counted(self: Candidate, regime: str, min_samples: int) -> float | None:
+        calls.append(self.key)
+        return error(self, regime, min_samples)
+
+    servable = [c for c in sel.candidates.values() if c.servable]
+    rng = random.Random(7)
+    try:
+        Candidate.error = counted  # type: ignore[method-assign]
+        for _ in range(300):
+            scored = rng.sample(servable, 3)
+            for c in scored:
+                sel._score(c, rng.choice((1.0, 1.5, 2.0)), 0.0, rng.choice(("seen", "new")), None)
+            calls.clear()
+            sel.select()
+            assert set(calls) <= {c.key for c in scored}  # the others' errors have not moved
+            calls.clear()
+            for regime in ("seen", "new"):
+                for mode in ("observed", "placement"):
+                    assert sel.selected[regime].get(mode) == sel.best(regime, mode, wider=True), (regime, mode)
+    finally:
+        Candidate.error = error  # type: ignore[method-assign]
 
 
 def test_scoring_pending_rows_from_one_array_equals_each_models_frame() -> None:
@@ -227,3 +266,82 @@ def test_scoring_pending_rows_from_one_array_equals_each_models_frame() -> None:
             if c.key.mode == mode:
                 expected = np.asarray(c.estimator.predict(frame.iloc[2:]), dtype=float)
                 assert np.array_equal(c.predict_matrix(union[2:], where), expected), c.key
+
+
+def test_the_rolling_mean_is_rivers_to_the_last_bit() -> None:
+    """:class:`models.candidates.RollingMean` (river's arithmetic without its wrappers) gives river's
+    ``utils.Rolling(stats.Mean, window)`` floats exactly, from empty and from a saved state."""
+    from river import stats, utils
+
+    from models.candidates import RollingMean
+
+    rng = random.Random(11)
+    for window in (1, 2, 7, 200):
+        ours, rivers = RollingMean(window), utils.Rolling(stats.Mean, window_size=window)
+        for i in range(3 * window + 50):
+            v = abs(rng.gauss(0, 50)) if i % 5 else rng.choice((0.0, 1e-9, 1e6))
+            ours.update(v)
+            rivers.update(v)
+            assert repr(ours.get()) == repr(float(rivers.get())) and ours.n == len(rivers.window)
+            if i % 17 == 0:  # a restart from the saved state continues the same floats
+                restored = RollingMean(window, ours.state())
+                assert (restored.count, restored.mean, list(restored.values)) == (ours.count, ours.mean, list(ours.values))
+                ours = restored
+
+
+def test_the_deferred_newcomer_learns_predicts_and_is_scored_as_on_arrival(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Newcomer candidate is tested then trained with the batch pass, in order, its base model's predictions of
+    the rows in one call: once it has settled, its residual model, its record (errors, residuals, per-slot errors)
+    and what it predicts equal testing then training it on arrival; and whatever asks it for a prediction first gets
+    it from everything learned so far (it settles itself)."""
+    import contextlib
+
+    from models.candidates import NewcomerEstimator
+    from models.newcomer import dump
+
+    @contextlib.contextmanager
+    def on_arrival_mode():  # type: ignore[no-untyped-def]
+        NewcomerCandidate.deferred = False  # type: ignore[misc]
+        try:
+            yield
+        finally:
+            NewcomerCandidate.deferred = True  # type: ignore[misc]
+
+    stream = gavel_observations(700, seed=12)
+    deferred = EnvironmentModels("v100", config=SMALL)
+    with on_arrival_mode():
+        on_arrival = EnvironmentModels("v100", config=SMALL)
+    calls = {"one": 0, "many": 0}
+    base_pct, base_many = NewcomerEstimator.base_pct, NewcomerEstimator.base_many
+
+    def one(self: NewcomerEstimator, views: Views) -> float:
+        calls["one"] += 1
+        return base_pct(self, views)
+
+    def many(self: NewcomerEstimator, xs: list[Views]) -> list[float]:
+        calls["many"] += 1
+        return base_many(self, xs)
+
+    monkeypatch.setattr(NewcomerEstimator, "base_pct", one)
+    monkeypatch.setattr(NewcomerEstimator, "base_many", many)
+    probe = Views(sample_of(stream[0]))
+    key = next(k for k, c in deferred.candidates.items() if isinstance(c, NewcomerCandidate))
+    for i, o in enumerate(stream):
+        with on_arrival_mode():
+            on_arrival.learn(o)
+        before = calls["one"]
+        deferred.learn(o)
+        assert calls["one"] == before  # never one row at a time
+        if i in (150, 450):
+            deferred.refit_now()
+            with on_arrival_mode():
+                on_arrival.refit_now()
+        if i % 97 == 0 and deferred.candidates[key].servable:  # asked directly: it settles first
+            with on_arrival_mode():
+                expected = on_arrival.candidates[key].predict_one(probe)
+            assert deferred.candidates[key].predict_one(probe) == expected
+    assert calls["many"] > 0 and on_arrival.candidates[key].waiting is None and deferred.candidates[key].waiting is not None
+    deferred.score_pending()
+    a, b = deferred.candidates[key], on_arrival.candidates[key]
+    assert a.servable and a.record.state() == b.record.state() and a.record.errors["seen"].n > 0
+    assert dump(a.estimator.residuals) == dump(b.estimator.residuals)
