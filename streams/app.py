@@ -168,7 +168,7 @@ def group_instance_id(settings: Settings) -> str | None:
 
 def app_config(settings: Settings, *, web: bool = True, web_port: int | None = None) -> dict[str, Any]:
     """faust settings for the broker at hand (Tansu holds a static member's JoinGroup and SyncGroup 3 s each; a worker
-    leaves its group when it stops: docs/RELIABILITY.md, History 13)."""
+    leaves its group when it stops: docs/RELIABILITY.md, History 14)."""
     return dict(
         broker=[f"kafka://{s}" for s in settings.bootstrap_servers],
         broker_credentials=broker_credentials(settings),

@@ -160,7 +160,7 @@ def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
         # alone, after the lanes: the rebalance wedged the embedded broker's group when it ran beside other
         # scenarios at load (docs/BENCHMARKS.md, "bench all --quick"; the cause, a stopped static leader, is fixed but
         # for a join that reaches the broker just before the leader leaves:
-        # docs/RELIABILITY.md, History 13); the soak measures a worker's throughput
+        # docs/RELIABILITY.md, History 14); the soak measures a worker's throughput
         rebalance = scenario(
             "rebalance", f"a third worker joins a {fleet_gpus}-GPU fleet's run, then one leaves cleanly",
             scenarios.rebalance, settings("rebalance", models_save_interval_s=3.0), gpus=fleet_gpus,
