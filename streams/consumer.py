@@ -68,3 +68,13 @@ class App(faust.App):
 
     def _new_transport(self) -> Any:
         return _Transport(self.conf.broker_consumer, self)
+
+    async def maybe_start_producer(self) -> Any:
+        """The started producer at once.  faust's is a ``stampede`` (callers share one future): three event-loop turns
+        per call, and faust's producer buffer calls it for every record it sends, so under agents that hold the loop
+        tens of ms a turn the buffer sent a few records a second and predictions waited tens of seconds in it
+        (docs/BENCHMARKS.md, "Fleet": the producer buffer's pace)."""
+        producer = self.producer
+        if producer.started and not self.in_transaction:
+            return producer
+        return await super().maybe_start_producer()
