@@ -85,12 +85,16 @@ class _Predictions(threading.Thread):
 
 
 class _Sender(threading.Thread):
-    """Sends the fleet host-batched and paced at real time; counts batches and samples sent."""
+    """Sends the fleet host-batched and paced at real time; counts batches and samples sent, and how late each batch
+    of samples was, after its tick, when handed to the producer (``handed_late_s``) and when the broker acknowledged
+    it (``acked_late_s``): what of a prediction's latency is the harness's and the broker's before stage 1 reads."""
 
     def __init__(self, settings: Any, sim: Any) -> None:
         super().__init__(name="aip-bench-fleet-sender", daemon=True)
         self.settings, self.sim = settings, sim
         self.batches = self.samples = self.job_batches = self.job_events = 0
+        self.handed_late_s: list[float] = []
+        self.acked_late_s: list[float] = []
         self.error: BaseException | None = None
         self.stop = threading.Event()
 
@@ -104,8 +108,10 @@ class _Sender(threading.Thread):
                 for topic, record in paced(host_batches(self.sim.events()), 1.0, self.sim.start_ts):
                     if self.stop.is_set():
                         break
-                    p.send(topic, record)
+                    future = p.send(topic, record)
                     if topic == "gpu.metrics":
+                        self.handed_late_s.append(time.time() - record.ts)
+                        future.add_callback(self._acked, record.ts)
                         self.batches += 1
                         self.samples += len(record.samples)
                     else:
@@ -117,6 +123,9 @@ class _Sender(threading.Thread):
                 self.error = exc
             # stopped behind real time: the producer's backlog cannot be flushed in time, and is not counted as sent
             # (``batches`` and ``samples`` count what was handed to it; stage 1's consumption is what the run measures)
+
+    def _acked(self, tick_ts: float, _metadata: Any) -> None:
+        self.acked_late_s.append(time.time() - tick_ts)
 
 
 def _snapshot(workers: list[Any]) -> dict[str, Any]:
@@ -152,9 +161,20 @@ def _snapshot(workers: list[Any]) -> dict[str, Any]:
 
 
 def run_fleet(
-    gpus: int, workers: int, duration_s: float, workdir: Path, progress: Any, *, partitions: int = 8, drain_s: float = 30.0
+    gpus: int,
+    workers: int,
+    duration_s: float,
+    workdir: Path,
+    progress: Any,
+    *,
+    partitions: int = 8,
+    drain_s: float = 30.0,
+    serving: str = "sharded",
 ) -> dict[str, Any]:
-    """One measured run (see the module docstring); returns the ``fleet`` object."""
+    """One measured run (see the module docstring); returns the ``fleet`` object.  ``serving``: the workers'
+    setting (sharded: a snapshot key made for the run unless ``AIP_SNAPSHOT_KEY`` gives one)."""
+    import secrets
+
     from aip.broker import EmbeddedBroker, free_port
     from aip.faults.worker import WorkerProcess, wait_until
     from config import Settings
@@ -164,6 +184,8 @@ def run_fleet(
     workdir.mkdir(parents=True, exist_ok=True)
     with EmbeddedBroker(port=free_port()) as broker:
         settings = Settings.from_env(broker=broker.address, topic_prefix=f"fleet{int(time.time())}.", partitions=partitions)
+        key = settings.snapshot_key or (secrets.token_hex(16) if serving == "sharded" else "")
+        settings = dataclasses.replace(settings, serving=serving, snapshot_key=key)
         ensure_project_topics(settings)
 
         procs = [
@@ -238,6 +260,7 @@ def run_fleet(
     return {
         "gpus": gpus,
         "workers": workers,
+        "serving": serving,
         "hosts": len({g.host for g in sim.gpus}),
         "duration_s": round(elapsed, 1),
         "gpu_samples_sent": sender.samples,
@@ -254,6 +277,12 @@ def run_fleet(
         "p99_bound_s": bound_s,
         "read_p50_s": _round(percentile(preds.read_latencies_s, 0.5)),
         "read_p99_s": _round(percentile(preds.read_latencies_s, 0.99)),
+        "sender_late_s": {
+            "handed_p50": _round(percentile(sender.handed_late_s, 0.5)),
+            "handed_p99": _round(percentile(sender.handed_late_s, 0.99)),
+            "acked_p50": _round(percentile(sender.acked_late_s, 0.5)),
+            "acked_p99": _round(percentile(sender.acked_late_s, 0.99)),
+        },
         "latency_s_by_occupancy": {
             occupancy: {"predictions": len(v), "p50": _round(percentile(v, 0.5)), "p99": _round(percentile(v, 0.99))}
             for occupancy, v in sorted(preds.by_occupancy.items())
@@ -289,20 +318,24 @@ def curve_point(fleet: dict[str, Any]) -> dict[str, Any]:
     return {k: fleet[k] for k in keys}
 
 
-def run(quick: bool, progress: Any, gpus: int | None = None, workers: int | None = None) -> dict[str, Any]:
+def run(
+    quick: bool, progress: Any, gpus: int | None = None, workers: int | None = None, serving: str | None = None
+) -> dict[str, Any]:
     """The main run (``--gpus``, default 10,000; ``--quick`` 2,000), then, unless ``--gpus`` was given, shorter
-    runs at the other sizes of :data:`CURVE_GPUS`: ``cost_curve`` lists every size's CPU per unit."""
+    runs at the other sizes of :data:`CURVE_GPUS`: ``cost_curve`` lists every size's CPU per unit.  ``serving``
+    (default sharded: the design for one environment over several workers, docs/ARCHITECTURE.md)."""
     import tempfile
 
     n = gpus or (2000 if quick else 10_000)
     w = workers or 2
+    mode = serving or "sharded"
     with tempfile.TemporaryDirectory() as tmp:
-        main = run_fleet(n, w, 120.0 if quick else 600.0, Path(tmp) / "main", progress)
+        main = run_fleet(n, w, 120.0 if quick else 600.0, Path(tmp) / "main", progress, serving=mode)
         points = {n: curve_point(main)}
         for size in () if gpus else (g for g in CURVE_GPUS if g != n):
             progress(f"cost curve: {size} GPUs for {CURVE_S[quick]:g} s")
             try:
-                points[size] = curve_point(run_fleet(size, w, CURVE_S[quick], Path(tmp) / f"curve{size}", progress))
+                points[size] = curve_point(run_fleet(size, w, CURVE_S[quick], Path(tmp) / f"curve{size}", progress, serving=mode))
             except Exception as exc:  # one size this machine cannot run is a point without figures, not a lost curve
                 points[size] = {"gpus": size, "error": f"{type(exc).__name__}: {exc}"}
     return {"fleet": main | {"cost_curve": [points[g] for g in sorted(points)]}}
