@@ -71,9 +71,9 @@ class App(faust.App):
 
     async def maybe_start_producer(self) -> Any:
         """The started producer at once.  faust's is a ``stampede`` (callers share one future): three event-loop turns
-        per call, and faust's producer buffer calls it for every record it sends, so under agents that hold the loop
-        tens of ms a turn the buffer sent a few records a second and predictions waited tens of seconds in it
-        (docs/BENCHMARKS.md, "Fleet": the producer buffer's pace)."""
+        per call, and faust's producer buffer calls it for every record it sends.  With a task holding the loop 50 ms
+        a turn, a buffered record waited 9.5 s at the median, 0.11 s with this (docs/BENCHMARKS.md, "Fleet", eleventh
+        session)."""
         producer = self.producer
         if producer.started and not self.in_transaction:
             return producer

@@ -319,7 +319,7 @@ def curve_point(fleet: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(
-    quick: bool, progress: Any, gpus: int | None = None, workers: int | None = None, serving: str | None = None
+    quick: bool, progress: Any, gpus: int | None = None, workers: int | None = None, serving: str = "sharded"
 ) -> dict[str, Any]:
     """The main run (``--gpus``, default 10,000; ``--quick`` 2,000), then, unless ``--gpus`` was given, shorter
     runs at the other sizes of :data:`CURVE_GPUS`: ``cost_curve`` lists every size's CPU per unit.  ``serving``
@@ -328,14 +328,13 @@ def run(
 
     n = gpus or (2000 if quick else 10_000)
     w = workers or 2
-    mode = serving or "sharded"
     with tempfile.TemporaryDirectory() as tmp:
-        main = run_fleet(n, w, 120.0 if quick else 600.0, Path(tmp) / "main", progress, serving=mode)
+        main = run_fleet(n, w, 120.0 if quick else 600.0, Path(tmp) / "main", progress, serving=serving)
         points = {n: curve_point(main)}
         for size in () if gpus else (g for g in CURVE_GPUS if g != n):
             progress(f"cost curve: {size} GPUs for {CURVE_S[quick]:g} s")
             try:
-                points[size] = curve_point(run_fleet(size, w, CURVE_S[quick], Path(tmp) / f"curve{size}", progress, serving=mode))
+                points[size] = curve_point(run_fleet(size, w, CURVE_S[quick], Path(tmp) / f"curve{size}", progress, serving=serving))
             except Exception as exc:  # one size this machine cannot run is a point without figures, not a lost curve
                 points[size] = {"gpus": size, "error": f"{type(exc).__name__}: {exc}"}
     return {"fleet": main | {"cost_curve": [points[g] for g in sorted(points)]}}

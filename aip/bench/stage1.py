@@ -181,6 +181,7 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
         seconds: dict[tuple[str, str], list[float]] = {k: [] for k in inputs}
         published: dict[tuple[str, str], list[dict[str, int]]] = {k: [] for k in inputs}
         digests: dict[str, set[str]] = {f: set() for f in fleets}  # of each stage-1 child's observation ids
+        dead_letters: dict[str, Any] = {}  # child -> its dead letters' reasons (children that had any)
         for r in range(rounds):
             prefixes = {k: f"b{run_id}r{r}{k[0]}{k[1][0]}." for k in inputs}
             progress(f"round {r + 1}/{rounds}: producing {gpus} simulated GPUs x {sim_s} s, per-GPU and host-batched")
@@ -195,6 +196,8 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
                 report = _run_child("stage1", broker.address, prefix, len(inputs[k]), f"{tmp}/{prefix}", f"stage{prefix}")
                 seconds[k].append(report["seconds"])
                 published[k].append(report["published"])
+                if report["published"].get("deadletter"):  # kept to explain a child whose observations differ
+                    dead_letters[f"round {r + 1}, {k[0]}, {k[1]}"] = report.get("dead_letter_reasons", {})
                 digests[k[0]].add(report["observations_sha"])
                 progress(
                     f"round {r + 1}/{rounds}: stage 1, job progress every {k[0]}, {k[1]}: "
@@ -222,6 +225,7 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
         # per-GPU and host-batched children of a fleet publish the same observations (count and ids)
         "stage1_batched_observations_each": {f: observations(f) for f in fleets},
         "stage1_batched_dead_letters_each": [p.get("deadletter", 0) for k in inputs for p in published[k]],
+        "stage1_dead_letter_reasons": dead_letters,
         "stage1_batched_same_observations": all(len(set(observations(f))) == 1 and len(digests[f]) == 1 for f in fleets),
         "stage1_events_per_s": round(n / statistics.median(t_stage)),
         "passthrough_events_per_s": round(n / statistics.median(t_pass)),
