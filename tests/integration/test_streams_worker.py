@@ -109,6 +109,10 @@ def test_measured_interference_matches_simulator_ground_truth(worker: WorkerProc
 
     wait_for(lambda: not missing(), what="every series on /metrics")
     assert missing() == []
+    page = worker.get("/metrics")  # every prediction published is timed once, from its window's end
+    published = metric_values(page, "aip_stream_published_records_total", topic="predictions")
+    assert metric_values(page, "aip_stream_prediction_delay_seconds_count") == published
+    assert metric_values(page, "aip_stream_prediction_delay_seconds_bucket", le="+Inf") == published
 
 
 def test_full_speed_replay_gives_the_paced_observations(worker: WorkerProcess) -> None:
