@@ -35,6 +35,7 @@ from events import (
     JobEvent,
     MetricSample,
     Observation,
+    Prediction,
     RecordError,
     Rejected,
     SoloProfile,
@@ -359,15 +360,18 @@ class Streams:
     def publish_served(self, out: Output) -> None:
         """Buffer what serving an observation gave, its predictions and alerts, for the producer: not awaited, as
         :meth:`emit_observation`'s observations (an awaited send each held stage 2 at about 1 ms per record)."""
-        delay = self.metrics.prediction_delay
         for p in out.predictions:
-            self.out["predictions"].send_soon(key=p.gpu_uuid.encode(), value=encode(p))
-            if p.window_end is not None:
-                delay.observe(p.ts - p.window_end)
+            self.publish_prediction(p)
         for a in out.alerts:
             self.out["alerts"].send_soon(key=a.gpu_uuid.encode(), value=encode(a))
-        self.metrics.published["predictions"] += len(out.predictions)
         self.metrics.published["alerts"] += len(out.alerts)
+
+    def publish_prediction(self, p: Prediction) -> None:
+        """Buffer one prediction for the producer; count it, and its delay from its window's end."""
+        self.out["predictions"].send_soon(key=p.gpu_uuid.encode(), value=encode(p))
+        self.metrics.published["predictions"] += 1
+        if p.window_end is not None:
+            self.metrics.prediction_delay.observe(max(0.0, p.ts - p.window_end))  # a replay's event time may be ahead
 
     def on_commit_initiated(self) -> None:
         """Before faust commits offsets (our timers, a rebalance, a clean stop): take the state they cover, and put
@@ -497,10 +501,7 @@ class Streams:
         """Every idle window stage 1 closed: the GPU's answer, that a newcomer would run there alone."""
         for w in self.stage1.take_idle():
             types = [jt for env, jt in self.stage1.profiles.known() if env == w.environment]
-            record = idle_prediction(w.gpu_uuid, w.environment, w.window_end, types, now=self.clock())
-            self.out["predictions"].send_soon(key=w.gpu_uuid.encode(), value=encode(record))
-            self.metrics.published["predictions"] += 1
-            self.metrics.prediction_delay.observe(record.ts - w.window_end)
+            self.publish_prediction(idle_prediction(w.gpu_uuid, w.environment, w.window_end, types, now=self.clock()))
 
     async def send_dead_letter(self, event: Any, error: str, stage: str) -> None:
         m = event.message

@@ -7,14 +7,13 @@ scrape time by one collector, so the hot path only bumps a dict entry.
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from events import Leaderboard
@@ -42,40 +41,6 @@ def dead_letter_reason(error: str) -> str:
 
 DELAY_BUCKETS_S = (1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 """Upper bounds of the prediction-delay histogram's buckets (a window of 10 s with 5 s of lateness is due by 20 s)."""
-
-
-class DelayHistogram:
-    """Counts of observed seconds per bucket of :data:`DELAY_BUCKETS_S` (and above), their sum and count; negative
-    values count as 0 (a replay's event time ahead of the clock).
-
-    >>> h = DelayHistogram()
-    >>> for s in (0.5, 7.0, 7.5, 400.0, -3.0):
-    ...     h.observe(s)
-    >>> h.cumulative()[:4], h.count, h.sum_s
-    ([('1.0', 2), ('2.0', 2), ('5.0', 2), ('10.0', 4)], 5, 415.0)
-    >>> h.cumulative()[-1]
-    ('+Inf', 5)
-    """
-
-    def __init__(self, bounds_s: tuple[float, ...] = DELAY_BUCKETS_S) -> None:
-        self.bounds_s = bounds_s
-        self.counts = [0] * (len(bounds_s) + 1)
-        self.count = 0
-        self.sum_s = 0.0
-
-    def observe(self, seconds: float) -> None:
-        seconds = max(0.0, seconds)
-        self.counts[bisect.bisect_left(self.bounds_s, seconds)] += 1
-        self.count += 1
-        self.sum_s += seconds
-
-    def cumulative(self) -> list[tuple[str, int]]:
-        """(upper bound, observations at or below it) per bucket, Prometheus's ``le`` form, ``+Inf`` last."""
-        out, total = [], 0
-        for bound, n in zip((*map(str, self.bounds_s), "+Inf"), self.counts, strict=True):
-            total += n
-            out.append((bound, total))
-        return out
 
 
 class _Collector:
@@ -121,13 +86,6 @@ class _Collector:
         for (topic, partition), behind in sorted(m.lag().items()):
             lag.add_metric([topic, str(partition)], float(behind))
         yield lag
-        delay = HistogramMetricFamily(
-            "aip_stream_prediction_delay_seconds",
-            "seconds from a window's end to its prediction, when this worker made it (what aip bench fleet's p50 and p99"
-            " measure)",
-        )
-        delay.add_metric([], m.prediction_delay.cumulative(), m.prediction_delay.sum_s)
-        yield delay
         held = GaugeMetricFamily(
             "aip_stream_held_windows", "co-located job-windows waiting for their job type's first solo profile"
         )
@@ -199,13 +157,19 @@ class StreamMetrics:
         self.published: Counter[str] = Counter()
         self.dead_letters: Counter[str] = Counter()
         self.observations: Counter[str] = Counter()
-        self.prediction_delay = DelayHistogram()
-        """Seconds from a window's end to its prediction, for every prediction this worker published."""
         self.consumed_observations = 0
         """Observations stage 2 read (an ObservationBatch counts its observations; ``consumed`` counts records)."""
         self.positions: dict[tuple[str, int], int] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))  # type: ignore[arg-type]
+        self.prediction_delay = Histogram(
+            "aip_stream_prediction_delay_seconds",
+            "seconds from a window's end to its prediction, when this worker made it (what aip bench fleet's p50 and p99"
+            " measure)",
+            buckets=DELAY_BUCKETS_S,
+            registry=self.registry,
+        )
+        """Seconds from a window's end to its prediction, for every prediction this worker published."""
 
     def consumed_message(self, topic: str, partition: int, offset: int) -> None:
         self.consumed[topic] += 1
