@@ -102,6 +102,13 @@ class Settings:
     prediction_max_pct: float = _setting(
         1000.0, "predictions are bounded to [-100, this]; bounded ones are counted (stage2 kind predictions_clipped)"
     )
+    refit_max_lag_s: float = _setting(
+        0.0,
+        "how far stage 2 may outrun its refits: once event time has advanced this many seconds more than the wall clock "
+        "since the rows of the served models were taken, and a refit is due, it refits at once and waits; in real time "
+        "it never binds; faster (a paced run, a replay) it keeps the models as fresh as in real time, and a backlog "
+        "after an outage takes the refits' time longer (0: no bound; aip bench accuracy runs with 60)",
+    )
     serving: str = _setting(
         "stage2",
         "where predictions, what-if entries and alerts are made: stage2 (with learning, in the one worker of the "
@@ -211,6 +218,8 @@ class Settings:
             raise SettingsError("snapshot_chunk_bytes must be between 1024 and 921600 (below Kafka's 1 MB message limit)")
         if self.window_s <= 0 or self.lateness_s < 0:
             raise SettingsError("window_s must be positive and lateness_s non-negative")
+        if self.refit_max_lag_s < 0:
+            raise SettingsError("refit_max_lag_s (AIP_REFIT_MAX_LAG_S) must be 0 (off) or a number of seconds, e.g. 60")
         if not 0 < self.fetch_max_wait_s <= 30:
             raise SettingsError("fetch_max_wait_s (AIP_FETCH_MAX_WAIT_S) must be in (0, 30] seconds, e.g. 0.25")
 

@@ -602,6 +602,11 @@ class EnvironmentModels:
 
     # ------------------------------------------------------------------ refits
 
+    @property
+    def refit_in_flight(self) -> bool:
+        """A refit task was taken (:meth:`refit_task`) and its result not yet applied."""
+        return self._refit_in_flight
+
     def refit_due(self) -> bool:
         if self._refit_in_flight or len(self.history) < self.config.refit_min_rows:
             return False

@@ -72,6 +72,9 @@ def main() -> None:
     ap.add_argument("--dump-predictions", help="write the running jobs' scored predictions (regime, type, co-runners, truth, "
                     "predicted, model, job set measured) to this JSON file")
     ap.add_argument("--model-seed", type=int, default=0, help="the models' seed (EnvironmentModels)")
+    ap.add_argument("--refit-lag", type=int, default=0,
+                    help="apply a refit's result only after this many more observations were learned (a live worker's refit"
+                    " takes wall time: at 40x it is about 84 observations of this fleet per wall second); 0: at once")
     ap.add_argument("--fixed-refits", action="store_true", help="no drift-triggered refits (the same refit times in every run)")
     args = ap.parse_args()
     duration = 1800.0 if args.quick else 3000.0
@@ -90,6 +93,8 @@ def main() -> None:
     wins = windows(sim)
     k = 0
     ran: set[str] = set()  # job types seen running so far (stage 2's known types: solo profiles of every window)
+    pending = None  # (observations at which to apply, the refit task, observations when due) with --refit-lag
+    refit_log: list[tuple[int, int, float]] = []  # (observations when due, when applied, seconds it took)
     for end, gpu, active in wins:
         ran.update(t for _, t in active)
         if len(active) >= 2 and end > half:
@@ -137,9 +142,18 @@ def main() -> None:
             measured.add(tuple(sorted(t for _, t in active)))
             if args.fixed_refits:
                 models._drift = False  # refit every Config.refit_every observations only: the same refit times for any weighting
-            if models.refit_due():
-                models.refit_now()
-    out: dict = {"seconds": round(time.monotonic() - t0, 1), "observations": models.observations, "refits": models.refits}
+            if pending is not None and models.observations >= pending[0]:
+                models.apply_refit(pending[1]())
+                refit_log.append((pending[2], models.observations, models.refit_seconds))
+                pending = None
+            if pending is None and models.refit_due():
+                pending = (models.observations + args.refit_lag, models.refit_task(), models.observations)
+                if not args.refit_lag:
+                    models.apply_refit(pending[1]())
+                    refit_log.append((pending[2], models.observations, models.refit_seconds))
+                    pending = None
+    out: dict = {"seconds": round(time.monotonic() - t0, 1), "observations": models.observations, "refits": models.refits,
+                 "refit_log": [[due, applied, round(s, 2)] for due, applied, s in refit_log]}
     for regime in ("seen", "new", "novel"):
         for nco in (1, 2):
             e = [abs(t - p) for g, c, t, p in pred_rows if g == regime and c == nco]

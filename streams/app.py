@@ -245,7 +245,7 @@ class Streams:
         self.sharded = settings.serving == "sharded"
         self.stage2 = Stage2(
             settings.alert_threshold_pct, settings.alert_clear_pct, state_dir=state_dir(settings), clock=clock,
-            max_pct=settings.prediction_max_pct, serve=not self.sharded,
+            max_pct=settings.prediction_max_pct, serve=not self.sharded, refit_max_lag_s=settings.refit_max_lag_s,
         )  # fmt: skip
         self.serving = Serving(
             settings.alert_threshold_pct, settings.alert_clear_pct, clock=clock, max_pct=settings.prediction_max_pct
@@ -695,6 +695,8 @@ class Streams:
             for rejected in record.rejected:  # an invalid observation of a batch: dead-lettered alone
                 self.dead_letter_soon(event, rejected.payload, f"invalid interference.observations record: {rejected.error}", "stage2")
             for obs in record.observations:
+                if self.stage2.behind(obs.environment, obs.window_end):
+                    await self.refits.keep_up(obs.environment)
                 try:
                     out = self.stage2.on_observation(obs, leaderboard=False)
                     self.metrics.observations[obs.environment] += 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,17 +26,19 @@ class Refits:
         self.stage2 = stage2
         self.publish = publish
         self.running: set[str] = set()
-        self._futures: set[asyncio.Future[None]] = set()
+        self._futures: dict[str, asyncio.Future[None]] = {}
 
     def start_due(self) -> None:
         """Start every due refit in the background."""
         for env, task in self.stage2.refits_due():
-            if env in self.running:
-                continue
-            self.running.add(env)
-            future = asyncio.ensure_future(self._run(env, task))
-            self._futures.add(future)
-            future.add_done_callback(self._futures.discard)
+            if env not in self.running:
+                self._start(env, task)
+
+    def _start(self, env: str, task: Any) -> asyncio.Future[None]:
+        self.running.add(env)
+        future = self._futures[env] = asyncio.ensure_future(self._run(env, task))
+        future.add_done_callback(lambda f: self._futures.pop(env, None) if self._futures.get(env) is f else None)
+        return future
 
     async def now(self, env: str) -> None:
         """Refit ``env`` now if it is due and none is running, and wait for it (after a rebuild: refit, then serve)."""
@@ -43,7 +46,21 @@ class Refits:
         if env in self.running or not models.refit_due():
             return
         self.running.add(env)
-        await self._run(env, models.refit_task())
+        await self._run(env, self.stage2.refit_task(env))
+
+    async def keep_up(self, env: str) -> None:
+        """Wait for ``env``'s refit in flight, or start its due refit at once and wait for it (stage 2 is too far
+        ahead of its models in event time: :meth:`streams.stage2.Stage2.behind`).  Counted: ``refits_awaited``
+        and ``refit_await_ms`` (stage 2 counters)."""
+        t0 = time.monotonic()
+        future = self._futures.get(env)
+        if future is None:
+            if env in self.running or not self.stage2.models_for(env).refit_due():
+                return
+            future = self._start(env, self.stage2.refit_task(env))
+        await asyncio.shield(future)  # a cancelled caller (a stopping worker) leaves the refit to give up by itself
+        self.stage2.counters["refits_awaited"] += 1
+        self.stage2.counters["refit_await_ms"] += round((time.monotonic() - t0) * 1e3)
 
     async def _run(self, env: str, task: Any) -> None:
         loop = asyncio.get_running_loop()

@@ -86,6 +86,7 @@ class Stage2:
         what_if_min_s: float = 60.0,
         refit_share: float = 0.25,
         refit_clock: Callable[[], float] = time.monotonic,
+        refit_max_lag_s: float = 0.0,
         serve: bool = True,
     ) -> None:
         self.serve = serve
@@ -110,6 +111,15 @@ class Stage2:
         the rest on its observations.  1.0: no wait (before issue 23)."""
         self.refit_clock = refit_clock
         self.refit_ready_at: dict[str, float] = {}
+        self.refit_max_lag_s = refit_max_lag_s
+        """How far the stream may outrun an environment's refits (:meth:`behind`), in seconds of event time beyond
+        the wall-clock seconds passed; 0: no bound."""
+        self.learned_ts: dict[str, float] = {}
+        """Per environment: the latest window end learned."""
+        self.fit_at: dict[str, tuple[float, float]] = {}
+        """Per environment: (latest window end, :attr:`refit_clock`) when the served models' rows were taken (their
+        first observation's before the first refit); ``refit_at``: the same of the refit in flight."""
+        self.refit_at: dict[str, tuple[float, float]] = {}
         # observations partition -> offset of the last observation applied (in memory) / covered by the snapshot
         self.positions: dict[int, int] = {}
         self.covers: dict[int, int] = {}
@@ -226,6 +236,7 @@ class Stage2:
             if prof:
                 known.setdefault(jt, prof)
         self.models_for(obs.environment).learn(obs)
+        self._learned_at(obs.environment, obs.window_end)
         self.counters["rebuilt"] += 1
         return True
 
@@ -280,6 +291,7 @@ class Stage2:
         if value is not None and self.serve:
             self._alert(out, obs, value, source, now)
         models.learn(obs, served)
+        self._learned_at(env, obs.window_end)
         if leaderboard:
             out.leaderboard = self._leaderboard(env)
         return out
@@ -338,11 +350,46 @@ class Stage2:
             if now < self.refit_ready_at.get(env, -math.inf):
                 self.counters["refits_waited"] += 1
                 continue
-            out.append((env, m.refit_task()))
+            out.append((env, self.refit_task(env)))
         return out
+
+    def _learned_at(self, env: str, window_end: float) -> None:
+        """Event time learned: the latest window end, and the first one with the wall clock (models restored or new
+        count as fit then)."""
+        self.learned_ts[env] = max(window_end, self.learned_ts.get(env, window_end))
+        if env not in self.fit_at:
+            self.fit_at[env] = (window_end, self.refit_clock())
+
+    def refit_task(self, env: str) -> Callable[[], Any]:
+        """The refit task of ``env`` now, whatever :attr:`refit_share` says (the caller checked it is due)."""
+        if env in self.learned_ts:
+            self.refit_at[env] = (self.learned_ts[env], self.refit_clock())
+        return self.models[env].refit_task()
+
+    def behind(self, env: str, event_ts: float) -> bool:
+        """True when ``env`` has a refit due or in flight and, since the rows its served models were fit on were
+        taken, the stream has advanced more than :attr:`refit_max_lag_s` seconds of event time further than the
+        wall clock: the caller then waits for that refit, starting it at once if it is only due.
+
+        In real time event time and the wall clock advance together, so it never binds, whatever a refit and its
+        :attr:`refit_share` wait take.  Faster than real time (a backlog after an outage, a paced benchmark) the
+        wall-clock seconds of each refit become minutes of event time, and predictions would come from models fit
+        on a fraction of what was learned; bounded, they are what the same stream in real time would get."""
+        m = self.models.get(env)
+        if m is None or self.refit_max_lag_s <= 0 or env not in self.fit_at:
+            return False
+        fit_ts, fit_clock = self.fit_at[env]
+        ahead_s = (event_ts - fit_ts) - (self.refit_clock() - fit_clock)
+        return ahead_s > self.refit_max_lag_s and (m.refit_in_flight or m.refit_due())
 
     def apply_refit(self, env: str, result: Any) -> Leaderboard | None:
         self.models[env].apply_refit(result)
+        taken = self.refit_at.pop(env, None)
+        if result is not None:
+            self.counters["refits_applied"] += 1
+            self.counters["refit_ms"] += round(getattr(result, "seconds", 0.0) * 1e3)
+            if taken is not None:
+                self.fit_at[env] = taken
         seconds = getattr(result, "seconds", None)
         if seconds is not None and 0.0 < self.refit_share < 1.0:
             self.refit_ready_at[env] = self.refit_clock() + seconds * (1.0 / self.refit_share - 1.0)

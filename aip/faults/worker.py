@@ -175,15 +175,20 @@ def stop_all(workers: Iterable[WorkerProcess], timeout_s: float = 30.0) -> None:
 
 
 @contextlib.contextmanager
-def worker_on_embedded_broker(prefix: str, ready_timeout_s: float = 90.0) -> Iterator[WorkerProcess]:
+def worker_on_embedded_broker(prefix: str, ready_timeout_s: float = 90.0, **overrides: Any) -> Iterator[WorkerProcess]:
     """A fresh embedded broker with the project's topics (4 partitions, prefix ``<prefix><random>.``) and one
-    ready ``aip worker`` with its own state directory; both stopped on exit.  ``worker.settings`` reach them."""
+    ready ``aip worker`` with its own state directory (``overrides``: other settings); both stopped on exit.
+    ``worker.settings`` reach them."""
     from aip.broker import EmbeddedBroker, free_port
     from transport import ensure_project_topics
 
     with EmbeddedBroker(port=free_port()) as broker, tempfile.TemporaryDirectory() as tmp:
         settings = Settings.from_env(
-            broker=broker.address, topic_prefix=f"{prefix}{uuid.uuid4().hex[:8]}.", partitions=4, state_dir=f"{tmp}/state"
+            broker=broker.address,
+            topic_prefix=f"{prefix}{uuid.uuid4().hex[:8]}.",
+            partitions=4,
+            state_dir=f"{tmp}/state",
+            **overrides,
         )
         ensure_project_topics(settings)
         worker = WorkerProcess(settings, free_port(), f"{tmp}/worker.log").start()
