@@ -15,6 +15,10 @@ the second half of the simulated span (after warm-up), per mode:
   truth, and the intervals' mean width (predictions without an interval left out);
 * ``served``: the served-model mix (model, category, regime, predictions, MAE vs truth, claimed error).
 
+The worker runs with ``refit_max_lag_s`` :data:`REFIT_MAX_LAG_S` (``config.refit_max_lag_s``): paced faster than real
+time, it waits for its refits rather than serve models the pace has left behind, as real time would never; ``stage2``
+reports its ``refits``, ``refits_awaited``, ``refit_await_s``, ``refit_s`` and the ``drain_s`` after the last event.
+
 ``label_mae_vs_truth`` is stage 1's measured interference against the truth, over the same half.  These figures
 are of the predictions of co-located jobs; a GPU running one job or none answers too (``occupancy`` ``solo`` or
 ``idle``: its own slowdown is 0 by definition), and is scored only through its what-if entries.
