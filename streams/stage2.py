@@ -375,8 +375,10 @@ class Stage2:
         :attr:`refit_share` wait take.  Faster than real time (a backlog after an outage, a paced benchmark) the
         wall-clock seconds of each refit become minutes of event time, and predictions would come from models fit
         on a fraction of what was learned; bounded, they are what the same stream in real time would get."""
+        if self.refit_max_lag_s <= 0:  # the default: one comparison per observation
+            return False
         m = self.models.get(env)
-        if m is None or self.refit_max_lag_s <= 0 or env not in self.fit_at:
+        if m is None or env not in self.fit_at:
             return False
         fit_ts, fit_clock = self.fit_at[env]
         ahead_s = (event_ts - fit_ts) - (self.refit_clock() - fit_clock)

@@ -189,8 +189,9 @@ are as fresh as in real time, where the bound never binds (docs/BENCHMARKS.md, "
 def refit_max_lag_s() -> float:
     import os
 
-    value = os.environ.get("AIP_REFIT_MAX_LAG_S")
-    return REFIT_MAX_LAG_S if value is None else float(value)
+    from config import Settings
+
+    return Settings.from_env().refit_max_lag_s if "AIP_REFIT_MAX_LAG_S" in os.environ else REFIT_MAX_LAG_S
 
 
 def run(quick: bool, progress: Callable[[str], None], plot_dir: str | None = None) -> dict[str, Any]:
