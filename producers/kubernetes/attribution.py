@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import msgspec
 
 from events import GpuProcess, JobEvent, MetricSample
+from events.records import JobKind
 from producers.kubernetes.cgroups import ProcPods
 from producers.kubernetes.podresources import Assignment, PodResourcesError
 from producers.kubernetes.pods import Pod
@@ -197,7 +198,7 @@ class KubernetesAttribution:
             self._save()
         return out
 
-    def _event(self, sample: MetricSample, kind: str, uid: str, job_type: str) -> JobEvent:
+    def _event(self, sample: MetricSample, kind: JobKind, uid: str, job_type: str) -> JobEvent:
         return JobEvent(
             ts=sample.ts,
             kind=kind,

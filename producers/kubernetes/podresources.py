@@ -10,6 +10,7 @@ then hold the same GPU.
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +66,8 @@ class PodResourcesClient:
         """Every GPU held by a pod of this node now; :class:`PodResourcesError` when the kubelet cannot tell."""
         import grpc
 
-        from producers.kubernetes.podresources_v1 import api_pb2, api_pb2_grpc
+        api_pb2: Any = importlib.import_module("producers.kubernetes.podresources_v1.api_pb2")  # generated, untyped
+        api_pb2_grpc: Any = importlib.import_module("producers.kubernetes.podresources_v1.api_pb2_grpc")
 
         where = f"kubelet pod-resources socket {self.socket_path}"
         if not self.socket_path.exists():

@@ -14,6 +14,7 @@ again with a growing back-off.  The ``kubernetes`` client is imported only here,
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 from collections.abc import Callable
@@ -45,7 +46,7 @@ def _get(obj: Any, *names: str) -> Any:
             return None
         if isinstance(obj, dict):
             camel = name.split("_")[0] + "".join(w.title() for w in name.split("_")[1:])
-            obj = obj.get(name, obj.get(camel))
+            obj = next((obj[k] for k in (name, camel, camel.removesuffix("Id") + "ID") if k in obj), None)
         else:
             obj = getattr(obj, name, None)
     return obj
@@ -67,8 +68,8 @@ def pod_of(obj: Any) -> Pod:
 def api_client(host: str = "") -> Any:
     """A kubernetes ``ApiClient``: in-cluster configuration (the pod's service account), or ``host`` when given
     (a URL such as ``http://127.0.0.1:8001``, e.g. ``kubectl proxy``)."""
-    from kubernetes import client, config
-
+    client: Any = importlib.import_module("kubernetes.client")
+    config: Any = importlib.import_module("kubernetes.config")
     if host:
         configuration = client.Configuration()
         configuration.host = host
@@ -138,8 +139,8 @@ class PodWatcher:
         self.error = error
 
     def _run(self) -> None:
-        from kubernetes import client, watch
-
+        client: Any = importlib.import_module("kubernetes.client")
+        watch: Any = importlib.import_module("kubernetes.watch")
         wait_s = self.backoff_s
         selector = f"spec.nodeName={self.node}"
         while not self._stop.is_set():

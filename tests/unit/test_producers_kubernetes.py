@@ -451,3 +451,14 @@ def test_an_api_server_that_is_down_is_one_log_line_sampling_goes_on_and_it_reco
         w.stop()
     events = [e for t, r in published if t == LIFECYCLE for e in r.events]
     assert started(events) == set().union(*(node.jobs(p) for p in node.pods))
+
+
+def test_the_cli_needs_the_node_name(monkeypatch: Any, capsys: Any) -> None:
+    from aip.cli import build_parser
+    from aip.commands import produce
+    from aip.errors import CliError
+
+    monkeypatch.delenv("AIP_NODE_NAME", raising=False)
+    args = build_parser().parse_args(["produce", "nvml", "--kubernetes"])
+    with pytest.raises(CliError, match="AIP_NODE_NAME"):
+        produce.run_nvml(args, nvml=FakeNvml([FakeGpu(uuid=gpu_id())]))
