@@ -68,11 +68,12 @@ class KubernetesAttribution:
         self.assigned: list[Assignment] | None = None
         """The last PodResources answer that could be read (None: none yet)."""
         self.error = ""
+        """Why the last PodResources read failed ("" while it works)."""
         self.announced: dict[tuple[str, str], dict[str, str]] = self._load()
         """(pod UID, GPU UUID) -> {job_type, namespace, pod}: started and not yet finished."""
         self._pid_gpu: dict[int, str] = {}  # pid -> GPU it was last seen on
-        self._waiting: set[tuple[str, str]] = set()
-        self._bug = ""  # (namespace, pod) holding a GPU, not yet known to the API
+        self._waiting: set[tuple[str, str]] = set()  # (namespace, pod) holding a GPU, not yet known to the API
+        self._bug = ""  # the last failure of our own (annotating, writing the state), logged once
 
     # ------------------------------------------------------------------ state
     def _load(self) -> dict[tuple[str, str], dict[str, str]]:
@@ -89,10 +90,16 @@ class KubernetesAttribution:
         if self.state_path is None:
             return
         rows = [{"uid": uid, "gpu_uuid": gpu, **v} for (uid, gpu), v in sorted(self.announced.items())]
-        self.state_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"announced": rows}))
-        os.replace(tmp, self.state_path)
+        try:
+            self.state_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.state_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"announced": rows}))
+            os.replace(tmp, self.state_path)
+        except OSError as exc:  # the events still go out; a restart may repeat them
+            message = f"Kubernetes attribution: cannot write {self.state_path} ({exc})"
+            if message != self._bug:
+                log.warning("%s; a restart will announce its pods again", message)
+            self._bug = message
 
     # ------------------------------------------------------------------ PodResources
     def refresh(self) -> None:
@@ -180,8 +187,9 @@ class KubernetesAttribution:
                 del self.announced[(uid, g)]
         for namespace, name in sorted(now):
             pod = self.pods.by_name(namespace, name)
-            if pod is None:
-                if (namespace, name) not in self._waiting:
+            if pod is None:  # not (or no longer) known to the API: nothing to start
+                announced = any((v["namespace"], v["pod"]) == (namespace, name) for v in self.announced.values())
+                if (namespace, name) not in self._waiting and not announced:
                     log.info(
                         "pod %s/%s holds %s but is not known to the Kubernetes API yet; started waits for it",
                         namespace,

@@ -74,8 +74,6 @@ class PodResourcesClient:
             raise PodResourcesError(
                 f"{where} does not exist: mount the kubelet's pod-resources directory (AIP_PODRESOURCES_SOCKET)"
             )
-        if not os.access(self.socket_path, os.R_OK | os.W_OK):
-            raise PodResourcesError(f"{where}: permission denied (the producer must run as root to connect to it)")
         if self._stub is None:
             self._channel = grpc.insecure_channel(f"unix://{self.socket_path}")
             self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
@@ -85,6 +83,8 @@ class PodResourcesClient:
             self.close()
             code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
             details = exc.details() if hasattr(exc, "details") else str(exc)
+            if not os.access(self.socket_path, os.R_OK | os.W_OK):
+                raise PodResourcesError(f"{where}: permission denied (the producer must run as root to connect to it)") from None
             raise PodResourcesError(f"{where}: List failed ({code}: {details})") from None
         return assignments(response, self.resource)
 

@@ -462,3 +462,18 @@ def test_the_cli_needs_the_node_name(monkeypatch: Any, capsys: Any) -> None:
     args = build_parser().parse_args(["produce", "nvml", "--kubernetes"])
     with pytest.raises(CliError, match="AIP_NODE_NAME"):
         produce.run_nvml(args, nvml=FakeNvml([FakeGpu(uuid=gpu_id())]))
+
+
+def test_a_state_file_that_cannot_be_written_costs_no_event_and_no_round(
+    tmp_path: Path, cluster: FakeNode, kubelet: Any, kube_api: KubeApi, sock: Path, caplog: Any
+) -> None:
+    caplog.set_level(logging.INFO)
+    (tmp_path / "file").write_text("")
+    node = Node(tmp_path, cluster)
+    producer = Producer(node, sock, kube_api.url, tmp_path / "file" / "announced.json")  # its directory is a file
+    try:
+        samples, events = producer.rounds(3)
+    finally:
+        producer.stop()
+    assert len(samples) == 3 * 8 and len(started(events)) == 11
+    assert len(_warnings(caplog, "cannot write")) == 1
