@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubefakes import FakeNode, FakePod, KubeApi, podresources_server
 
 from aip.cli import build_parser
 from aip.commands import produce
 from events import HostJobEvents, HostMetrics
 from producers.fakenvml import FakeGpu, FakeNvml
-from tests.kubefakes import FakeNode, FakePod, KubeApi, podresources_server
 from transport import RecordConsumer
 
 pytestmark = pytest.mark.integration

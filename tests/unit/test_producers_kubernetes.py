@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_for
+from kubefakes import CGROUP_FORMS, FakeNode, FakePod, KubeApi, cgroup_text, podresources_server, write_proc
 
 from clients.extender import JOB_TYPE_ANNOTATION as EXTENDER_ANNOTATION
 from events import GpuProcess, HostJobEvents, HostMetrics, JobEvent, MetricSample, decode, encode
@@ -26,8 +28,6 @@ from producers.kubernetes.cgroups import ProcPods, pod_of_cgroup
 from producers.kubernetes.podresources import Assignment, PodResourcesClient, assignments
 from producers.kubernetes.pods import JOB_TYPE_ANNOTATION, PodWatcher, api_client
 from producers.nvml import NvmlSampler, run_sampler
-from tests.conftest import wait_for
-from tests.kubefakes import CGROUP_FORMS, FakeNode, FakePod, KubeApi, cgroup_text, podresources_server, write_proc
 
 NODE = "gpu-node-1"
 
