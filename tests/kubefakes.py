@@ -166,6 +166,8 @@ class KubeApi:
         api = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # a watch is one chunked response, a chunk per event, as the API server sends
+
             def log_message(self, *args: Any) -> None:
                 pass
 
@@ -198,7 +200,7 @@ class KubeApi:
             def _watch(self, node: str | None, since: int, timeout_s: float) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Connection", "close")
+                self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 sent = since
                 deadline = threading.Event()
@@ -212,9 +214,11 @@ class KubeApi:
                                 api.cluster.changed.wait(0.1)
                                 continue
                         for v, kind, p in new:
-                            self.wfile.write(json.dumps({"type": kind, "object": p.json(v)}).encode() + b"\n")
+                            line = json.dumps({"type": kind, "object": p.json(v)}).encode() + b"\n"
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
                             sent = v
                         self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")  # the watch's timeout: the response ends
                 except (BrokenPipeError, ConnectionResetError):
                     pass
                 finally:

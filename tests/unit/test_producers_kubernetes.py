@@ -148,6 +148,8 @@ def test_pod_watcher_lists_then_follows_the_pods_of_its_node_only(cluster: FakeN
     finally:
         w.stop()
     assert all("fieldSelector=spec.nodeName%3Dgpu-node-1" in r for r in kube_api.requests), kube_api.requests
+    lists = [r for r in kube_api.requests if "watch=" not in r]
+    assert len(lists) == 1 and len(kube_api.requests) >= 2  # listed once, then followed by a watch
 
 
 # ---------------------------------------------------------------------- the floor
