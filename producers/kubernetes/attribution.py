@@ -220,19 +220,23 @@ class KubernetesAttribution:
 
     # ------------------------------------------------------------------ step hook
     def resolve_step(self, message: Any) -> tuple[str, str, str] | None:
-        """(job id, job type, GPU UUID) of a step-hook message carrying ``pid`` and ``pod_uid`` (a mapping or an
-        object): the pod's UID, its job type, and the GPU the process was last seen on (or the pod's only GPU);
-        None when the pod or its GPU is not known here."""
+        """(job id, job type, GPU UUID) of a step-hook message (a mapping or an object): the pod of its
+        ``pod_uid``, that pod's job type, and the GPU its process was last seen on, by ``sender_pid`` (the pid the
+        kernel vouches for, in this PID namespace: NVML's) or else ``pid``; a pod on one GPU needs no pid.  None
+        when the pod, or which of its GPUs, is not known here.
+
+        This is the ``resolve`` argument of the node's step collector (``producers.stepcollector``)."""
 
         def field(name: str) -> Any:
             return message.get(name) if isinstance(message, dict) else getattr(message, name, None)
 
-        uid, pid = field("pod_uid"), field("pid")
+        uid = field("pod_uid")
         pod = self.pods.by_uid(str(uid)) if uid else None
         if pod is None:
             return None
         gpus = sorted({a.gpu_uuid for a in self.assigned or () if (a.namespace, a.pod) == (pod.namespace, pod.name)})
-        gpu = self._pid_gpu.get(int(pid)) if isinstance(pid, int) else None
+        pid = field("sender_pid") if field("sender_pid") is not None else field("pid")
+        gpu = self._pid_gpu.get(pid) if isinstance(pid, int) else None
         if gpu is None or gpu not in gpus:
             gpu = gpus[0] if len(gpus) == 1 else None
         return (pod.uid, pod.job_type, gpu) if gpu is not None else None

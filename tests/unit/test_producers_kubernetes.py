@@ -358,7 +358,8 @@ def test_resolve_step_maps_a_pod_uid_to_its_job_and_gpu(
         for pid in d5_pids:
             on = next(g.uuid for g in node.gpus if pid in dict(g.processes))
             assert on in (node.gpus[5].uuid, node.gpus[6].uuid)
-            assert a.resolve_step({"pid": pid, "pod_uid": d5.uid}) == (d5.uid, "bert", on)
+            assert a.resolve_step({"pid": 1, "sender_pid": pid, "pod_uid": d5.uid}) == (d5.uid, "bert", on)
+            assert a.resolve_step({"pid": pid, "sender_pid": None, "pod_uid": d5.uid}) == (d5.uid, "bert", on)
         assert a.resolve_step({"pid": 99999, "pod_uid": d5.uid}) is None  # ambiguous
         assert a.resolve_step({"pid": 1, "pod_uid": str(uuidlib.uuid4())}) is None
     finally:
