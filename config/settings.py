@@ -78,6 +78,9 @@ class Settings:
     kubernetes_api: str = _setting(
         "", "kubernetes: API server URL, e.g. http://127.0.0.1:8001 (default: in-cluster configuration, the service account)"
     )
+    step_socket: str = _setting(
+        "/var/run/aip/steps.sock", "local socket on which the step hook of training processes sends its step counts"
+    )
     # stream
     window_s: float = _setting(10.0, "tumbling window length in event time")
     lateness_s: float = _setting(5.0, "events this late still go into their window; later ones are dead-lettered")
