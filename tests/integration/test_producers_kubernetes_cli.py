@@ -35,7 +35,7 @@ def test_produce_nvml_kubernetes_publishes_pods_jobs_and_a_restart_repeats_no_st
     settings: Any, tmp_path: Path, monkeypatch: Any, capsys: Any
 ) -> None:
     cluster = FakeNode()
-    sock = tmp_path / "pod-resources" / "kubelet.sock"
+    sock = tmp_path / "pr" / "kubelet.sock"  # short: a unix socket path has at most 107 bytes
     sock.parent.mkdir()
     kubelet = podresources_server(cluster, NODE, sock)
     api = KubeApi(cluster).start()

@@ -96,7 +96,7 @@ def cluster() -> FakeNode:
 
 @pytest.fixture
 def sock(tmp_path: Path) -> Path:
-    return tmp_path / "pod-resources" / "kubelet.sock"
+    return tmp_path / "pr" / "kubelet.sock"  # short: a unix socket path has at most 107 bytes
 
 
 @pytest.fixture
