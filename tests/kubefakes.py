@@ -163,6 +163,8 @@ class KubeApi:
         self.cluster = cluster
         self.requests: list[str] = []
         self.stopping = threading.Event()
+        self.expire = threading.Event()
+        """Set: the open watch ends with a 410 Gone ERROR event, as when its resource version was compacted away."""
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -208,6 +210,19 @@ class KubeApi:
                 timer.start()
                 try:
                     while not deadline.is_set() and not api.stopping.is_set():
+                        if api.expire.is_set():
+                            api.expire.clear()
+                            status = {
+                                "kind": "Status",
+                                "apiVersion": "v1",
+                                "status": "Failure",
+                                "reason": "Expired",
+                                "code": 410,
+                                "message": "too old resource version: 1 (2)",
+                            }
+                            line = json.dumps({"type": "ERROR", "object": status}).encode() + b"\n"
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                            break
                         with api.cluster.changed:
                             new = [(v, k, p) for v, k, p in api.cluster.events if v > sent and (node is None or p.node == node)]
                             if not new:

@@ -161,10 +161,14 @@ class PodWatcher:
             self.synced.set()
             try:
                 self._follow(api, watch.Watch(), selector, listed.metadata.resource_version)
-            except Exception as exc:  # a broken watch: list again (also on 410 Gone)
-                if not self._stop.is_set():
-                    self._failed("watch", exc)
-                    self._stop.wait(wait_s)
+            except Exception as exc:  # a broken watch: list again
+                if self._stop.is_set():
+                    return
+                if getattr(exc, "status", None) == 410 or "410" in str(exc):  # resource version too old: routine
+                    log.debug("Kubernetes API: the watch of node %s expired; listing again", self.node)
+                    continue
+                self._failed("watch", exc)
+                self._stop.wait(wait_s)
 
     def _follow(self, api: Any, w: Any, selector: str, resource_version: str) -> None:
         self._watch = w

@@ -152,6 +152,21 @@ def test_pod_watcher_lists_then_follows_the_pods_of_its_node_only(cluster: FakeN
     assert len(lists) == 1 and len(kube_api.requests) >= 2  # listed once, then followed by a watch
 
 
+def test_an_expired_watch_is_listed_again_without_a_warning(cluster: FakeNode, kube_api: KubeApi, caplog: Any) -> None:
+    caplog.set_level(logging.INFO)
+    w = watcher_of(kube_api.url)
+    try:
+        assert w.synced.wait(10)
+        wait_for(lambda: any("watch=" in r for r in kube_api.requests), 10, what="the watch")
+        kube_api.expire.set()
+        wait_for(lambda: len([r for r in kube_api.requests if "watch=" not in r]) == 2, 10, what="a second list")
+        a = cluster.add(FakePod("ml", "a", NODE, {"train": []}))
+        wait_for(lambda: w.by_uid(a.uid), 10, what="the new watch to add pod a")
+    finally:
+        w.stop()
+    assert not _warnings(caplog, "Kubernetes API") and w.error == ""
+
+
 # ---------------------------------------------------------------------- the floor
 class Node:
     """8 fake GPUs, 3 of them time-sliced, with pods whose processes map to them through a fixture /proc."""
