@@ -51,7 +51,7 @@ def encode(record: Any) -> bytes:
 
     >>> from events.records import GpuProcess
     >>> encode(GpuProcess(pid=7, used_mem_mb=512.0))
-    b'{"pid":7,"used_mem_mb":512.0,"sm_util_pct":null,"mem_util_pct":null}'
+    b'{"pid":7,"used_mem_mb":512.0,"sm_util_pct":null,"mem_util_pct":null,"namespace":null,"pod":null,"container":null}'
     >>> encode(GpuProcess(pid=7, sm_util_pct=101.0))
     Traceback (most recent call last):
     ...
@@ -92,7 +92,7 @@ def decode(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> T
 
     >>> from events.records import GpuProcess
     >>> decode(GpuProcess, b'{"pid": 7}')
-    GpuProcess(pid=7, used_mem_mb=None, sm_util_pct=None, mem_util_pct=None)
+    GpuProcess(pid=7, used_mem_mb=None, sm_util_pct=None, mem_util_pct=None, namespace=None, pod=None, container=None)
     >>> decode(GpuProcess, b'{"pid": -1}')
     Traceback (most recent call last):
     ...

@@ -101,12 +101,18 @@ class GpuProcess(Record, frozen=True):
     """One compute process on a GPU.  ``sm_util_pct`` and ``mem_util_pct`` are its own SM and memory
     utilisation over the last sampling interval (``nvmlDeviceGetProcessUtilization``): null when the
     driver had no sample in the interval, or does not support the call (then named in the sample's
-    ``unavailable`` as ``processes.sm_util_pct``, ``processes.mem_util_pct``)."""
+    ``unavailable`` as ``processes.sm_util_pct``, ``processes.mem_util_pct``).
+
+    On Kubernetes (``aip produce nvml --kubernetes``) ``namespace``, ``pod`` and ``container`` name the
+    process's pod and container; null when unknown or outside a pod."""
 
     pid: Count
     used_mem_mb: NonNeg | None = None
     sm_util_pct: Pct | None = None
     mem_util_pct: Pct | None = None
+    namespace: Str | None = None
+    pod: Str | None = None
+    container: Str | None = None
 
 
 class MetricSample(Record, frozen=True):

@@ -524,6 +524,7 @@ class Streams:
         try:
             if base == METRICS:
                 samples = metric_samples(event.value)
+                self.interference.observe_samples(samples.samples)
                 if samples.batched:  # a host's samples: each on its own (a bad one costs only itself)
                     return self.on_host_batch(event, samples.samples, samples.rejected, replay), None
                 records: list[InputRecord] | None = list(samples.samples)
