@@ -66,6 +66,11 @@ class Settings:
     job_gpu_uuid: str = _setting("", "job reporter: GPU UUID the job runs on (set by `aip run-job`)")
     job_batch_size: int = _setting(0, "job reporter: batch size (0: unknown)")
     job_wrapped: bool = _setting(False, "job reporter: `aip run-job` emits started/finished, the library only progress")
+    step_socket: str = _setting(
+        "/var/run/aip/steps.sock",
+        "unix datagram socket where training processes' step hook sends step counts to the node's collector "
+        "(`aip run-job` gives its child a temporary one)",
+    )
     # stream
     window_s: float = _setting(10.0, "tumbling window length in event time")
     lateness_s: float = _setting(5.0, "events this late still go into their window; later ones are dead-lettered")
