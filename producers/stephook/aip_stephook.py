@@ -33,8 +33,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-import weakref
-from typing import Any
+
+Any = object  # annotations only: importing typing (or weakref) would cost a process that never trains milliseconds
 
 VERSION = 1
 MIN_INTERVAL_S = 2.0
@@ -149,6 +149,10 @@ class Sender:
         return True
 
 
+def _nothing() -> None:
+    return None
+
+
 class StepHook:
     """The optimizer step post-hook: counts one optimizer's steps and reports them through a :class:`Sender`."""
 
@@ -169,22 +173,28 @@ class StepHook:
         self.cgroup_path = cgroup_path
         self.handle: Any = None
         self.off = False
-        self._optimizer: Any = None  # a weak reference to the optimizer whose steps count
+        self._optimizer: Any = _nothing  # a weak reference to the optimizer whose steps count
+        self._tick = self.rate.step
         self._fields: dict[str, Any] | None = None
 
     def __call__(self, optimizer: Any, args: Any = (), kwargs: Any = None) -> None:
-        ref = self._optimizer
-        if ref is None or ref() is not optimizer:
-            if ref is not None and ref() is not None:
-                return  # another optimizer of the same training step
-            try:
-                self._optimizer = weakref.ref(optimizer)
-            except TypeError:
-                self._optimizer = lambda: optimizer
-        now = self.clock()
-        step_time_s = self.rate.step(now)
+        if self._optimizer() is not optimizer and not self._adopt(optimizer):
+            return  # another optimizer of the same training step
+        step_time_s = self._tick(self.clock())
         if step_time_s is not None:
             self.report(step_time_s, self.wall())
+
+    def _adopt(self, optimizer: Any) -> bool:
+        """Count ``optimizer``'s steps from now on, unless the one counted so far still exists."""
+        if self._optimizer() is not None:
+            return False
+        import weakref
+
+        try:
+            self._optimizer = weakref.ref(optimizer)
+        except TypeError:
+            self._optimizer = lambda: optimizer
+        return True
 
     def report(self, step_time_s: float, ts: float) -> bool:
         if self.off:
@@ -340,13 +350,13 @@ def chain(own_dir: str) -> Any:
     thus still runs, once, and a second copy of the hook on the path chains on without looping.
     """
     import importlib.machinery
-    import importlib.util
 
     _visited.append(os.path.realpath(own_dir or "."))
     path = [p for p in sys.path if os.path.realpath(p or ".") not in _visited]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
     if spec is None or spec.loader is None:
         return None
-    module = importlib.util.module_from_spec(spec)
+    module = type(sys)("sitecustomize")  # importlib.util.module_from_spec, without importing importlib.util
+    module.__spec__, module.__loader__, module.__file__ = spec, spec.loader, spec.origin
     spec.loader.exec_module(module)
     return module
