@@ -130,7 +130,9 @@ def _hook_overhead(rounds: int, steps: int) -> dict[str, Any]:
         loop(steps)  # warm-up
         with tempfile.TemporaryDirectory() as tmp:
             events: list[Any] = []
-            with StepCollector(os.path.join(tmp, "steps.sock"), one_job("bench", "bench", "GPU-bench"), lambda t, r: events.append(r)) as c:
+            with StepCollector(
+                os.path.join(tmp, "steps.sock"), one_job("bench", "bench", "GPU-bench"), lambda t, r: events.append(r)
+            ) as c:
                 hook = StepHook(Sender(str(c.path)))
                 off_s: list[float] = []
                 on_s: list[float] = []
@@ -151,9 +153,11 @@ def _hook_overhead(rounds: int, steps: int) -> dict[str, Any]:
     finally:
         torch.set_num_threads(threads)
     off = statistics.median(off_s)
+    overhead_pct = statistics.median(pcts)
     return {
-        "hook_overhead_pct": round(statistics.median(pcts), 3),
+        "hook_overhead_pct": round(overhead_pct, 3),
         "hook_overhead_floor_pct": HOOK_OVERHEAD_FLOOR_PCT,
+        "hook_overhead_floor_met": overhead_pct <= HOOK_OVERHEAD_FLOOR_PCT,
         "hook_step_time_us": round(off * 1e6, 1),
         "hook_call_us": round(call_s * 1e6, 3),
         "hook_call_pct": round(call_s / off * 100.0, 3),

@@ -75,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
         return _run(args, cmd, settings, pub, gpu, job_id, host, None if args.no_step_hook else os.path.join(tmp, "steps.sock"))
 
 
-def _child_env(settings: Any, args: argparse.Namespace, gpu: str, job_id: str, host: str, step_socket: str | None) -> dict[str, str]:
+def _child_env(
+    settings: Any, args: argparse.Namespace, gpu: str, job_id: str, host: str, step_socket: str | None
+) -> dict[str, str]:
     from producers.stephook import HOOK_DIR
 
     env = dict(os.environ)

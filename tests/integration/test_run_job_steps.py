@@ -4,6 +4,7 @@ and a real worker's co-located observation from two such jobs on one GPU."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import subprocess
@@ -55,7 +56,7 @@ def lifecycle(settings: Any, until: Any, timeout_s: float = 60.0) -> list[Any]:
 
 def weighted_step_time_s(progress: list[Any]) -> float:
     """The mean step time over the progress reports (each weighs its steps)."""
-    done = [progress[0].steps - 1] + [b.steps - a.steps for a, b in zip(progress, progress[1:], strict=False)]
+    done = [progress[0].steps - 1] + [b.steps - a.steps for a, b in itertools.pairwise(progress)]
     return sum(d * p.step_time_s for d, p in zip(done, progress, strict=True)) / sum(done)  # the first step is not timed
 
 

@@ -23,7 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "tests" / "train_steps.py"
 
 
-def child(code: str, tmp: Path, *, pythonpath: list[str], socket_path: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
+def child(
+    code: str, tmp: Path, *, pythonpath: list[str], socket_path: str, timeout: int = 120
+) -> subprocess.CompletedProcess[str]:
     """A fresh interpreter with ``pythonpath`` first, as ``aip run-job`` starts one."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -42,7 +44,7 @@ class Clock:
 
 
 def test_the_default_socket_is_the_settings_default() -> None:
-    assert hookmod.DEFAULT_SOCKET == Settings().step_socket
+    assert Settings().step_socket == hookmod.DEFAULT_SOCKET
     assert Settings.from_env({hookmod.SOCKET_ENV: "/x/s.sock"}).step_socket == "/x/s.sock"
 
 
@@ -222,7 +224,9 @@ def test_the_kernel_vouches_for_the_sender_pid(tmp_path: Path) -> None:
 
     with StepCollector(tmp_path / "s.sock", resolve, lambda t, r: None) as c:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        s.sendto(json.dumps({"v": 1, "pid": 1, "steps": 3, "step_time_s": 0.2, "ts": 1.7e9, "pod_uid": "u"}).encode(), str(c.path))
+        s.sendto(
+            json.dumps({"v": 1, "pid": 1, "steps": 3, "step_time_s": 0.2, "ts": 1.7e9, "pod_uid": "u"}).encode(), str(c.path)
+        )
         assert c.poll(timeout_s=5.0) == 1
     assert seen[0]["pod_uid"] == "u" and seen[0]["pid"] == 1
     if sys.platform == "linux":
