@@ -145,7 +145,7 @@ def test_the_hook_registers_once_torch_is_imported(tmp_path: Path) -> None:
 
 def test_training_with_no_collector_runs_to_the_end(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
-    code = f"import runpy, sys; sys.argv = ['train', {str(out)!r}, '250', '0.01']; runpy.run_path({str(TRAIN)!r})"
+    code = f"import runpy, sys; sys.argv = ['train', {str(out)!r}, '250', '0.01']; runpy.run_path({str(TRAIN)!r}, run_name='__main__')"
     proc = child(code, tmp_path, pythonpath=[str(HOOK_DIR)], socket_path=str(tmp_path / "gone" / "steps.sock"))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text())["steps"] == 250
