@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from events.records import TS_MAX_S, TS_MIN_S
 from producers.lifecycle import JobReporter
 from producers.stephook.aip_stephook import MAX_DATAGRAM_BYTES, MIN_INTERVAL_S, VERSION
 
@@ -103,6 +104,8 @@ def parse(payload: bytes) -> dict[str, Any]:
         value = m.get(key)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
             raise ValueError(f"{key}: not a non-negative number: {value!r}")
+    if not TS_MIN_S <= m["ts"] <= TS_MAX_S:
+        raise ValueError(f"ts: {m['ts']!r} is not a time in Unix seconds")
     for key in ("pod_uid", "job_id", "job_type"):
         if key in m and not isinstance(m[key], str):
             raise ValueError(f"{key}: not a string")
@@ -225,7 +228,12 @@ class StepCollector:
         now = self.clock()
         job = self.jobs.get(target.job_id)
         if job is None:
-            job = self.jobs[target.job_id] = _Job(self._reporter(target, pid), pid, now)
+            try:
+                reporter = self._reporter(target, pid)
+            except ValueError as exc:  # e.g. no GPU UUID for the job
+                self._drop("rejected", f"a step datagram's job cannot be reported: {exc}")
+                return 0
+            job = self.jobs[target.job_id] = _Job(reporter, pid, now)
         elif job.pid != pid:
             if now - job.seen_s < self.handover_s:
                 self.counters["other_pid"] += 1
@@ -236,9 +244,13 @@ class StepCollector:
         elif message["steps"] < job.pid_steps:
             self.counters["steps_backwards"] += 1
             return 0
+        try:
+            job.reporter.progress(job.base_steps + message["steps"], float(message["step_time_s"]), ts=float(message["ts"]))
+        except (ValueError, OSError) as exc:  # a record that does not validate, a spool that cannot be written
+            self._drop("rejected", f"a step report could not be published: {exc}")
+            return 0
         job.seen_s = now
         job.pid_steps = message["steps"]
-        job.reporter.progress(job.base_steps + job.pid_steps, float(message["step_time_s"]), ts=float(message["ts"]))
         self.counters["progress"] += 1
         return 1
 

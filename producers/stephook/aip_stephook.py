@@ -1,7 +1,7 @@
 """Training steps of an unmodified PyTorch script, counted in its own process and sent to a local collector.
 
-Standard library only: this file and ``sitecustomize.py`` are all a training process needs (no Kafka, no
-broker credentials, no ``aip``).  ``sitecustomize.py`` calls :func:`install` at interpreter start-up; it
+Standard library only (Python 3.8 or later): this file and ``sitecustomize.py`` are all a training process
+needs (no Kafka, no broker credentials, no ``aip``).  ``sitecustomize.py`` calls :func:`install` at interpreter start-up; it
 imports nothing heavy and does not import torch.  When the script itself imports ``torch.optim`` (``import
 torch`` does), a one-shot import watcher registers torch's global
 ``torch.optim.optimizer.register_optimizer_step_post_hook``.  One step is one ``step()`` of the first
@@ -204,7 +204,7 @@ class StepHook:
         import json
 
         message = {"v": VERSION, "pid": os.getpid(), "steps": self.rate.steps, "step_time_s": step_time_s, "ts": ts}
-        message |= self._fields
+        message.update(self._fields)
         payload = json.dumps(message, separators=(",", ":")).encode()
         if len(payload) > MAX_DATAGRAM_BYTES:  # absurdly long env values: send the counts alone
             payload = json.dumps({k: message[k] for k in ("v", "pid", "steps", "step_time_s", "ts")}).encode()

@@ -241,6 +241,7 @@ def test_parse_names_what_is_wrong() -> None:
         ({**good, "step_time_s": "fast"}, "step_time_s"),
         ({**good, "pid": True}, "pid"),
         ({**good, "job_id": 3}, "job_id"),
+        ({**good, "ts": 1.7e12}, "Unix seconds"),  # milliseconds
         ([1], "JSON object"),
     ):
         with pytest.raises(ValueError, match=why):
