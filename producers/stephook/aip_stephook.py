@@ -197,8 +197,15 @@ class StepHook:
         return True
 
     def report(self, step_time_s: float, ts: float) -> bool:
+        """Send one report; False when it was not sent.  Never raises: the training step must not fail here."""
         if self.off:
             return False
+        try:
+            return self._report(step_time_s, ts)
+        except Exception:
+            return False
+
+    def _report(self, step_time_s: float, ts: float) -> bool:
         if self._fields is None:
             self._fields = self._known_fields()
         import json

@@ -70,6 +70,18 @@ def test_a_collector_that_is_gone_never_raises_and_sending_backs_off(tmp_path: P
     assert sender.retry_at > clock.t
 
 
+def test_a_report_that_fails_never_reaches_the_training_step(tmp_path: Path) -> None:
+    class Broken(hookmod.Sender):
+        def send(self, payload: bytes) -> bool:
+            raise RuntimeError("a bug in sending")
+
+    hook = hookmod.StepHook(Broken(str(tmp_path / "s")), min_interval_s=0.0, environ={"AIP_JOB_ID": "j"})
+    opt = type("Opt", (), {})()
+    for _ in range(5):
+        hook(opt)
+    assert hook.rate.steps == 5
+
+
 def test_a_full_collector_never_blocks(tmp_path: Path) -> None:
     path = str(tmp_path / "full.sock")
     deaf = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
