@@ -98,12 +98,14 @@ HOOK_OVERHEAD_FLOOR_PCT = 2.0
 def _hook_overhead(rounds: int, steps: int) -> dict[str, Any]:
     """The step hook's cost on a tiny CPU training loop: the same loop with and without it, in this process.
 
-    Each round times a block of ``steps`` steps without the hook and one with it (registered through torch's
-    global optimizer step post-hook, as ``sitecustomize`` does, reporting to a real collector socket), in
-    alternating order (ABBA), in CPU time of the training thread; ``hook_overhead_pct`` is the median of the
-    rounds' differences in percent (the two blocks of a round are adjacent, so they share the machine's state),
-    so that rounds the shared machine's other work disturbed do not count.  ``hook_call_us``: the hook's own
-    cost per step, timed on its own (what the loop's difference should be, without the loop's noise).
+    Each round times a block of ``steps`` steps without the hook, one with it (registered through torch's
+    global optimizer step post-hook, as ``sitecustomize`` does, reporting to a real collector socket) and one
+    with a no-op post-hook in its place, in alternating order, in CPU time of the training thread.
+    ``hook_overhead_pct`` is the median of the rounds' differences in percent (a round's blocks are adjacent,
+    so they share the machine's state), so that rounds the shared machine's other work disturbed do not count;
+    ``hook_noop_overhead_pct`` is the same for the no-op: what torch's calling any post-hook costs.
+    ``hook_call_us``: the hook's own cost per step, timed alone (hot in the caches, as a training step's
+    is not).
     """
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -134,16 +136,18 @@ def _hook_overhead(rounds: int, steps: int) -> dict[str, Any]:
                 os.path.join(tmp, "steps.sock"), one_job("bench", "bench", "GPU-bench"), lambda t, r: events.append(r)
             ) as c:
                 hook = StepHook(Sender(str(c.path)))
-                off_s: list[float] = []
-                on_s: list[float] = []
-                pcts: list[float] = []
+                variants: dict[str, Any] = {"off": None, "noop": lambda *_: None, "hook": hook}
+                block_s: dict[str, list[float]] = {k: [] for k in variants}
+                pcts: dict[str, list[float]] = {"noop": [], "hook": []}
                 for r in range(rounds):
-                    for hooked in (False, True) if r % 2 == 0 else (True, False):
-                        handle = register_optimizer_step_post_hook(hook) if hooked else None
-                        (on_s if hooked else off_s).append(loop(steps))
+                    order = list(variants) if r % 2 == 0 else list(reversed(variants))
+                    for name in order:
+                        handle = register_optimizer_step_post_hook(variants[name]) if variants[name] else None
+                        block_s[name].append(loop(steps))
                         if handle is not None:
                             handle.remove()
-                    pcts.append((on_s[-1] - off_s[-1]) / off_s[-1] * 100.0)
+                    for name in pcts:
+                        pcts[name].append((block_s[name][-1] - block_s["off"][-1]) / block_s["off"][-1] * 100.0)
                 c.poll()
                 calls = 20_000
                 t0 = time.thread_time()
@@ -152,12 +156,13 @@ def _hook_overhead(rounds: int, steps: int) -> dict[str, Any]:
                 call_s = (time.thread_time() - t0) / calls
     finally:
         torch.set_num_threads(threads)
-    off = statistics.median(off_s)
-    overhead_pct = statistics.median(pcts)
+    off = statistics.median(block_s["off"])
+    overhead_pct = statistics.median(pcts["hook"])
     return {
         "hook_overhead_pct": round(overhead_pct, 3),
         "hook_overhead_floor_pct": HOOK_OVERHEAD_FLOOR_PCT,
         "hook_overhead_floor_met": overhead_pct <= HOOK_OVERHEAD_FLOOR_PCT,
+        "hook_noop_overhead_pct": round(statistics.median(pcts["noop"]), 3),
         "hook_step_time_us": round(off * 1e6, 1),
         "hook_call_us": round(call_s * 1e6, 3),
         "hook_call_pct": round(call_s / off * 100.0, 3),

@@ -58,7 +58,7 @@ class StepRate:
     (6, 0.5)
     """
 
-    __slots__ = ("last_step_s", "min_interval_s", "since_s", "since_steps", "steps")
+    __slots__ = ("due_s", "last_step_s", "min_interval_s", "since_s", "since_steps", "steps")
 
     def __init__(self, min_interval_s: float = MIN_INTERVAL_S) -> None:
         self.min_interval_s = min_interval_s
@@ -66,26 +66,27 @@ class StepRate:
         self.since_s: float | None = None
         self.since_steps = 0
         self.last_step_s: float | None = None
+        self.due_s = float("-inf")  # before it, no report is due (the per-step path: one comparison)
 
     def start(self, now: float) -> None:
         """Time the next report's steps from ``now`` (without it, from the first step)."""
         self.since_s = now
         self.since_steps = self.steps
+        self.due_s = now + self.min_interval_s
 
     def step(self, now: float, n: int = 1) -> float | None:
         """Count ``n`` steps finished at ``now``; when a report is due, its mean step time (and it counts as made)."""
         self.steps += n
         self.last_step_s = now
-        since = self.since_s
-        if since is None:
-            self.since_s = now
-            self.since_steps = self.steps
+        if now < self.due_s:
             return None
-        if now - since < self.min_interval_s or self.steps <= self.since_steps:
+        since = self.since_s
+        if since is None or now - since < self.min_interval_s or self.steps <= self.since_steps:
+            if since is None:
+                self.start(now)
             return None
         step_time_s = (now - since) / (self.steps - self.since_steps)
-        self.since_s = now
-        self.since_steps = self.steps
+        self.start(now)
         return step_time_s
 
     def rest(self) -> float | None:
@@ -94,8 +95,7 @@ class StepRate:
         if since is None or last is None or self.steps <= self.since_steps or last <= since:
             return None
         step_time_s = (last - since) / (self.steps - self.since_steps)
-        self.since_s = last
-        self.since_steps = self.steps
+        self.start(last)
         return step_time_s
 
 
