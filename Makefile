@@ -13,6 +13,7 @@ TEST_WORKERS ?= 3
 
 setup: $(STAMP)
 	@sh scripts/ensure-prometheus.sh  # prometheus and promtool for the rule tests (Debian's package)
+	@sh scripts/ensure-kubectl.sh $(BIN)  # kubectl (kustomize v5) for the Kubernetes manifest tests
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -66,10 +66,15 @@ class Settings:
     job_gpu_uuid: str = _setting("", "job reporter: GPU UUID the job runs on (set by `aip run-job`)")
     job_batch_size: int = _setting(0, "job reporter: batch size (0: unknown)")
     job_wrapped: bool = _setting(False, "job reporter: `aip run-job` emits started/finished, the library only progress")
+    kubernetes: bool = _setting(
+        False, "NVML producer: attribute GPUs and their processes to Kubernetes pods (kubelet PodResources API, pod annotations)"
+    )
+    podresources_socket: str = _setting(
+        "/var/lib/kubelet/pod-resources/kubelet.sock", "kubernetes: the kubelet PodResources API socket"
+    )
+    node_name: str = _setting("", "kubernetes: this node's name, whose pods the producer reads (the DaemonSet sets it)")
     step_socket: str = _setting(
-        "/var/run/aip/steps.sock",
-        "unix datagram socket where training processes' step hook sends step counts to the node's collector "
-        "(`aip run-job` gives its child a temporary one)",
+        "/var/run/aip/steps.sock", "local socket on which the step hook of training processes sends its step counts"
     )
     # stream
     window_s: float = _setting(10.0, "tumbling window length in event time")

@@ -346,6 +346,25 @@ def decode_on_topic(cls: type[T], data: bytes | bytearray | memoryview | str | N
     return decode(cls, data)
 
 
+def read_records(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> tuple[list[Any], list[Rejected]]:
+    """The single records in one message of a topic whose record is ``cls``: a batch's (:class:`HostMetrics`
+    samples, :class:`HostJobEvents` events, :class:`ObservationBatch` observations, read as :func:`metric_samples`
+    reads them: invalid ones in ``rejected``), or the record itself. Raises :class:`RecordError` where the message
+    is neither.
+
+    >>> e = JobEvent(ts=1.7e9, kind="started", job_id="j1", job_type="r50", gpu_uuid="GPU-1", host="h")
+    >>> read_records(JobEvent, encode(HostJobEvents(ts=1.7e9, host="h", events=[e, e]))) == ([e, e], [])
+    True
+    >>> read_records(JobEvent, encode(e)) == ([e], [])
+    True
+    """
+    b = _BATCHING.get(cls)
+    if b is None:
+        return [decode(cls, data)], []
+    records, rejected, _batched = _read(b, data)
+    return records, rejected
+
+
 def decode_obj(cls: type[T], obj: Any) -> T:
     """Validate an already-parsed JSON value (``json.loads``' output) as a ``cls`` record."""
     try:

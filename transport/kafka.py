@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from config import Settings
-from events import RecordError, Topics, decode_on_topic, encode, observations
+from events import RecordError, Topics, decode_on_topic, encode, read_records
 from events.topics import COMPACTED, OBSERVATIONS
 from transport.tls import TlsSettingsError, client_context, handshake_error
 
@@ -541,19 +541,28 @@ def decode_message(
 
 
 def decode_messages(
-    topics: Topics, topic: str, partition: int, offset: int, timestamp_ms: int, key: bytes | None, value: bytes | None
+    topics: Topics,
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp_ms: int,
+    key: bytes | None,
+    value: bytes | None,
+    keep_batches: bool = False,
 ) -> list[Received]:
-    """:func:`decode_message`, except that an :class:`events.ObservationBatch` is read as its observations, one
-    :class:`Received` each (all with the batch's offset; an invalid one as its own ``error``), so that every reader
-    of ``interference.observations`` counts observations whether they came one per record or in batches."""
-    if topics.base(topic) != OBSERVATIONS or value is None or b'"observations"' not in value:
+    """:func:`decode_message`, except that a batch (:class:`events.HostMetrics`, :class:`events.HostJobEvents`,
+    :class:`events.ObservationBatch`) is read as its records, one :class:`Received` each (all with the batch's
+    offset; an invalid one as its own ``error``), so that every reader of a topic sees the producers' default
+    record form and the single one alike. ``keep_batches``: a batch stays one :class:`Received`, as on the wire."""
+    cls = topics.record_of(topic)
+    if keep_batches or cls is None:
         return [decode_message(topics, topic, partition, offset, timestamp_ms, key, value)]
     try:
-        batch = observations(value)
+        records, rejected = read_records(cls, value)
     except RecordError as exc:
         return [Received(topic, partition, offset, timestamp_ms, key, value, error=str(exc))]
-    out = [Received(topic, partition, offset, timestamp_ms, key, value, record=o) for o in batch.observations]
-    out.extend(Received(topic, partition, offset, timestamp_ms, key, r.payload, error=r.error) for r in batch.rejected)
+    out = [Received(topic, partition, offset, timestamp_ms, key, value, record=r) for r in records]
+    out.extend(Received(topic, partition, offset, timestamp_ms, key, r.payload, error=r.error) for r in rejected)
     return out
 
 
@@ -632,7 +641,8 @@ def group_offsets(settings: Settings, group_id: str, full_name: str) -> dict[int
 
 
 class RecordConsumer:
-    """Consume project topics and yield :class:`Received` items.
+    """Consume project topics and yield :class:`Received` items, one per record: a host's or an environment's
+    batch is read as its records (``keep_batches``: as the message on the wire).
 
     Without ``group`` it reads every partition directly (no consumer group,
     nothing committed), from the beginning or from the end.
@@ -645,10 +655,12 @@ class RecordConsumer:
         *,
         group: str | None = None,
         from_beginning: bool = False,
+        keep_batches: bool = False,
         consumer: Any = None,
         **kafka_overrides: Any,
     ) -> None:
         self.settings = settings
+        self.keep_batches = keep_batches
         self.names = Topics(settings.topic_prefix)
         self.topic_names = [self.names.name(t) for t in topics]
         if consumer is None:
@@ -705,7 +717,9 @@ class RecordConsumer:
         out = []
         for _tp, messages in batches.items():
             for m in messages:
-                out.extend(decode_messages(self.names, m.topic, m.partition, m.offset, m.timestamp, m.key, m.value))
+                out.extend(
+                    decode_messages(self.names, m.topic, m.partition, m.offset, m.timestamp, m.key, m.value, self.keep_batches)
+                )
         out.sort(key=lambda r: (r.timestamp_ms, r.topic, r.partition, r.offset))
         return out
 
