@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import threading
@@ -12,6 +13,8 @@ from typing import Any
 
 from aip.common import add_kafka_args, broker_errors, settings_from, sigterm_as_interrupt
 from aip.errors import CliError
+
+log = logging.getLogger(__name__)
 
 
 def register(sub: Any) -> None:
@@ -223,6 +226,18 @@ def _kubernetes(settings: Any, producer_id: str, host: str) -> Any:
     )
 
 
+def _step_collector(path: str, resolve: Any, publish: Any, host: str) -> Any:
+    """The node's collector of the training pods' step hooks (``producers.stepcollector``), or None, with one log
+    line, where its socket cannot be made: the producer keeps sampling without progress events."""
+    from producers.stepcollector import StepCollector
+
+    try:
+        return StepCollector(path, resolve, publish, host=host).start()
+    except OSError as exc:
+        log.warning("no step collector at %s (%s): pods' step hooks are not heard; mount a writable /var/run/aip", path, exc)
+        return None
+
+
 def run_nvml(args: argparse.Namespace, nvml: Any = None) -> int:
     """``aip produce nvml``; ``nvml`` is the NVML module (default: pynvml; tests pass producers.fakenvml)."""
     from producers.discovery import ProcessTracker
@@ -249,8 +264,10 @@ def run_nvml(args: argparse.Namespace, nvml: Any = None) -> int:
         if args.duration:
             threading.Timer(args.duration, stop.set).start()
         tracker: Any = None if args.no_discovery else ProcessTracker(sampler.producer_id)
-        if sampler.attribution is not None:  # pods are the jobs
+        collector = None
+        if sampler.attribution is not None:  # pods are the jobs; their step hooks report progress here
             tracker = sampler.attribution
+            collector = _step_collector(settings.step_socket, sampler.attribution.resolve_step, pub.publish, sampler.host)
         print(f"aip produce: sampling {len(sampler.devices)} devices every {interval_s:g} s", file=sys.stderr)
         rounds = 0
         try:
@@ -259,6 +276,8 @@ def run_nvml(args: argparse.Namespace, nvml: Any = None) -> int:
             stop.set()
         finally:
             sampler.close()
+            if collector is not None:
+                collector.close()
             if sampler.attribution is not None:
                 sampler.attribution.pods.stop()
         return _finish(pub, {"source": "nvml", "devices": len(sampler.devices), "rounds": rounds})
