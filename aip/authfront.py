@@ -14,11 +14,14 @@ private loopback port and this front on the public address.  Per client connecti
   the SASL versions implemented here (SaslHandshake v1, SaslAuthenticate v0-v1:
   kafka-python 3.0.12 and aiokafka 0.14 both choose v1 of each);
 * answers SaslHandshake and SaslAuthenticate itself and checks the credentials
-  against the users file (``hmac.compare_digest``; SCRAM per RFC 5802/7677);
+  against the users file (PLAIN with ``hmac.compare_digest``; SCRAM per RFC 5802/7677 by ``scramp``);
 * closes the connection on any other request before authentication, on a failed
   authentication (after answering SASL_AUTHENTICATION_FAILED, as Kafka does),
   and on a client that stays unauthenticated for ``auth_timeout_s``;
 * after authentication copies bytes in both directions unchanged.
+
+The requests and answers are kafka-python's protocol classes (:mod:`transport.wire`, shared with
+the clients' broker probe): no frame is written here by hand.
 
 Without TLS, PLAIN sends the password in the clear: use ``--tls-cert`` beyond this machine.
 This front is for local and test use; production runs Apache Kafka with SASL_SSL
@@ -36,6 +39,7 @@ import logging
 import secrets
 import socket
 import ssl
+import struct
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -427,7 +431,7 @@ class AuthFront:
             log.warning("%s refused: %s", where, exc)
         except _Counted:
             pass
-        except (OSError, asyncio.IncompleteReadError, ValueError, UnicodeDecodeError) as exc:
+        except (OSError, asyncio.IncompleteReadError, ValueError, struct.error) as exc:  # a frame kafka-python cannot read
             log.debug("%s closed: %s", where, type(exc).__name__)
         except asyncio.CancelledError:  # the front is stopping; asyncio's server callback would report a cancelled task
             pass

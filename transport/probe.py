@@ -14,6 +14,7 @@ import contextlib
 import logging
 import socket
 import ssl
+import struct
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -111,7 +112,7 @@ def _answers_plaintext(host: str, port: int, client_id: str, timeout_s: float = 
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             _api_versions(sock, client_id)
             return True
-    except (OSError, ValueError, _Inconclusive):
+    except (OSError, ValueError, struct.error, _Inconclusive):
         return False
 
 
@@ -207,7 +208,7 @@ def _inconclusive_is_left_to_the_client(
     """Around a probe: a TLS listener spoken to in plain text, or a refused TLS handshake, raises
     :class:`BrokerUnavailable` with the reason; any other failure to read the broker (or one of ``inconclusive``)
     is logged at debug and left to the Kafka client."""
-    unreadable: tuple[type[Exception], ...] = (OSError, ValueError, IndexError, _Inconclusive, *inconclusive)
+    unreadable: tuple[type[Exception], ...] = (OSError, ValueError, IndexError, struct.error, _Inconclusive, *inconclusive)
     try:
         yield
     except BrokerUnavailable:
