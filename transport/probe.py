@@ -95,7 +95,7 @@ def tls_handshake(settings: Settings, context: ssl.SSLContext, sock: socket.sock
         raise BrokerUnavailable(handshake_error(exc, server, settings)) from None
     except (OSError, ValueError) as exc:
         definite = isinstance(exc, ssl.SSLError) and not isinstance(exc, ssl.SSLEOFError)
-        if _answers_plaintext(host, int(port), settings.client_id):
+        if answers_kafka(host, int(port), settings.client_id):
             plain = "SASL_PLAINTEXT" if settings.uses_sasl else "PLAINTEXT"
             raise BrokerUnavailable(
                 f"the broker at {server} does not speak TLS (it answers plaintext Kafka requests; the TLS handshake "
@@ -106,8 +106,8 @@ def tls_handshake(settings: Settings, context: ssl.SSLContext, sock: socket.sock
         raise
 
 
-def _answers_plaintext(host: str, port: int, client_id: str, timeout_s: float = 2.0) -> bool:
-    """True when ``host:port`` answers a plaintext ApiVersions request (a listener without TLS)."""
+def answers_kafka(host: str, port: int, client_id: str = "aip-probe", timeout_s: float = 2.0) -> bool:
+    """True when ``host:port`` answers a plaintext ApiVersions request (a Kafka listener without TLS)."""
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             _api_versions(sock, client_id)
