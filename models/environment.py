@@ -47,16 +47,17 @@ from typing import Any, NamedTuple
 
 from events import CATEGORIES, MODES, PARAMETERS, Leaderboard, LeaderboardEntry, Observation, ServedModel
 from models import persist
-from models.candidates import KINDS, Candidate, CandidateKey, Views
+from models.candidates import KINDS, Candidate
 from models.compose import ComposeScore, compose_interval, compose_pct
 from models.datasets import Sample
 from models.features import observed_features as _observed_features
-from models.intervals import ResidualWindow
 from models.live import LAST_MEASURED, MEDIAN, Measurements, clip_pct
+from models.modelconfig import ModelConfig
 from models.refit import RefitResult, run_refit
-from models.selector import VIA, Choice, Selector
-from models.settings import Config
+from models.rolling import ResidualWindow
+from models.selector import Choice, Selector
 from models.state import FORMAT, CandidateState, EnvironmentState
+from models.views import VIA, CandidateKey, Views
 
 Composition = tuple[float, tuple[float, float] | None, bool]
 """A job set's slowdown composed from its pairs, its interval, whether every pair was measured (:meth:`EnvironmentModels._compose`)."""
@@ -64,7 +65,7 @@ Composition = tuple[float, tuple[float, float] | None, bool]
 PlacementAsk = tuple[str, Mapping[str, float | None], Sequence[str], Sequence[Mapping[str, float | None]]]
 """A what-if: (job type, its solo profile, the co-runners' job types, their solo profiles)."""
 
-__all__ = ["Config", "EnvironmentModels", "PlacementAsk", "PredictionResult", "RefitResult", "Served", "run_refit"]
+__all__ = ["EnvironmentModels", "PlacementAsk", "PredictionResult", "RefitResult", "Served", "run_refit"]
 
 
 @dataclass(frozen=True)
@@ -182,10 +183,10 @@ def _times_exp(pct: float, log_ratio: float) -> float:
 class EnvironmentModels:
     """The AIP selector of one environment: candidates, prequential scoring, selection, refits, drift, persistence."""
 
-    def __init__(self, environment: str, *, seed: int = 0, config: Config | None = None) -> None:
+    def __init__(self, environment: str, *, seed: int = 0, config: ModelConfig | None = None) -> None:
         self.environment = environment
         self.seed = seed
-        self.config = config or Config()
+        self.config = config or ModelConfig()
         self.observations = 0
         self.last_refit: float | None = None
         self.refit_seconds: float | None = None
@@ -246,7 +247,7 @@ class EnvironmentModels:
 
     def learn(self, obs: Observation, served: Served | None = None) -> None:
         """Test-then-train: every candidate due predicts ``obs``, is scored, then learns it (the online learners on
-        their sample, see ``Config.online_sample``).  No-op when unlabelled.  ``served``: :meth:`serve` of ``obs``,
+        their sample, see ``ModelConfig.online_sample``).  No-op when unlabelled.  ``served``: :meth:`serve` of ``obs``,
         whose features and predictions are reused where nothing changed since (the same result, computed once)."""
         if obs.interference_pct is None or not math.isfinite(obs.interference_pct):
             return

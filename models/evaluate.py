@@ -28,10 +28,11 @@ import numpy as np
 import pandas as pd
 
 from events import CATEGORIES
+from models.crossval import Score, best_score, cross_validate, holdout_folds, mae, relative_error, score_of
 from models.datasets import Dataset, Sample
 from models.features import restrict
 from models.intervals import COVERAGE, conformal_offsets, scaled_offsets
-from models.selection import Score, cross_validate, holdout_folds, mae, relative_error, score_of, select
+from models.live import MEDIAN
 from models.zoo import BATCH, make_batch
 
 Progress = Callable[[str], None]
@@ -41,17 +42,16 @@ OBSERVED_VIEWS = ("all+placement", "placement")
 """Extra candidate views of observed mode when the rows also carry solo profiles: everything known about a running
 co-location (percent changes, solo profiles of the job and its co-runners, job identities), and the placement
 features alone, so that observed mode, which knows strictly more, is never chosen worse than placement mode."""
-NEWCOMER = "Newcomer"
-"""Candidate ``Newcomer[model:category]``: the feature model fitted with the rows of thinly measured families weighted
-up (:func:`newcomer_weights`), so that a family's first measurements move its predictions instead of being
+UPWEIGHTED = "Upweighted"
+"""Candidate ``Upweighted[model:category]``: the feature model fitted with the rows of thinly measured families weighted
+up (:func:`thin_family_weights`), so that a family's first measurements move its predictions instead of being
 outvoted by the rest."""
-NEWCOMER_BASE = ("ExtraTrees", "all")
-NEWCOMER_THIN_SETS = 8
+UPWEIGHTED_BASE = ("ExtraTrees", "all")
+THIN_SETS = 8
 """A family measured in at most this many job sets of the training rows is thin."""
-NEWCOMER_WEIGHT = 8
+THIN_WEIGHT = 8
 """The weight (copies) of a row that involves a thin family.  Measured on Gavel (docs/MODELS.md): 6-10 were
 best at K = 2 and 4; the residual model of :mod:`models.newcomer` over the same feature model was worse there."""
-MEDIAN = "baseline.median"
 IDENTITY = "baseline.identity"
 AVERAGE = "Average"
 
@@ -153,8 +153,8 @@ def fit_candidate(name: str, category: str, train: Sequence[Sample], mode: str, 
         X = _identity_frame(train)
         rf = RandomForestRegressor(n_estimators=100, random_state=seed, n_jobs=1).fit(X, y)
         return lambda test: rf.predict(_identity_frame(test).reindex(columns=X.columns, fill_value=0.0).fillna(0.0))
-    if name.startswith(NEWCOMER + "["):
-        return _fit_newcomer(name, train, mode, seed)
+    if name.startswith(UPWEIGHTED + "["):
+        return _fit_upweighted(name, train, mode, seed)
     if name.startswith(AVERAGE + "["):
         parts = [fit_candidate(m, c, train, mode, seed) for m, c in _members(name)]
         return lambda test: np.mean([p(test) for p in parts], axis=0)
@@ -162,20 +162,20 @@ def fit_candidate(name: str, category: str, train: Sequence[Sample], mode: str, 
     return lambda test: np.asarray(model.predict(pd.DataFrame([view(s, mode, category) for s in test])))
 
 
-def newcomer_name(model: str = NEWCOMER_BASE[0], category: str = NEWCOMER_BASE[1]) -> str:
-    """The candidate name of a feature model plus the newcomer model on its residuals.
+def upweighted_name(model: str = UPWEIGHTED_BASE[0], category: str = UPWEIGHTED_BASE[1]) -> str:
+    """The candidate name of a feature model fitted with thin families' rows weighted up (:func:`thin_family_weights`).
 
-    >>> newcomer_name()
-    'Newcomer[ExtraTrees:all]'
+    >>> upweighted_name()
+    'Upweighted[ExtraTrees:all]'
     """
-    return f"{NEWCOMER}[{model}:{category}]"
+    return f"{UPWEIGHTED}[{model}:{category}]"
 
 
-def newcomer_weights(samples: Sequence[Sample], thin_sets: int = NEWCOMER_THIN_SETS, weight: int = NEWCOMER_WEIGHT) -> list[int]:
+def thin_family_weights(samples: Sequence[Sample], thin_sets: int = THIN_SETS, weight: int = THIN_WEIGHT) -> list[int]:
     """Per row, ``weight`` if it involves a family measured in at most ``thin_sets`` job sets of ``samples``, else 1.
 
     >>> rows = [Sample("a", ("b",), 0.0, f"g{i}", job_family="a", co_job_families=("b",)) for i in range(9)]
-    >>> newcomer_weights([*rows, Sample("c", ("a",), 0.0, "h", job_family="c", co_job_families=("a",))])
+    >>> thin_family_weights([*rows, Sample("c", ("a",), 0.0, "h", job_family="c", co_job_families=("a",))])
     [1, 1, 1, 1, 1, 1, 1, 1, 1, 8]
     """
     sets: dict[str, set[str]] = {}
@@ -186,11 +186,11 @@ def newcomer_weights(samples: Sequence[Sample], thin_sets: int = NEWCOMER_THIN_S
     return [weight if s.families & thin else 1 for s in samples]
 
 
-def _fit_newcomer(name: str, train: Sequence[Sample], mode: str, seed: int) -> Predictor:
+def _fit_upweighted(name: str, train: Sequence[Sample], mode: str, seed: int) -> Predictor:
     """The feature model fitted on ``train`` with the rows of thin families weighted up (as copies: the batch
     models fit distinct rows weighted by their copies, ``zoo.compress``)."""
-    ((model, category),) = _members(name, NEWCOMER)
-    weighted = [s for s, w in zip(train, newcomer_weights(train), strict=True) for _ in range(w)]
+    ((model, category),) = _members(name, UPWEIGHTED)
+    weighted = [s for s, w in zip(train, thin_family_weights(train), strict=True) for _ in range(w)]
     return fit_candidate(model, category, weighted, mode, seed)
 
 
@@ -274,7 +274,7 @@ def candidate_scores(
     baselines: bool = True,
     views: Sequence[str] = (),
     probes: int = 0,
-    newcomer: bool = True,
+    upweighted: bool = True,
     weighted: bool = False,
     probe_seed: int | None = None,
 ) -> list[Score]:
@@ -282,15 +282,15 @@ def candidate_scores(
     category (and per extra ``views``, see :data:`OBSERVED_VIEWS`), the average of the ``average`` best of them,
     and the baselines.  Empty when the scheme cannot
     make two folds (too few groups or families).  ``probes``: job sets of each held-out family revealed to the
-    folds' training rows (:func:`models.selection.reveal_probes`, drawn with ``probe_seed``, by default ``seed``).
+    folds' training rows (:func:`models.crossval.reveal_probes`, drawn with ``probe_seed``, by default ``seed``).
 
-    ``weighted``: every batch model of every category and view is its :data:`NEWCOMER` form, fitted with the rows
-    of thin families weighted up (:func:`newcomer_weights`, in each fold on that fold's training rows) and named
-    ``Newcomer[model:category]``; the average is of those.  :func:`evaluate` asks it when job sets of each held-out
+    ``weighted``: every batch model of every category and view is its :data:`UPWEIGHTED` form, fitted with the rows
+    of thin families weighted up (:func:`thin_family_weights`, in each fold on that fold's training rows) and named
+    ``Upweighted[model:category]``; the average is of those.  :func:`evaluate` asks it when job sets of each held-out
     family are revealed (``probes`` > 0): the task is then a newcomer's, the same for every candidate.  Without it,
-    ``newcomer`` adds the one :func:`newcomer_name` candidate (placement mode)."""
+    ``upweighted`` adds the one :func:`upweighted_name` candidate (placement mode)."""
     y = np.array([s.target for s in samples], dtype=float)
-    weigh = newcomer_weights if weighted else None
+    weigh = thin_family_weights if weighted else None
     scores = cross_validate(
         samples, [mode], models=models, k=k, seed=seed, holdout=holdout, probes=probes, weights=weigh, probe_seed=probe_seed,
     )  # fmt: skip
@@ -307,7 +307,7 @@ def candidate_scores(
         scores += extra
     if weighted:
         for s in scores:
-            s.model = newcomer_name(s.model, s.category)
+            s.model = upweighted_name(s.model, s.category)
     folds = holdout_folds(samples, k, seed, holdout, probes, probe_seed)
     ranked = sorted((s for s in scores if math.isfinite(s.mae)), key=lambda s: (s.mae, s.model, s.category))
     if average > 1 and len(ranked) >= average:
@@ -315,8 +315,8 @@ def candidate_scores(
         o = np.mean([s.oof for s in top], axis=0)
         name = f"{AVERAGE}[{','.join(f'{s.model}:{s.category}' for s in top)}]"
         scores.append(score_of(name, "all", mode, o, y))
-    if newcomer and mode == "placement" and not weighted:  # weighted: it is Newcomer[ExtraTrees:all], scored above
-        name = newcomer_name()
+    if upweighted and mode == "placement" and not weighted:  # weighted: it is Upweighted[ExtraTrees:all], scored above
+        name = upweighted_name()
         o = _oof(name, samples, folds, mode, seed)
         scores.append(score_of(name, "all", mode, o, y))
     if baselines:
@@ -357,9 +357,9 @@ def evaluate(
     than 3 or one per family on all three GPUs, docs/MODELS.md).
 
     ``probes`` (``family`` only): ``K`` job sets of each held-out family revealed to the outer training rows
-    (seeded, the same for every candidate, :func:`models.selection.reveal_probes`) and the rest scored; the inner
+    (seeded, the same for every candidate, :func:`models.crossval.reveal_probes`) and the rest scored; the inner
     selection reveals ``K`` the same way, so the choice is made on the task it is scored on, and every batch
-    candidate is its :data:`NEWCOMER` form (``candidate_scores(..., weighted=True)``).  0: the plain family holdout.
+    candidate is its :data:`UPWEIGHTED` form (``candidate_scores(..., weighted=True)``).  0: the plain family holdout.
     ``probe_seed``: the seed of the probes' draw (default ``seed``; the inner selection's is one more, as its folds'
     seed is), so several draws can be measured on the same folds: with 2-4 job sets revealed the figures depend on
     which ones (docs/MODELS.md, "Newcomers")."""
@@ -398,7 +398,7 @@ def evaluate(
             tr, mode, models=models, k=inner_k, seed=seed + 1, holdout=holdout, views=views, probes=probes, weighted=probes > 0,
             probe_seed=None if probe_seed is None else probe_seed + 1,
         )  # fmt: skip
-        pick = select(inner, mode)
+        pick = best_score(inner, mode)
         name, cat = (MEDIAN, "all") if pick is None else (pick.model, pick.category)  # None: too few groups inside
         heldout[test] = fit_candidate(name, cat, tr, mode, seed)(te)
         lo[test], hi[test] = interval(pick, inner, tr, te, heldout[test], mode, holdout, seed=seed, coverage=coverage)
@@ -408,7 +408,7 @@ def evaluate(
         outer_choices.append(f"{name}:{cat}")
         picks.append((train, test, name, cat))
         say(f"outer fold {i + 1}/{len(folds)}: chose {name}:{cat}, fold MAE {mae(heldout[test], y[test]):.2f}")
-    chosen = select(scores, mode) if scores else None
+    chosen = best_score(scores, mode) if scores else None
     if chosen is None:  # no report table: the most frequent outer choice stands for "the selected model"
         top = max(set(outer_choices), key=outer_choices.count)
         chosen = Score(top.rsplit(":", 1)[0], top.rsplit(":", 1)[1], mode, math.nan, None, 0, 0.0)

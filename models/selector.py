@@ -22,13 +22,13 @@ from typing import NamedTuple
 import numpy as np
 
 from events import MODES, REGIMES
-from models.candidates import KINDS, BatchCandidate, Candidate, CandidateKey, Views
-from models.live import LAST_MEASURED, MEDIAN, SLOWDOWN_MIN_PCT, Ewm, Measurements, clip_pct
+from models.candidates import KINDS, BatchCandidate, Candidate
+from models.live import LAST_MEASURED, MEDIAN, SLOWDOWN_MIN_PCT, Measurements, clip_pct
+from models.modelconfig import ModelConfig
 from models.refit import RefitResult
-from models.settings import Config
+from models.rolling import Ewm
+from models.views import VIA, CandidateKey, Views
 
-VIA = "placement"
-"""The mode whose models observed mode also weighs (served as ``placement/<model>``, see :meth:`Selector.best`)."""
 FALLBACK = {"seen": LAST_MEASURED, "new": MEDIAN}
 """What a regime serves before any candidate has enough evidence in it (the median only once anything is measured)."""
 
@@ -85,7 +85,7 @@ def _best_of(judged: list[tuple[CandidateKey, bool, float]], mode: str) -> Choic
 class Selector:
     """The candidates of one environment, their test-then-train scoring, and the selection among them."""
 
-    def __init__(self, config: Config, seed: int) -> None:
+    def __init__(self, config: ModelConfig, seed: int) -> None:
         self.config = config
         self.candidates: dict[CandidateKey, Candidate] = {}
         for kind in KINDS.values():
@@ -178,7 +178,7 @@ class Selector:
 
         ``draw`` (:func:`models.environment.draw`): the online learners are due where ``draw % online_sample`` is 0,
         each on its stride of ``draw // online_sample``, and the batch candidates are tested there (the same rows;
-        ``Config.batch_sampled``); None: all of them, on their stride of ``n``, and the batch candidates on every
+        ``ModelConfig.batch_sampled``); None: all of them, on their stride of ``n``, and the batch candidates on every
         observation.  The baselines and the deferred candidates (the newcomer) are tested and trained on every one."""
         key = views.slot
         seen = self.measurements.measured(key) > 0

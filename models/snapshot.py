@@ -29,12 +29,13 @@ from pathlib import Path
 import msgspec
 
 from events import MODES, REGIMES
-from models.candidates import KINDS, Candidate, CandidateKey, EstimatorState
+from models.candidates import KINDS, Candidate, EstimatorState
 from models.environment import EnvironmentModels
-from models.intervals import ResidualWindow
 from models.live import Measurements
+from models.rolling import ResidualWindow
 from models.state import FORMAT as STATE_FORMAT
 from models.state import CandidateState, EnvironmentState
+from models.views import CandidateKey
 
 FORMAT = 1
 

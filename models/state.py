@@ -11,7 +11,7 @@ import msgspec
 from models.candidates import EstimatorState, RecordState
 from models.datasets import Sample
 from models.live import MeasurementsState
-from models.settings import Config
+from models.modelconfig import ModelConfig
 
 FORMAT = 2
 """The state format (1: before issue 22, hand-written JSON; not read)."""
@@ -28,7 +28,7 @@ class EnvironmentState(msgspec.Struct):
     format: int
     environment: str
     seed: int
-    config: Config
+    config: ModelConfig
     observations: int
     last_refit: float | None
     refit_seconds: float | None

@@ -788,7 +788,7 @@ class MlpMeta(msgspec.Struct, tag="mlp"):
 BATCH: tuple[str, ...] = (*SKLEARN, "MLP")
 """Every batch model (``aip evaluate`` runs them all: the paper's models, ExtraTrees, HistGradientBoosting, MLP)."""
 REFIT_BATCH: tuple[str, ...] = tuple(n for n in BATCH if n not in ("GradientBoosting", "HistGradientBoosting-monotone"))
-"""The batch models of the stream's refits (``Config.batch_models``): every model but the paper's
+"""The batch models of the stream's refits (``ModelConfig.batch_models``): every model but the paper's
 GradientBoosting, whose place HistGradientBoosting takes (same boosting settings; on the 10,000-observation
 refit its fits cost ~3 s of CPU against ~0.3 s, at the same or lower CV error; docs/MODELS.md), and but the
 monotone HistGradientBoosting (``aip evaluate`` only so far: the stream's refit budget was measured without it)."""

@@ -16,13 +16,15 @@ import random
 
 import pytest
 
-from models.candidates import CandidateKey, Views
 from models.datasets import Sample
-from models.environment import Config, EnvironmentModels
-from models.live import LAST_MEASURED, LastMeasured, Measurements, RollingMedian, clip_pct, slot
+from models.environment import EnvironmentModels
+from models.live import LAST_MEASURED, LastMeasured, Measurements, clip_pct, slot
+from models.modelconfig import ModelConfig
+from models.rolling import RollingMedian
+from models.views import CandidateKey, Views
 
 ONLINE_LINEAR = ("river.LinearRegression",)
-TREES = Config(
+TREES = ModelConfig(
     batch_models=("DecisionTree", "LinearRegression"),
     online_models=ONLINE_LINEAR,
     refit_rows=2000,

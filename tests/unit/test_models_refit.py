@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from models import zoo
+from models.crossval import cross_validate, stratified_subsample
 from models.datasets import Sample
-from models.selection import cross_validate, stratified_subsample
 
 
 def _duplicated(seed: int = 0, distinct: int = 40, copies: int = 6) -> tuple[pd.DataFrame, np.ndarray]:

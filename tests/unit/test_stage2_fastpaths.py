@@ -18,16 +18,18 @@ import random
 import numpy as np
 import pytest
 
-from models.candidates import NewcomerCandidate, Views
+from models.candidates import NewcomerCandidate
 from models.datasets import Sample
 from models.environment import EnvironmentModels, sample_of
 from models.features import placement_features
-from models.intervals import ResidualWindow, conformal_offsets
-from models.settings import Config
+from models.intervals import conformal_offsets
+from models.modelconfig import ModelConfig
+from models.rolling import ResidualWindow
 from models.synthetic import gavel_observations
+from models.views import Views
 from models.zoo import Prepared, forest_predict, make_batch, tree_predict
 
-SMALL = Config(
+SMALL = ModelConfig(
     online_models=("river.LinearRegression",), batch_models=("ExtraTrees", "DecisionTree", "LinearRegression"), final_fits=2
 )
 
@@ -126,7 +128,7 @@ def test_the_newcomer_candidate_predicts_a_batch_as_row_by_row() -> None:
 
 def test_refit_due_reads_the_job_sets_of_the_recent_history_as_a_scan_does() -> None:
     rng = random.Random(2)
-    config = Config(refit_min_rows=3, refit_rows=5, history=8)
+    config = ModelConfig(refit_min_rows=3, refit_rows=5, history=8)
     em = EnvironmentModels("v100", config=config)
     for _ in range(300):
         a, b = rng.choice("aab"), rng.choice("abbc")
@@ -269,11 +271,11 @@ def test_scoring_pending_rows_from_one_array_equals_each_models_frame() -> None:
 
 
 def test_the_rolling_mean_is_rivers_to_the_last_bit() -> None:
-    """:class:`models.candidates.RollingMean` (river's arithmetic without its wrappers) gives river's
+    """:class:`models.rolling.RollingMean` (river's arithmetic without its wrappers) gives river's
     ``utils.Rolling(stats.Mean, window)`` floats exactly, from empty and from a saved state."""
     from river import stats, utils
 
-    from models.candidates import RollingMean
+    from models.rolling import RollingMean
 
     rng = random.Random(11)
     for window in (1, 2, 7, 200):

@@ -1,4 +1,4 @@
-"""The settings of one environment's models (:class:`Config`): selection, scoring, refits, baselines."""
+"""The settings of one environment's models (:class:`ModelConfig`): selection, scoring, refits, baselines."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from models.zoo import ONLINE, REFIT_BATCH
 
 
 @dataclass
-class Config:
+class ModelConfig:
     window: int = 200
     """Rolling window of the prequential MAE (observations)."""
     min_samples: int = 10

@@ -1,4 +1,6 @@
-"""Grouped cross-validation of the batch zoo and the AIP choice (smallest error wins).
+"""Offline grouped cross-validation of the batch zoo and the AIP choice (smallest error wins, :func:`best_score`).
+
+The live selection over the stream's candidates is :mod:`models.selector`.
 
 A *group* is an unordered job set (or a Gavel pair): no group is ever in both the
 training and the test part of a fold.  :func:`cross_validate` returns out-of-fold
@@ -251,7 +253,7 @@ def cross_validate(
     ``holdout`` is the scheme of the folds (:func:`holdout_folds`): ``pair`` by ``Sample.group``, ``family``
     by job family (with ``probes`` job sets of each held-out family revealed to training, drawn with ``probe_seed``).  ``weights``: each
     fold's training rows weighted by ``weights(training samples)`` (whole copies, one per unit; the models fit
-    distinct rows weighted by their copies), e.g. :func:`models.evaluate.newcomer_weights`.
+    distinct rows weighted by their copies), e.g. :func:`models.evaluate.thin_family_weights`.
 
     The fits (model x category x mode x fold) are independent: with ``workers`` > 1 (None: all cores) they run
     on :mod:`models.parallel`'s process pool, or on ``fits`` when given (which then keeps the arrays published
@@ -362,7 +364,7 @@ def final_fit(store: Store, mode: str, cat: str, columns: list[str], name: str, 
     return make_batch(name, seed).fit_prepared(data)
 
 
-def select(scores: Sequence[Score], mode: str, category: str | None = None) -> Score | None:
+def best_score(scores: Sequence[Score], mode: str, category: str | None = None) -> Score | None:
     """The AIP choice: the smallest MAE for ``mode`` (and ``category`` if given)."""
     cands = [s for s in scores if s.mode == mode and (category is None or s.category == category) and math.isfinite(s.mae)]
     return min(cands, key=lambda s: (s.mae, s.model, s.category)) if cands else None
