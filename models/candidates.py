@@ -33,12 +33,13 @@ import numpy as np
 from events import CATEGORIES, MODES, REGIMES
 from models.live import BASELINES, LAST_MEASURED, MEDIAN, LastMeasured, LastMeasuredState
 from models.modelconfig import ModelConfig
-from models.newcomer import Newcomer, roles
+from models.newcomer import Newcomer, NewcomerEstimator
 from models.newcomer import dump as newcomer_dump
 from models.newcomer import load as newcomer_load
 from models.rolling import Ewm, EwmState, MeanState, ResidualWindow, RollingMean, RollingMedian, RollingMedianState
 from models.views import VIA, CandidateKey, Views
-from models.zoo import HEAVY_ONLINE, RiverModel, load_batch, make_online
+from models.zoo import HEAVY_ONLINE, load_batch, make_online
+from models.zoo.online import RiverModel
 
 
 class CvScore(msgspec.Struct, frozen=True, array_like=True):
@@ -236,7 +237,7 @@ EstimatorState = RiverFile | BatchDir | LastMeasuredState | RollingMedianState |
 
 
 class OnlineCandidate(Candidate):
-    """A river learner (:class:`models.zoo.RiverModel`) of one mode x category; heavy ones learn on a stride."""
+    """A river learner (:class:`models.zoo.online.RiverModel`) of one mode x category; heavy ones learn on a stride."""
 
     kind = "online"
     __slots__ = ()
@@ -274,11 +275,11 @@ class OnlineCandidate(Candidate):
 
 
 def select_columns(a: np.ndarray, where: Mapping[str, int], cols: Any) -> np.ndarray:
-    """``a``'s columns in the order of a fitted model's ``cols`` (:class:`models.zoo._Columns`), a column ``a`` lacks
+    """``a``'s columns in the order of a fitted model's ``cols`` (:class:`models.zoo.frames.Columns`), a column ``a`` lacks
     all NaN, and NaN filled with the model's fill values: ``cols.frame`` of a frame of the same rows.
 
-    >>> from models.zoo import _Columns
-    >>> cols = _Columns.of_saved(["a", "b", "c"], [0.5, 1.5, 2.5])
+    >>> from models.zoo.frames import Columns
+    >>> cols = Columns.of_saved(["a", "b", "c"], [0.5, 1.5, 2.5])
     >>> select_columns(np.array([[1.0, np.nan], [3.0, 4.0]]), {"c": 0, "a": 1}, cols).tolist()
     [[0.5, 1.5, 1.0], [4.0, 1.5, 3.0]]
     """
@@ -358,68 +359,6 @@ class BaselineCandidate(Candidate):
     def starting(cls, config: ModelConfig, seed: int) -> list[Candidate]:
         make = {LAST_MEASURED: lambda: LastMeasured(config.baseline_span), MEDIAN: lambda: RollingMedian(config.median_window)}
         return [cls(CandidateKey(mode, "all", name), make[name](), config) for mode in MODES for name in BASELINES]
-
-
-class NewcomerEstimator:
-    """A feature model (``base``, a batch model of the last refit) plus :class:`models.newcomer.Newcomer` on its
-    residuals in log-speed points (:func:`to_log_pct`): ``(1 + base(x)) * exp(correction(job, co-runners)) - 1``."""
-
-    __slots__ = ("_last", "base", "base_key", "residuals")
-
-    def __init__(self, residuals: Newcomer, base: Any = None, base_key: CandidateKey | None = None) -> None:
-        self.residuals = residuals
-        self.base = base
-        self.base_key = base_key
-        self._last: tuple[Views, Any, float] | None = None
-        """The last :meth:`base_pct` (its views, the base model, the value): learning asks it right after the test."""
-
-    def base_pct(self, views: Views) -> float:
-        last = self._last
-        if last is not None and last[0] is views and last[1] is self.base:
-            return last[2]
-        value = float(self.base.predict_rows([views.get(VIA, "all")])[0])
-        self._last = (views, self.base, value)
-        return value
-
-    def predict(self, views: Views) -> float:
-        return self.predict_with(views, self.base_pct(views))
-
-    def predict_many(self, xs: Sequence[Views]) -> list[float]:
-        """:meth:`predict` of each, the base model's in one ``predict_rows`` (what-if entries it serves)."""
-        base = self.base.predict_rows([v.get(VIA, "all") for v in xs])
-        return [self.predict_with(v, float(b)) for v, b in zip(xs, base, strict=True)]
-
-    def base_many(self, xs: Sequence[Views]) -> list[float]:
-        """The base model's prediction of each, in one ``predict_rows``."""
-        return [float(b) for b in self.base.predict_rows([v.get(VIA, "all") for v in xs])]
-
-    def predict_with(self, views: Views, base_pct: float) -> float:
-        correction = self.residuals.predict_one(*roles(views.sample.job_type, views.sample.co_job_types))
-        return from_log_pct(to_log_pct(base_pct) + correction)
-
-    def learn(self, views: Views, y: float) -> None:
-        self.learn_with(views, y, self.base_pct(views))
-
-    def learn_with(self, views: Views, y: float, base_pct: float) -> None:
-        residual = to_log_pct(y) - to_log_pct(base_pct)
-        if np.isfinite(residual):
-            self.residuals.learn_one(*roles(views.sample.job_type, views.sample.co_job_types), residual)
-
-
-def to_log_pct(pct: float) -> float:
-    """A slowdown in log-speed points, ``100 log(1 + pct / 100)`` (floored at a 99.9 % speed-up): where a job's
-    co-runners' effects add (each takes its share of its time) and a residual of a sensitive type is one
-    proportion whatever the feature model predicted.  Near 0 it is ``pct``.
-
-    >>> round(to_log_pct(100.0), 2), round(from_log_pct(to_log_pct(250.0)), 9)
-    (69.31, 250.0)
-    """
-    return 100.0 * math.log(max(1e-3, 1.0 + pct / 100.0))
-
-
-def from_log_pct(log_pct: float) -> float:
-    """The slowdown in percent of :func:`to_log_pct`'s log-speed points (the exponent bounded at 1e4 points)."""
-    return (math.exp(min(log_pct, 1e4) / 100.0) - 1.0) * 100.0
 
 
 NEWCOMER = "Newcomer"

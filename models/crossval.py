@@ -23,7 +23,8 @@ from events import CATEGORIES
 from models.datasets import Sample
 from models.features import restrict
 from models.parallel import Fits, Store
-from models.zoo import BATCH, Prepared, make_batch
+from models.zoo import BATCH, make_batch
+from models.zoo.frames import Prepared
 
 
 def mae(pred: Sequence[float] | np.ndarray, actual: Sequence[float] | np.ndarray) -> float:

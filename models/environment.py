@@ -38,147 +38,39 @@ from __future__ import annotations
 
 import math
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from events import CATEGORIES, MODES, PARAMETERS, Leaderboard, LeaderboardEntry, Observation, ServedModel
+from events import MODES, Leaderboard, LeaderboardEntry, Observation, ServedModel
 from models import persist
 from models.candidates import KINDS, Candidate
-from models.compose import ComposeScore, compose_interval, compose_pct
+from models.compose import ComposeScore, compose_samples, serve_composed
 from models.datasets import Sample
-from models.features import observed_features as _observed_features
 from models.live import LAST_MEASURED, MEDIAN, Measurements, clip_pct
 from models.modelconfig import ModelConfig
+from models.prediction import (
+    Composition,
+    PlacementAsk,
+    Plan,
+    PredictionResult,
+    Served,
+    _log_ratio,
+    _times_exp,
+    draw,
+    observed_features,
+    profiled,
+    sample_of,
+    steady_state_interval,
+)
 from models.refit import RefitResult, run_refit
 from models.rolling import ResidualWindow
-from models.selector import Choice, Selector
+from models.selector import Selector
 from models.state import FORMAT, CandidateState, EnvironmentState
 from models.views import VIA, CandidateKey, Views
 
-Composition = tuple[float, tuple[float, float] | None, bool]
-"""A job set's slowdown composed from its pairs, its interval, whether every pair was measured (:meth:`EnvironmentModels._compose`)."""
-
-PlacementAsk = tuple[str, Mapping[str, float | None], Sequence[str], Sequence[Mapping[str, float | None]]]
-"""A what-if: (job type, its solo profile, the co-runners' job types, their solo profiles)."""
-
-__all__ = ["EnvironmentModels", "PlacementAsk", "PredictionResult", "RefitResult", "Served", "run_refit"]
-
-
-@dataclass(frozen=True)
-class PredictionResult:
-    interference_pct: float
-    model: str
-    category: str
-    mode: str
-    expected_error_pct: float | None
-    regime: str = "seen"
-    """``seen``: this job set was measured before; ``new``: never, but each of its types was; ``novel``: one of its
-    types was never measured here (placement mode, predicted from its solo profile)."""
-    clipped: bool = False
-    """The model's output was outside ``[-100, max_pct]`` and was bounded."""
-    interval_pct: tuple[float, float] | None = None
-    """90 % interval (bounded like the prediction): conformal from the last refit's out-of-fold residuals for a
-    batch model or the median on a new job set, else from the candidate's rolling prequential residuals in this
-    regime; None until there are enough residuals."""
-
-
-@dataclass(frozen=True)
-class Served:
-    """An observation's predictions in both modes (:meth:`EnvironmentModels.serve`), kept for :meth:`learn
-    <EnvironmentModels.learn>` of the same observation: its features and the uncomposed predictions its drift
-    detectors judge, computed once for both (before, learning computed them again)."""
-
-    observation_id: str
-    generation: int
-    """:attr:`EnvironmentModels.generation` when served: learning reuses it only if nothing changed since."""
-    views: Views
-    raw: tuple[PredictionResult | None, ...]
-    """Per mode (:data:`events.MODES`), what the serving candidate predicts, before composition."""
-    results: Mapping[str, PredictionResult | None]
-    """Per mode, what :meth:`EnvironmentModels.predict` answers."""
-    withheld: int
-    """Of the two, how many were withheld because a job type is novel (:attr:`EnvironmentModels.withheld_novel`)."""
-
-
-class Plan(NamedTuple):
-    """How one prediction will be served."""
-
-    regime: str
-    choice: Choice
-    candidate: Candidate
-    x: Any
-    """What the candidate's estimator takes; None: not made yet (a placement-mode feature model's features, never
-    empty: made when it predicts, :meth:`features`)."""
-    mode: str
-    views: Views
-
-    def features(self) -> Any:
-        return self.candidate.features(self.views) if self.x is None else self.x
-
-
-def profiled(sample: Sample, measured: Iterable[str]) -> bool:
-    """Every type of ``sample`` not in ``measured`` comes with a solo profile (some finite value of it).
-
-    >>> profiled(Sample("new", ("old",), 0.0, "", solo={"throughput": 3.0}, co_solos=({},)), {"old"})
-    True
-    >>> profiled(Sample("new", ("old",), 0.0, "", solo={"throughput": None}, co_solos=({},)), {"old"})
-    False
-    """
-    known = measured if isinstance(measured, set | frozenset | dict) else set(measured)
-    missing = {t for t in (sample.job_type, *sample.co_job_types) if t not in known}
-    if not missing:
-        return True
-    profiles = ((sample.job_type, sample.solo), *zip(sample.co_job_types, sample.co_solos, strict=False))
-    have = {t for t, p in profiles if t in missing and any(v is not None and math.isfinite(v) for v in p.values())}
-    return missing <= have
-
-
-def observed_features(obs: Observation, category: str = "all") -> dict[str, float]:
-    """Percent changes of the category's parameters (missing ones left out)."""
-    return _observed_features({p: obs.pct(p) for p in PARAMETERS}, category)
-
-
-def sample_of(obs: Observation) -> Sample:
-    """The observation as a :class:`models.datasets.Sample` (target NaN when unlabelled)."""
-    y = math.nan if obs.interference_pct is None else float(obs.interference_pct)
-    co = tuple(obs.co_job_types)
-    return Sample(
-        obs.job_type, co, y, " + ".join(sorted((obs.job_type, *co))), obs.environment,
-        {p: obs.pct(p) for p in PARAMETERS}, dict(obs.solo), tuple(dict(s) for s in obs.co_solo),
-    )  # fmt: skip
-
-
-def draw(observation_id: str) -> int:
-    """A deterministic draw of an observation (CRC-32 of its id): the same on every worker, in any order, after
-    any restart, so a rebuild from the topic samples the same observations.
-
-    >>> draw("GPU-a/j1/1700000000.0") == draw("GPU-a/j1/1700000000.0")
-    True
-    """
-    return zlib.crc32(observation_id.encode())
-
-
-def _log_ratio(actual_pct: float, predicted_pct: float) -> float:
-    """``log((1 + actual) / (1 + predicted))`` of two slowdowns in percent (each floored at a 99.9 % speed-up).
-
-    >>> round(_log_ratio(100.0, 0.0), 4)
-    0.6931
-    """
-    return math.log(max(1e-3, 1.0 + actual_pct / 100.0) / max(1e-3, 1.0 + predicted_pct / 100.0))
-
-
-def _times_exp(pct: float, log_ratio: float) -> float:
-    """The slowdown whose ``1 + pct/100`` is ``pct``'s times ``exp(log_ratio)``.
-
-    >>> round(_times_exp(100.0, math.log(1.5)), 6)
-    200.0
-    """
-    return (1.0 + pct / 100.0) * math.exp(log_ratio) * 100.0 - 100.0
-
+__all__ = ["EnvironmentModels", "PlacementAsk", "PredictionResult", "Served", "draw", "observed_features", "sample_of"]
 
 class EnvironmentModels:
     """The AIP selector of one environment: candidates, prequential scoring, selection, refits, drift, persistence."""
@@ -217,7 +109,7 @@ class EnvironmentModels:
         self.seen_residuals = ResidualWindow(self.config.history)
         """Log-ratio residuals of the last-measured baseline where placement mode served it for a measured job set (a
         window's measurement against the EWM of those before): the steady-state interval of a measured job set's
-        what-if (:meth:`_steady_state_interval`); not saved."""
+        what-if (:func:`models.prediction.steady_state_interval`); not saved."""
         self._seen_offsets_at: tuple[int, tuple[float, float] | None] = (-1, None)
         self.novel_residuals = ResidualWindow(self.config.history)
         """Log-ratio residuals of what placement mode served for observations holding a job type never measured
@@ -444,7 +336,7 @@ class EnvironmentModels:
             results = self._serve_composed(samples, results, what_if=what_if, compositions=compositions)
         if what_if and any(r is not None and r.regime == "seen" and r.model == LAST_MEASURED for r in results):
             offsets = self._seen_offsets()
-            results = [None if r is None else self._steady_state_interval(r, offsets) for r in results]
+            results = [None if r is None else steady_state_interval(r, offsets, self.config.max_pct) for r in results]
         self.clipped += sum(1 for r in results if r is not None and r.clipped)
         if self.observations:
             self.withheld_novel += sum(
@@ -458,24 +350,6 @@ class EnvironmentModels:
         if self._seen_offsets_at[0] != self.observations:
             self._seen_offsets_at = (self.observations, self.seen_residuals.offsets())
         return self._seen_offsets_at[1]
-
-    def _steady_state_interval(self, r: PredictionResult, offsets: tuple[float, float] | None) -> PredictionResult:
-        """A what-if of a measured job set served by its last measurements: the interval of the job set's slowdown,
-        not of one more window's measurement of it.  ``seen_residuals`` are a window's measurement against the
-        last-measured estimate (an EWM of the job set's measurements): the estimate's error and the window's
-        own, each about one window's noise ``sigma^2`` (``2 sigma^2`` together); the steady slowdown is off the
-        estimate by the first alone, so the offsets are shrunk by ``sqrt(2)``.  Were window errors independent the EWM
-        would average them further (``sqrt(a / 2)`` after many measurements, a half at the default span; after ``n``,
-        from the EWM's weights): on the stream they are not (a window that straddles a change of job set, stage 1's
-        measurement against the steady state, which no residual sees), and with those shrinks the live quick bench's
-        measured job sets' intervals held the truth for 0.83 and 0.81 of the entries (docs/BENCHMARKS.md).  Log ratios: a job set
-        slowed more, whose measurements spread more, gets a wider interval.  ``offsets``: ``seen_residuals``'
-        conformal offsets.  Other what-ifs are unchanged."""
-        if r.regime != "seen" or r.model != LAST_MEASURED or offsets is None:
-            return r
-        v = r.interference_pct
-        lo, hi = (clip_pct(_times_exp(v, o / math.sqrt(2.0)), self.config.max_pct)[0] for o in offsets)
-        return replace(r, interval_pct=(min(lo, v), max(hi, v)))
 
     def predict_sample(self, sample: Sample, mode: str, *, compose: bool = True) -> PredictionResult | None:
         return self.predict_samples([(sample, mode)], compose=compose)[0]
@@ -505,6 +379,11 @@ class EnvironmentModels:
         ]  # fmt: skip
         return self.predict_samples([(s, "placement") for s in samples], what_if=True)
 
+
+    def _compose(self, samples: Sequence[Sample], *, intervals: bool = True) -> list[Composition | None]:
+        """:func:`models.compose.compose_samples` of ``samples`` by the candidates serving their pairs."""
+        return compose_samples(samples, lambda asks, iv: self._predict_many(asks, intervals=iv), self.config.max_pct, intervals=intervals)
+
     def _serve_composed(
         self,
         samples: Sequence[Sample],
@@ -513,93 +392,11 @@ class EnvironmentModels:
         what_if: bool,
         compositions: Mapping[int, Composition | None] | None = None,
     ) -> list[PredictionResult | None]:
-        """``results`` with each job set of 3+ never measured composed from its pairs (:meth:`_compose`) where the
-        composition scores no worse than what is served (:class:`models.compose.ComposeScore`), its interval at
-        least as wide, multiplicatively, as what such job sets measured first were off by.  A what-if's composed
-        slowdown is bounded by what pairs each at ``max_pct`` compose to (a hypothetical job set may be one no
-        scheduler would run: its slowdown compounds); a running job's prediction stays in ``[-100, max_pct]``.
-        ``compositions``: :meth:`_compose` of (at least) those samples, by index, already made."""
-        many = [
-            i
-            for i, (s, r) in enumerate(zip(samples, results, strict=True))
-            if r is not None and r.regime == "new" and len(s.co_job_types) >= 2
-        ]
-        if not many:
-            return results
-        offsets = self.many_residuals.offsets()
-        if compositions is not None:
-            made = [compositions[i] for i in many]
-        else:
-            made = self._compose([samples[i] for i in many], intervals=offsets is None)
-        for i, composed in zip(many, made, strict=True):
-            r = results[i]
-            if r is None:
-                continue
-            value, interval, model = r.interference_pct, r.interval_pct, r.model
-            top = compose_pct([self.config.max_pct] * len(samples[i].co_job_types)) if what_if else self.config.max_pct
-            clipped = r.clipped
-            if composed is not None and self.compose_scores[composed[2]].serve_composed():
-                (value, clipped), interval = clip_pct(composed[0], top), composed[1]
-                if interval is not None:
-                    interval = (min(clip_pct(interval[0], top)[0], value), max(clip_pct(interval[1], top)[0], value))
-                model = f"compose/{r.model}"
-            if offsets is not None:
-                # a composed value: the conformal interval of what job sets of 3+ measured first were off by (the
-                # residuals of what was served, the composition where it was), multiplicative like it; the pairs'
-                # composed interval besides made it over-cover (0.96-0.97 on the full bench).  Else at least that wide.
-                lo, hi = ((1.0 + value / 100.0) * math.exp(o) * 100.0 - 100.0 for o in offsets)
-                lo, hi = clip_pct(lo, top)[0], clip_pct(hi, top)[0]
-                if interval is None or model.startswith("compose/"):
-                    interval = (min(lo, value), max(hi, value))
-                else:
-                    interval = (min(lo, interval[0]), max(hi, interval[1]))
-            results[i] = PredictionResult(
-                value, model, r.category, r.mode, r.expected_error_pct, r.regime, clipped, interval
-            )  # fmt: skip
-        return results
-
-    def _compose(self, samples: Sequence[Sample], *, intervals: bool = True) -> list[Composition | None]:
-        """Each sample's slowdown composed from its job's predicted slowdown next to each co-runner alone
-        (:func:`models.compose.compose_pct`), bounded to ``-100`` and to what pairs each at ``max_pct`` compose to (a
-        slowdown compounds past any one pair's bound: Gavel-style sharing, not a cap), with the composed interval and whether
-        every pair was measured; None where a pair has no prediction.  ``intervals`` False: no composed interval
-        (None), the pairs predicted without theirs."""
-        # each distinct pair predicted once per call: a window's what-if asks the pairs of the jobs already there
-        # once per newcomer (same types, same profiles, so the same prediction)
-        keys: list[tuple[Any, ...]] = []
-        unique: dict[tuple[Any, ...], Sample] = {}
-        profiles: dict[int, tuple[Any, ...]] = {}  # id -> sorted items, of the profiles of this call (all alive)
-
-        def items(p: Mapping[str, float | None]) -> tuple[Any, ...]:
-            k = profiles.get(id(p))
-            if k is None:
-                k = profiles[id(p)] = tuple(sorted(p.items()))
-            return k
-
-        for s in samples:
-            for co, cs in zip(s.co_job_types, s.co_solos, strict=True):
-                key = (s.job_type, co, items(s.solo), items(cs))
-                keys.append(key)
-                if key not in unique:
-                    unique[key] = Sample(s.job_type, (co,), math.nan, "", s.environment, {}, dict(s.solo), (dict(cs),))
-        pairs = self._predict_many([(Views(p), "placement") for p in unique.values()], intervals=intervals)
-        by_key = dict(zip(unique, pairs, strict=True))
-        preds = iter([by_key[k] for k in keys])
-        out: list[Composition | None] = []
-        for s in samples:
-            rs = [next(preds) for _ in s.co_job_types]
-            if any(r is None for r in rs):
-                out.append(None)
-                continue
-            top = compose_pct([self.config.max_pct] * len(rs))  # what pairs each at the bound compose to
-            value = clip_pct(compose_pct([r.interference_pct for r in rs if r is not None]), top)[0]
-            ivs = [r.interval_pct for r in rs if r is not None]
-            interval = None
-            if intervals and all(iv is not None for iv in ivs):
-                lo, hi = compose_interval([iv for iv in ivs if iv is not None])
-                interval = (min(clip_pct(lo, top)[0], value), max(clip_pct(hi, top)[0], value))
-            out.append((value, interval, all(r is not None and r.regime == "seen" for r in rs)))
-        return out
+        """:func:`models.compose.serve_composed` with this environment's scores, residuals and bound."""
+        return serve_composed(
+            samples, results, compose=lambda s, iv: self._compose(s, intervals=iv), scores=self.compose_scores,
+            residuals=self.many_residuals, max_pct=self.config.max_pct, what_if=what_if, compositions=compositions,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ refits
 
@@ -646,23 +443,11 @@ class EnvironmentModels:
 
     def served(self) -> list[ServedModel]:
         """What each mode serves, per regime, with the error it is judged by."""
-        out = []
-        for regime, by_mode in self.selector.selected.items():
-            for mode in MODES:
-                c = by_mode.get(mode)
-                if c is not None:
-                    out.append(ServedModel(mode=mode, regime=regime, model=c.name, category=c.category, error_pct=c.error))
-        return out
+        return self.selector.served_models()
 
     def selected(self) -> dict[str, str]:
         """``"<mode>:<category>"`` -> the candidate with the smallest error on measured job sets."""
-        out = {}
-        for mode in MODES:
-            for cat in CATEGORIES:
-                b = self.selector.best("seen", mode, cat)
-                if b is not None:
-                    out[f"{mode}:{cat}"] = b.name
-        return out
+        return self.selector.selected_names()
 
     def leaderboard(self) -> Leaderboard:
         entries = []

@@ -18,11 +18,13 @@ module learns that error from the type's first measurements, as the job (victim)
 Two ways to learn, one model: :meth:`Newcomer.learn_one` (online, O(rank x co-runners) per observation: running
 sums for the biases, one SGD step for the factors) and :meth:`Newcomer.fit` (batch: backfitting sweeps of the
 exact shrunk means, then alternating ridge least squares for the factors).  Pure Python plus numpy; no feature
-model inside: callers pass residuals (``models.evaluate`` offline, the stream's candidate live).
+model inside: callers pass residuals (the stream's candidate live).  :class:`NewcomerEstimator` puts the two
+together: a feature model of the last refit plus a :class:`Newcomer` on its residuals in log-speed points.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from models.features import parse_job_type
+from models.views import VIA, CandidateKey, Views
 
 
 @dataclass(frozen=True)
@@ -288,3 +291,65 @@ def load(state: dict[str, Any]) -> Newcomer:
     m.p = {k: np.asarray(v, dtype=float) for k, v in state["p"].items()}
     m.q = {k: np.asarray(v, dtype=float) for k, v in state["q"].items()}
     return m
+
+
+class NewcomerEstimator:
+    """A feature model (``base``, a batch model of the last refit) plus :class:`models.newcomer.Newcomer` on its
+    residuals in log-speed points (:func:`to_log_pct`): ``(1 + base(x)) * exp(correction(job, co-runners)) - 1``."""
+
+    __slots__ = ("_last", "base", "base_key", "residuals")
+
+    def __init__(self, residuals: Newcomer, base: Any = None, base_key: CandidateKey | None = None) -> None:
+        self.residuals = residuals
+        self.base = base
+        self.base_key = base_key
+        self._last: tuple[Views, Any, float] | None = None
+        """The last :meth:`base_pct` (its views, the base model, the value): learning asks it right after the test."""
+
+    def base_pct(self, views: Views) -> float:
+        last = self._last
+        if last is not None and last[0] is views and last[1] is self.base:
+            return last[2]
+        value = float(self.base.predict_rows([views.get(VIA, "all")])[0])
+        self._last = (views, self.base, value)
+        return value
+
+    def predict(self, views: Views) -> float:
+        return self.predict_with(views, self.base_pct(views))
+
+    def predict_many(self, xs: Sequence[Views]) -> list[float]:
+        """:meth:`predict` of each, the base model's in one ``predict_rows`` (what-if entries it serves)."""
+        base = self.base.predict_rows([v.get(VIA, "all") for v in xs])
+        return [self.predict_with(v, float(b)) for v, b in zip(xs, base, strict=True)]
+
+    def base_many(self, xs: Sequence[Views]) -> list[float]:
+        """The base model's prediction of each, in one ``predict_rows``."""
+        return [float(b) for b in self.base.predict_rows([v.get(VIA, "all") for v in xs])]
+
+    def predict_with(self, views: Views, base_pct: float) -> float:
+        correction = self.residuals.predict_one(*roles(views.sample.job_type, views.sample.co_job_types))
+        return from_log_pct(to_log_pct(base_pct) + correction)
+
+    def learn(self, views: Views, y: float) -> None:
+        self.learn_with(views, y, self.base_pct(views))
+
+    def learn_with(self, views: Views, y: float, base_pct: float) -> None:
+        residual = to_log_pct(y) - to_log_pct(base_pct)
+        if np.isfinite(residual):
+            self.residuals.learn_one(*roles(views.sample.job_type, views.sample.co_job_types), residual)
+
+
+def to_log_pct(pct: float) -> float:
+    """A slowdown in log-speed points, ``100 log(1 + pct / 100)`` (floored at a 99.9 % speed-up): where a job's
+    co-runners' effects add (each takes its share of its time) and a residual of a sensitive type is one
+    proportion whatever the feature model predicted.  Near 0 it is ``pct``.
+
+    >>> round(to_log_pct(100.0), 2), round(from_log_pct(to_log_pct(250.0)), 9)
+    (69.31, 250.0)
+    """
+    return 100.0 * math.log(max(1e-3, 1.0 + pct / 100.0))
+
+
+def from_log_pct(log_pct: float) -> float:
+    """The slowdown in percent of :func:`to_log_pct`'s log-speed points (the exponent bounded at 1e4 points)."""
+    return (math.exp(min(log_pct, 1e4) / 100.0) - 1.0) * 100.0

@@ -2,7 +2,7 @@
 
 * scikit-learn: skops, loading only the types listed in :data:`SKLEARN_TRUSTED`
   (anything else in the file makes the load fail);
-* torch: ``state_dict`` loaded with ``weights_only=True`` (see ``models.zoo``);
+* torch: ``state_dict`` loaded with ``weights_only=True`` (see :mod:`models.zoo.torchmlp`);
 * river: river has no format besides pickle, so river learners are pickled and the
   file is signed with HMAC-SHA256.  The key lives in the state directory
   (:func:`state_key`, created with mode 0600 on first use); a file whose

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from events import MODES, REGIMES
+from events import CATEGORIES, MODES, REGIMES, ServedModel
 from models.candidates import KINDS, BatchCandidate, Candidate
 from models.live import LAST_MEASURED, MEDIAN, SLOWDOWN_MIN_PCT, Measurements, clip_pct
 from models.modelconfig import ModelConfig
@@ -384,3 +384,23 @@ class Selector:
         """The candidate ``choice`` names in ``mode``."""
         src, _, model = choice.name.rpartition("/")
         return self.candidates[CandidateKey(src or mode, choice.category, model)]
+
+    def served_models(self) -> list[ServedModel]:
+        """What each mode serves, per regime, with the error it is judged by."""
+        out = []
+        for regime, by_mode in self.selected.items():
+            for mode in MODES:
+                c = by_mode.get(mode)
+                if c is not None:
+                    out.append(ServedModel(mode=mode, regime=regime, model=c.name, category=c.category, error_pct=c.error))
+        return out
+
+    def selected_names(self) -> dict[str, str]:
+        """``"<mode>:<category>"`` -> the candidate with the smallest error on measured job sets."""
+        out = {}
+        for mode in MODES:
+            for cat in CATEGORIES:
+                b = self.best("seen", mode, cat)
+                if b is not None:
+                    out[f"{mode}:{cat}"] = b.name
+        return out

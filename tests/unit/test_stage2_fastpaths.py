@@ -27,7 +27,9 @@ from models.modelconfig import ModelConfig
 from models.rolling import ResidualWindow
 from models.synthetic import gavel_observations
 from models.views import Views
-from models.zoo import Prepared, forest_predict, make_batch, tree_predict
+from models.zoo import make_batch
+from models.zoo.frames import Prepared
+from models.zoo.scikit import forest_predict, tree_predict
 
 SMALL = ModelConfig(
     online_models=("river.LinearRegression",), batch_models=("ExtraTrees", "DecisionTree", "LinearRegression"), final_fits=2
@@ -298,8 +300,7 @@ def test_the_deferred_newcomer_learns_predicts_and_is_scored_as_on_arrival(monke
     it from everything learned so far (it settles itself)."""
     import contextlib
 
-    from models.candidates import NewcomerEstimator
-    from models.newcomer import dump
+    from models.newcomer import NewcomerEstimator, dump
 
     @contextlib.contextmanager
     def on_arrival_mode():  # type: ignore[no-untyped-def]
