@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 import msgspec
@@ -38,8 +37,10 @@ from models.newcomer import dump as newcomer_dump
 from models.newcomer import load as newcomer_load
 from models.rolling import Ewm, EwmState, MeanState, ResidualWindow, RollingMean, RollingMedian, RollingMedianState
 from models.views import VIA, CandidateKey, Views
-from models.zoo import HEAVY_ONLINE, load_batch, make_online
-from models.zoo.online import RiverModel
+from models.zoo import HEAVY_ONLINE, batch_from_state, make_online
+from models.zoo.online import RiverModel, RiverState
+from models.zoo.scikit import SklearnState
+from models.zoo.torchmlp import MlpState
 
 
 class CvScore(msgspec.Struct, frozen=True, array_like=True):
@@ -208,22 +209,15 @@ class Candidate:
 
     # -- persistence ----------------------------------------------------------------
 
-    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
-        """Save the estimator under ``directory`` (``index``: this candidate's number); what :meth:`restore` reads."""
+    def estimator_state(self, key: bytes) -> EstimatorState | None:
+        """The estimator as a Struct, its bytes in memory (river's pickles signed with ``key``); what
+        :meth:`estimator_of` reads."""
         raise NotImplementedError
 
     @classmethod
-    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: ModelConfig) -> Any:
-        """The estimator :meth:`dump` saved."""
+    def estimator_of(cls, state: EstimatorState | None, key: bytes, config: ModelConfig) -> Any:
+        """The estimator :meth:`estimator_state` saved."""
         raise NotImplementedError
-
-
-class RiverFile(msgspec.Struct, tag="river"):
-    path: str
-
-
-class BatchDir(msgspec.Struct, tag="batch"):
-    path: str
 
 
 class NewcomerState(msgspec.Struct, tag="newcomer"):
@@ -233,7 +227,7 @@ class NewcomerState(msgspec.Struct, tag="newcomer"):
     """:func:`models.newcomer.dump`."""
 
 
-EstimatorState = RiverFile | BatchDir | LastMeasuredState | RollingMedianState | NewcomerState
+EstimatorState = RiverState | SklearnState | MlpState | LastMeasuredState | RollingMedianState | NewcomerState
 
 
 class OnlineCandidate(Candidate):
@@ -250,15 +244,13 @@ class OnlineCandidate(Candidate):
         if x:
             self.estimator.learn_one(x, y)
 
-    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
-        path = f"online/{index}.pkl"
-        self.estimator.save(directory / path, key)
-        return RiverFile(path)
+    def estimator_state(self, key: bytes) -> EstimatorState | None:
+        return self.estimator.to_state(key)  # type: ignore[no-any-return]
 
     @classmethod
-    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: ModelConfig) -> Any:
-        assert isinstance(state, RiverFile)
-        return RiverModel.load(directory / state.path, key)
+    def estimator_of(cls, state: EstimatorState | None, key: bytes, config: ModelConfig) -> Any:
+        assert isinstance(state, RiverState)
+        return RiverModel.from_state(state, key)
 
     @classmethod
     def starting(cls, config: ModelConfig, seed: int) -> list[Candidate]:
@@ -306,17 +298,13 @@ class BatchCandidate(Candidate):
         frame of the same rows, whose columns it reindexes to its own (absent: NaN, then its fill values)."""
         return np.asarray(self.estimator.predict_array(select_columns(a, where, self.estimator.cols)), dtype=float)
 
-    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
-        if self.estimator is None:
-            return None
-        path = f"batch/{index}"
-        self.estimator.save(directory / path)
-        return BatchDir(path)
+    def estimator_state(self, key: bytes) -> EstimatorState | None:
+        return None if self.estimator is None else self.estimator.to_state()
 
     @classmethod
-    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: ModelConfig) -> Any:
-        assert state is None or isinstance(state, BatchDir)
-        return None if state is None else load_batch(directory / state.path)
+    def estimator_of(cls, state: EstimatorState | None, key: bytes, config: ModelConfig) -> Any:
+        assert state is None or isinstance(state, SklearnState | MlpState)
+        return None if state is None else batch_from_state(state)
 
 
 class BaselineCandidate(Candidate):
@@ -345,11 +333,11 @@ class BaselineCandidate(Candidate):
     def learn(self, views: Views, y: float) -> None:
         self.estimator.learn_one(views.slot, y)
 
-    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
+    def estimator_state(self, key: bytes) -> EstimatorState | None:
         return self.estimator.state()  # type: ignore[no-any-return]
 
     @classmethod
-    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: ModelConfig) -> Any:
+    def estimator_of(cls, state: EstimatorState | None, key: bytes, config: ModelConfig) -> Any:
         if isinstance(state, LastMeasuredState):
             return LastMeasured.restore(state)
         assert isinstance(state, RollingMedianState)
@@ -445,13 +433,13 @@ class NewcomerCandidate(Candidate):
             r = est.residuals
             est.residuals = Newcomer(r.rank, r.prior, r.lr, r.reg, r.init_scale, r.seed)
 
-    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
+    def estimator_state(self, key: bytes) -> EstimatorState | None:
         est: NewcomerEstimator = self.estimator
         base = None if est.base_key is None else (est.base_key.mode, est.base_key.category, est.base_key.model)
         return NewcomerState(base, newcomer_dump(est.residuals))
 
     @classmethod
-    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: ModelConfig) -> Any:
+    def estimator_of(cls, state: EstimatorState | None, key: bytes, config: ModelConfig) -> Any:
         assert isinstance(state, NewcomerState)
         return NewcomerEstimator(newcomer_load(state.model), None, None if state.base is None else CandidateKey(*state.base))
 

@@ -9,7 +9,9 @@ The stream calls, per environment:
 * ``refit_due()``, then ``task = refit_task()`` (a snapshot: a plain function
   the stream runs in an executor), then ``apply_refit(task())`` on the event loop;
 * ``leaderboard()`` for the ``models.leaderboard`` record;
-* ``save(dir)`` / ``EnvironmentModels.load(dir)`` for local persistence.
+* ``to_state(key)`` / ``EnvironmentModels.from_state(state, key)``: everything as one value (estimators as bytes),
+  which local persistence (``save(dir)`` / ``EnvironmentModels.load(dir)``) and serving snapshots
+  (:mod:`models.snapshot`) both use.
 
 :class:`EnvironmentModels` is a facade over the pieces, each in its module:
 
@@ -23,7 +25,7 @@ The stream calls, per environment:
   batch models and the median are judged by their grouped-CV error, online learners by their prequential
   error on first observations of a slot);
 * refits (:mod:`models.refit`), a pure function of the recent history;
-* the saved state (:mod:`models.state`), msgspec Structs.
+* the state (:mod:`models.state`), msgspec Structs: :meth:`EnvironmentModels.to_state` and :meth:`EnvironmentModels.from_state`.
 
 A prediction is served by the candidate with the smallest error of its regime, says which regime it was in,
 and is bounded to ``[-100, max_pct]``.  Observed mode's candidates include placement mode's models (served as
@@ -41,13 +43,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-from events import MODES, Leaderboard, LeaderboardEntry, Observation, ServedModel
+from events import MODES, REGIMES, Leaderboard, Observation, ServedModel
 from models import persist
 from models.candidates import KINDS, Candidate
 from models.compose import ComposeScore, compose_samples, serve_composed
 from models.datasets import Sample
+from models.drift import ServedErrorDrift
 from models.live import LAST_MEASURED, MEDIAN, Measurements, clip_pct
 from models.modelconfig import ModelConfig
 from models.prediction import (
@@ -57,18 +59,22 @@ from models.prediction import (
     PredictionResult,
     Served,
     _log_ratio,
-    _times_exp,
     draw,
     observed_features,
+    plan_interval,
     profiled,
     sample_of,
     steady_state_interval,
+    unpredicted,
 )
 from models.refit import RefitResult, run_refit
 from models.rolling import ResidualWindow
 from models.selector import Selector
-from models.state import FORMAT, CandidateState, EnvironmentState
+from models.state import FORMAT, CandidateState, ComposeState, EnvironmentState
 from models.views import VIA, CandidateKey, Views
+
+STATE_FILE = "state.msgpack"
+"""The file :meth:`EnvironmentModels.save` writes in its directory."""
 
 __all__ = ["EnvironmentModels", "PlacementAsk", "PredictionResult", "Served", "draw", "observed_features", "sample_of"]
 
@@ -83,7 +89,6 @@ class EnvironmentModels:
         self.last_refit: float | None = None
         self.refit_seconds: float | None = None
         self.refits = 0
-        self.drift_events = 0
         self.clipped = 0
         """Served predictions that were bounded to ``[-100, max_pct]``."""
         self.withheld_novel = 0
@@ -97,30 +102,22 @@ class EnvironmentModels:
         stage 2's time, docs/BENCHMARKS.md)."""
         self.selector = Selector(self.config, seed)
         self._since_refit = 0
-        self._drift = False
         self._refit_in_flight = False
-        self._drift_detectors = {mode: self._new_detector() for mode in MODES}
+        self.drift = ServedErrorDrift()
         self.compose_scores = {seen: ComposeScore(self.config.min_samples, self.config.compose_margin) for seen in (True, False)}
         """Composed vs served on first observations of job sets of 3+ (:mod:`models.compose`), apart where every
-        pair of the job's was measured (True) and where one was not; not saved."""
+        pair of the job's was measured (True) and where one was not; in the state (:meth:`to_state`)."""
         self.many_residuals = ResidualWindow(self.config.history)
         """Log-ratio residuals ``log((1 + y) / (1 + served))`` of what is served on first observations of job sets of
-        3+: the conformal interval of such a what-if, multiplicative like the composition; not saved."""
+        3+: the conformal interval of such a what-if, multiplicative like the composition; in the state (:meth:`to_state`)."""
         self.seen_residuals = ResidualWindow(self.config.history)
         """Log-ratio residuals of the last-measured baseline where placement mode served it for a measured job set (a
         window's measurement against the EWM of those before): the steady-state interval of a measured job set's
-        what-if (:func:`models.prediction.steady_state_interval`); not saved."""
-        self._seen_offsets_at: tuple[int, tuple[float, float] | None] = (-1, None)
+        what-if (:func:`models.prediction.steady_state_interval`); in the state (:meth:`to_state`)."""
         self.novel_residuals = ResidualWindow(self.config.history)
         """Log-ratio residuals of what placement mode served for observations holding a job type never measured
         before them (each type's first measurements, the ``novel`` regime's only honest test): the conformal interval
-        of a novel type's prediction, multiplicative; not saved."""
-
-    @staticmethod
-    def _new_detector() -> Any:
-        from river import drift
-
-        return drift.ADWIN(delta=0.002, clock=16)
+        of a novel type's prediction, multiplicative; in the state (:meth:`to_state`)."""
 
     @property
     def measurements(self) -> Measurements:
@@ -174,12 +171,7 @@ class EnvironmentModels:
                     score.update(composed=composed[0], served=served.interference_pct, y=y)
                 self.many_residuals.update(_log_ratio(y, final))
             if served is not None:
-                det = self._drift_detectors[served.mode]
-                before = det.estimation
-                det.update(abs(served.interference_pct - y))
-                if det.drift_detected and det.estimation > before:  # the error rose (a fall is learning, not drift)
-                    self._drift = True
-                    self.drift_events += 1
+                self.drift.update(served.mode, abs(served.interference_pct - y))
         self.selector.learn_one(views, y, self.observations, draw)
         self.observations += 1
         self._since_refit += 1
@@ -227,7 +219,7 @@ class EnvironmentModels:
         self, plans: Sequence[Plan | None], composed: Iterable[int] = (), *, intervals: bool = True
     ) -> list[PredictionResult | None]:
         """Each plan's prediction; those in ``composed`` (what-ifs whose composition from pairs is served, by a
-        candidate that always answers) are not predicted: :meth:`_unpredicted` stands for them.  ``intervals``
+        candidate that always answers) are not predicted: :func:`models.prediction.unpredicted` stands for them.  ``intervals``
         False: none (pairs whose composed interval is not used)."""
         skip = set(composed)
         raw: list[float | None] = [None] * len(plans)
@@ -240,17 +232,9 @@ class EnvironmentModels:
             for (i, _), v in zip(items, preds, strict=True):
                 raw[i] = v
         return [
-            None if p is None else self._unpredicted(p) if i in skip else None if r is None else self._result(p, r, intervals)
+            None if p is None else unpredicted(p) if i in skip else None if r is None else self._result(p, r, intervals)
             for i, (p, r) in enumerate(zip(plans, raw, strict=True))
         ]
-
-    @staticmethod
-    def _unpredicted(plan: Plan) -> PredictionResult:
-        """What :meth:`_serve_composed` keeps of a plan whose composition it serves (the value is replaced)."""
-        err = plan.choice.error
-        return PredictionResult(
-            math.nan, plan.choice.name, plan.choice.category, plan.mode, None if math.isnan(err) else float(err), plan.regime
-        )  # fmt: skip
 
     def _result(self, plan: Plan, raw: float, interval: bool = True) -> PredictionResult:
         m = self.measurements
@@ -267,24 +251,9 @@ class EnvironmentModels:
         )  # fmt: skip
 
     def _interval(self, plan: Plan, value: float) -> tuple[float, float] | None:
-        """``value``'s 90 % interval (see :attr:`PredictionResult.interval_pct`); a novel type's: the new-job-set
-        interval widened to at least the spread of every slowdown measured here around their median (the median's
-        offsets): what was measured of other types bounds nothing about this one."""
-        offsets = plan.candidate.offsets("new" if plan.regime == "novel" else plan.regime, self.config.min_samples)
-        if plan.regime == "novel":
-            med = self.candidates.get(CandidateKey(plan.mode, "all", MEDIAN))
-            wide = None if med is None else med.offsets("new", self.config.min_samples)
-            if wide is not None:
-                offsets = wide if offsets is None else (min(offsets[0], wide[0]), max(offsets[1], wide[1]))
-        if offsets is None:
-            return None
-        lo, hi = clip_pct(value + offsets[0], self.config.max_pct)[0], clip_pct(value + offsets[1], self.config.max_pct)[0]
-        if plan.regime == "novel":
-            ratio = self.novel_residuals.offsets_or_range()
-            if ratio is not None:  # at least as wide, multiplicatively, as each type's first measurements were off by
-                lo = min(lo, clip_pct(_times_exp(value, ratio[0]), self.config.max_pct)[0])
-                hi = max(hi, clip_pct(_times_exp(value, ratio[1]), self.config.max_pct)[0])
-        return (min(lo, value), max(hi, value))
+        median = self.candidates.get(CandidateKey(plan.mode, "all", MEDIAN))
+        c = self.config
+        return plan_interval(plan, value, median=median, novel=self.novel_residuals, min_samples=c.min_samples, max_pct=c.max_pct)
 
     def predict_samples(
         self, asks: Sequence[tuple[Sample, str]], *, compose: bool = True, what_if: bool = False
@@ -335,7 +304,7 @@ class EnvironmentModels:
         if compose:
             results = self._serve_composed(samples, results, what_if=what_if, compositions=compositions)
         if what_if and any(r is not None and r.regime == "seen" and r.model == LAST_MEASURED for r in results):
-            offsets = self._seen_offsets()
+            offsets = self.seen_residuals.offsets()  # remembered until it learns more
             results = [None if r is None else steady_state_interval(r, offsets, self.config.max_pct) for r in results]
         self.clipped += sum(1 for r in results if r is not None and r.clipped)
         if self.observations:
@@ -343,13 +312,6 @@ class EnvironmentModels:
                 1 for r, s in zip(results, samples, strict=True) if r is None and self.measurements.novel((s.job_type, *s.co_job_types))
             )  # fmt: skip
         return results
-
-    def _seen_offsets(self) -> tuple[float, float] | None:
-        """``seen_residuals``' conformal offsets, sorted once per observation learned (a fleet's windows ask many
-        what-ifs between two)."""
-        if self._seen_offsets_at[0] != self.observations:
-            self._seen_offsets_at = (self.observations, self.seen_residuals.offsets())
-        return self._seen_offsets_at[1]
 
     def predict_sample(self, sample: Sample, mode: str, *, compose: bool = True) -> PredictionResult | None:
         return self.predict_samples([(sample, mode)], compose=compose)[0]
@@ -408,7 +370,7 @@ class EnvironmentModels:
     def refit_due(self) -> bool:
         if self._refit_in_flight or len(self.history) < self.config.refit_min_rows:
             return False
-        if not (self._drift or self.last_refit is None or self._since_refit >= self.config.refit_every):
+        if not (self.drift.detected or self.last_refit is None or self._since_refit >= self.config.refit_every):
             return False
         # two job sets or more among the last refit_rows samples: the newest ones sharing one are fewer than those
         return self._tail[1] < min(len(self.history), self.config.refit_rows)
@@ -430,8 +392,7 @@ class EnvironmentModels:
         self.refit_seconds = result.seconds
         self.refits += 1
         self._since_refit = 0
-        self._drift = False
-        self._drift_detectors = {mode: self._new_detector() for mode in MODES}
+        self.drift.reset()
 
     def refit_now(self) -> RefitResult:
         """Refit synchronously (offline use and tests)."""
@@ -450,64 +411,54 @@ class EnvironmentModels:
         return self.selector.selected_names()
 
     def leaderboard(self) -> Leaderboard:
-        entries = []
-        for key in sorted(k for k, c in self.candidates.items() if c.listed):
-            c = self.candidates[key]
-            seen, new, cv = c.record.errors["seen"], c.record.errors["new"], c.record.cv
-            entries.append(
-                LeaderboardEntry(
-                    model=key.model, category=key.category, mode=key.mode, kind=c.board_kind or c.kind,
-                    samples=seen.n, mae=seen.get(),
-                    relative_error=cv.relative_error if cv else None,
-                    cv_mae=cv.mae if cv else None, cv_samples=cv.rows if cv else None,
-                    new_mae=new.get(), new_samples=new.n if new.n else None,
-                )
-            )  # fmt: skip
         return Leaderboard(
-            ts=time.time(), environment=self.environment, entries=entries, selected=self.selected(),
-            observations=self.observations, last_refit=self.last_refit, selection_seconds=self.selection_seconds,
-            served=self.served(),
+            ts=time.time(), environment=self.environment, entries=self.selector.leaderboard_entries(),
+            selected=self.selected(), observations=self.observations, last_refit=self.last_refit,
+            selection_seconds=self.selection_seconds, served=self.served(),
         )  # fmt: skip
 
-    # ------------------------------------------------------------------ persistence
+    # ------------------------------------------------------------------ state
 
-    def save(self, directory: Path, *, key_dir: Path | None = None) -> None:
-        """Write everything to ``directory``; river files are signed with the key in ``key_dir``
-        (default: ``directory``'s parent, the state directory)."""
-        directory = Path(directory)
-        key = persist.state_key(Path(key_dir) if key_dir else directory.parent)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.score_pending()
+    def to_state(self, key: bytes, *, serving: bool = False) -> EnvironmentState:
+        """Everything as one value, estimators as bytes (river's pickles signed with ``key``): what
+        :meth:`from_state` reads back.  ``serving``: only what serving needs (the candidates a prediction or what-if
+        can be served by now, :meth:`models.selector.Selector.served_keys`; no history), a snapshot's."""
+        self.score_pending()  # what the batch candidates were judged on so far
+        sel = self.selector
+        keep = sel.served_keys() if serving else None
         candidates = [
-            CandidateState((c.key.mode, c.key.category, c.key.model), c.kind, c.record.state(), c.dump(directory, i, key))
-            for i, c in enumerate(self.candidates.values())
+            CandidateState((c.key.mode, c.key.category, c.key.model), c.kind, c.record.state(), c.estimator_state(key))
+            for c in sel.candidates.values()
+            if keep is None or c.key in keep
         ]  # fmt: skip
-        state = EnvironmentState(
-            FORMAT, self.environment, self.seed, self.config, self.observations, self.last_refit,
-            self.refit_seconds, self.refits, self._since_refit, self.clipped, self.measurements.state(),
-            sorted(self.selector.own_slots), candidates, list(self.history)[-self.config.refit_rows :],
+        history = [] if serving else list(self.history)[-self.config.refit_rows :]
+        compose = {str(seen).lower(): ComposeState(s.n, float(s.composed_abs), float(s.served_abs)) for seen, s in self.compose_scores.items()}
+        return EnvironmentState(
+            FORMAT, self.environment, self.seed, self.config, self.observations, self.last_refit, self.refit_seconds,
+            self.refits, 0 if serving else self._since_refit, self.clipped, self.measurements.state(), sorted(sel.own_slots),
+            candidates, history, compose, list(self.many_residuals.values), list(self.seen_residuals.values),
+            list(self.novel_residuals.values), serving,
         )  # fmt: skip
-        persist.write_state(directory / "state.json", state)
 
     @classmethod
-    def load(cls, directory: Path, *, key_dir: Path | None = None) -> EnvironmentModels:
-        """Resume from :meth:`save`; raises :class:`models.persist.SignatureError` on a file this state dir did not
-        sign, and ``msgspec.ValidationError`` on a state of another format."""
-        directory = Path(directory)
-        key = persist.state_key(Path(key_dir) if key_dir else directory.parent)
-        state = persist.read_state(directory / "state.json", EnvironmentState)
+    def from_state(cls, state: EnvironmentState, key: bytes) -> EnvironmentModels:
+        """The models :meth:`to_state` made: they predict exactly what those did; a serving state holds only its
+        candidates.  Raises :class:`models.persist.SignatureError` for river learners not signed with ``key``, and
+        ``ValueError`` on a state of another format."""
         if state.format != FORMAT:
-            raise ValueError(f"{directory}: state format {state.format}, not {FORMAT}")
+            raise ValueError(f"state format {state.format}, not {FORMAT}")
         self = cls(state.environment, seed=state.seed, config=state.config)
         self.observations, self.last_refit, self.refit_seconds = state.observations, state.last_refit, state.refit_seconds
         self.refits, self._since_refit, self.clipped = state.refits, state.since_refit, state.clipped
         sel = self.selector
         sel.measurements = Measurements.restore(state.measurements)
         sel.own_slots = set(state.own_slots)
+        if state.serving:
+            sel.candidates = {}
         for cs in state.candidates:
             kind = KINDS[cs.kind]
             ck = CandidateKey(*cs.key)
-            estimator = kind.restore(cs.estimator, directory, key, self.config)
+            estimator = kind.estimator_of(cs.estimator, key, self.config)
             c = sel.candidates.get(ck)
             if c is None:
                 c = sel.candidates[ck] = kind(ck, estimator, self.config, cs.record)
@@ -518,5 +469,28 @@ class EnvironmentModels:
         for c in sel.candidates.values():
             c.link(sel.candidates, refit=False)
         sel.changed()
+        sel.stale.update(REGIMES)
         sel.select()
+        for seen, cs in state.compose.items():
+            score = self.compose_scores[seen == "true"]
+            score.n, score.composed_abs, score.served_abs = cs.n, cs.composed_abs, cs.served_abs
+        window = self.config.history
+        self.many_residuals = ResidualWindow(window, state.many_residuals)
+        self.seen_residuals = ResidualWindow(window, state.seen_residuals)
+        self.novel_residuals = ResidualWindow(window, state.novel_residuals)
         return self
+
+    def save(self, directory: Path, *, key_dir: Path | None = None) -> None:
+        """:meth:`to_state` to ``directory`` (:func:`models.persist.write_state`); river learners are signed with the
+        key in ``key_dir`` (default: ``directory``'s parent, the state directory)."""
+        directory = Path(directory)
+        key = persist.state_key(Path(key_dir) if key_dir else directory.parent)
+        persist.write_state(directory / STATE_FILE, self.to_state(key))
+
+    @classmethod
+    def load(cls, directory: Path, *, key_dir: Path | None = None) -> EnvironmentModels:
+        """Resume from :meth:`save`; raises :class:`models.persist.SignatureError` on learners this state dir did not
+        sign, and ``msgspec.ValidationError`` or ``ValueError`` on a state of another format."""
+        directory = Path(directory)
+        key = persist.state_key(Path(key_dir) if key_dir else directory.parent)
+        return cls.from_state(persist.read_state(directory / STATE_FILE, EnvironmentState), key)

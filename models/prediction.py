@@ -16,6 +16,7 @@ from models.candidates import Candidate
 from models.datasets import Sample
 from models.features import observed_features as _observed_features
 from models.live import LAST_MEASURED, clip_pct
+from models.rolling import ResidualWindow
 from models.selector import Choice
 from models.views import Views
 
@@ -156,3 +157,34 @@ def steady_state_interval(r: PredictionResult, offsets: tuple[float, float] | No
     v = r.interference_pct
     lo, hi = (clip_pct(_times_exp(v, o / math.sqrt(2.0)), max_pct)[0] for o in offsets)
     return replace(r, interval_pct=(min(lo, v), max(hi, v)))
+
+
+def plan_interval(
+    plan: Plan, value: float, *, median: Candidate | None, novel: ResidualWindow, min_samples: int, max_pct: float
+) -> tuple[float, float] | None:
+    """``value``'s 90 % interval (see :attr:`PredictionResult.interval_pct`); a novel type's: the new-job-set
+    interval widened to at least the spread of every slowdown measured here around their median (the median's
+    offsets, ``median``'s): what was measured of other types bounds nothing about this one, and at least as wide,
+    multiplicatively, as each type's first measurements were off by (``novel``, log ratios)."""
+    offsets = plan.candidate.offsets("new" if plan.regime == "novel" else plan.regime, min_samples)
+    if plan.regime == "novel":
+        wide = None if median is None else median.offsets("new", min_samples)
+        if wide is not None:
+            offsets = wide if offsets is None else (min(offsets[0], wide[0]), max(offsets[1], wide[1]))
+    if offsets is None:
+        return None
+    lo, hi = clip_pct(value + offsets[0], max_pct)[0], clip_pct(value + offsets[1], max_pct)[0]
+    if plan.regime == "novel":
+        ratio = novel.offsets_or_range()
+        if ratio is not None:  # at least as wide, multiplicatively, as each type's first measurements were off by
+            lo = min(lo, clip_pct(_times_exp(value, ratio[0]), max_pct)[0])
+            hi = max(hi, clip_pct(_times_exp(value, ratio[1]), max_pct)[0])
+    return (min(lo, value), max(hi, value))
+
+
+def unpredicted(plan: Plan) -> PredictionResult:
+    """What :func:`models.compose.serve_composed` keeps of a plan whose composition it serves (the value is replaced)."""
+    err = plan.choice.error
+    return PredictionResult(
+        math.nan, plan.choice.name, plan.choice.category, plan.mode, None if math.isnan(err) else float(err), plan.regime
+    )  # fmt: skip

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from events import CATEGORIES, MODES, REGIMES, ServedModel
+from events import CATEGORIES, MODES, REGIMES, LeaderboardEntry, ServedModel
 from models.candidates import KINDS, BatchCandidate, Candidate
 from models.live import LAST_MEASURED, MEDIAN, SLOWDOWN_MIN_PCT, Measurements, clip_pct
 from models.modelconfig import ModelConfig
@@ -404,3 +404,40 @@ class Selector:
                 if b is not None:
                     out[f"{mode}:{cat}"] = b.name
         return out
+
+    def served_keys(self) -> set[CandidateKey]:
+        """The candidates a prediction or what-if can be served by, now: the selection of each regime and mode, each
+        slot's own choice, the baselines (the fallbacks, the novel interval's median) and the feature model a served
+        candidate builds on (its estimator's ``base_key``)."""
+        keys = {k for k, c in self.candidates.items() if c.kind == "baseline"}
+        for mode in MODES:
+            for regime in REGIMES:
+                choice = self.selected[regime].get(mode)
+                if choice is not None:
+                    keys.add(self.candidate(mode, choice).key)
+            for slot in self.scored_in:
+                picked = self.choice(mode, slot)
+                if picked is not None:
+                    keys.add(self.candidate(mode, picked[1]).key)
+        for k in list(keys):
+            base = getattr(self.candidates[k].estimator, "base_key", None)
+            if base is not None:
+                keys.add(base)
+        return {k for k in keys if k in self.candidates}
+
+    def leaderboard_entries(self) -> list[LeaderboardEntry]:
+        """Every listed candidate's errors, as the ``models.leaderboard`` record holds them."""
+        entries = []
+        for key in sorted(k for k, c in self.candidates.items() if c.listed):
+            c = self.candidates[key]
+            seen, new, cv = c.record.errors["seen"], c.record.errors["new"], c.record.cv
+            entries.append(
+                LeaderboardEntry(
+                    model=key.model, category=key.category, mode=key.mode, kind=c.board_kind or c.kind,
+                    samples=seen.n, mae=seen.get(),
+                    relative_error=cv.relative_error if cv else None,
+                    cv_mae=cv.mae if cv else None, cv_samples=cv.rows if cv else None,
+                    new_mae=new.get(), new_samples=new.n if new.n else None,
+                )
+            )  # fmt: skip
+        return entries

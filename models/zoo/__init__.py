@@ -16,19 +16,19 @@ takes its training median.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
 
-from models import persist
-from models.zoo.frames import META
-from models.zoo.online import HEAVY_ONLINE, ONLINE, make_online
-from models.zoo.scikit import SKLEARN, SklearnMeta, SklearnModel
-from models.zoo.torchmlp import MlpMeta, TorchMLP
+from models.zoo.online import HEAVY_ONLINE, ONLINE, RiverState, make_online
+from models.zoo.scikit import SKLEARN, SklearnModel, SklearnState
+from models.zoo.torchmlp import MlpState, TorchMLP
 
-__all__ = ["BATCH", "HEAVY_ONLINE", "ONLINE", "REFIT_BATCH", "BatchModel", "OnlineModel", "load_batch", "make_batch", "make_online"]
+BatchState = SklearnState | MlpState
+"""A saved batch model (its ``to_state()``)."""
+
+__all__ = ["BATCH", "HEAVY_ONLINE", "ONLINE", "REFIT_BATCH", "BatchModel", "BatchState", "OnlineModel", "batch_from_state", "make_batch", "make_online"]
 
 
 @runtime_checkable
@@ -39,7 +39,7 @@ class OnlineModel(Protocol):
 
     def predict_one(self, x: Mapping[str, float]) -> float: ...
 
-    def save(self, path: Path, key: bytes) -> None: ...
+    def to_state(self, key: bytes) -> RiverState: ...
 
 
 @runtime_checkable
@@ -54,7 +54,7 @@ class BatchModel(Protocol):
 
     def predict_one(self, x: Mapping[str, float]) -> float: ...
 
-    def save(self, path: Path) -> None: ...
+    def to_state(self) -> BatchState: ...
 
 
 BATCH: tuple[str, ...] = (*SKLEARN, "MLP")
@@ -70,6 +70,6 @@ def make_batch(name: str, seed: int = 0) -> SklearnModel | TorchMLP:
     return TorchMLP(seed) if name == TorchMLP.name else SklearnModel(name, seed)
 
 
-def load_batch(path: Path) -> SklearnModel | TorchMLP:
-    """A batch model saved by its ``save(path)``."""
-    return persist.read_state(path / META, SklearnMeta | MlpMeta).load(path)  # type: ignore[arg-type]
+def batch_from_state(state: BatchState) -> SklearnModel | TorchMLP:
+    """A batch model from its ``to_state()``."""
+    return TorchMLP.from_state(state) if isinstance(state, MlpState) else SklearnModel.from_state(state)

@@ -1,5 +1,5 @@
 """What the batch models share: sorted columns and fill values (:class:`Columns`), distinct rows (:func:`compress`),
-a prepared training set (:class:`Prepared`), one-thread fits (:func:`one_thread`) and fit ids (:func:`saved_fit_id`)."""
+a prepared training set (:class:`Prepared`), one-thread fits (:func:`one_thread`) and fit ids (:func:`new_fit_id`)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,10 @@ import math
 import uuid
 import warnings
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 import pandas as pd
-
-from models import persist
 
 
 class Columns:
@@ -140,28 +136,6 @@ def one_thread() -> Any:
     return _OPENMP.limit(limits=1)
 
 
-META = "columns.json"
-
-
 def new_fit_id() -> str:
-    """A fit's identity: saved with it, so that saving the same fit again can be skipped."""
+    """A fit's identity: its saved state is made once per fit (``to_state`` of the batch models)."""
     return uuid.uuid4().hex
-
-
-def saved_fit_id(path: Path) -> str | None:
-    """The fit id of the batch model saved in ``path`` (None: nothing saved there, or a save from before fit ids).
-
-    >>> import tempfile
-    >>> saved_fit_id(Path(tempfile.mkdtemp()))
-    """
-    try:
-        meta = persist.read_state(path / META, FitId)
-    except (OSError, msgspec.DecodeError):
-        return None
-    return meta.fit_id or None
-
-
-class FitId(msgspec.Struct):
-    """The one field of a saved batch model's meta that says which fit it holds."""
-
-    fit_id: str = ""

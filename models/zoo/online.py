@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from models import persist
 
@@ -36,15 +37,25 @@ class RiverModel:
             return self.mean
         return float(y)
 
-    def save(self, path: Path, key: bytes) -> None:
-        persist.dump_signed(path, {"name": self.name, "estimator": self.estimator, "n": self.n, "mean": self.mean}, key)
+    def to_state(self, key: bytes) -> RiverState:
+        """The learner pickled in memory and signed with ``key`` (:func:`models.persist.dump_signed`)."""
+        data, signature = persist.dump_signed({"name": self.name, "estimator": self.estimator, "n": self.n, "mean": self.mean}, key)
+        return RiverState(data, signature)
 
     @classmethod
-    def load(cls, path: Path, key: bytes) -> RiverModel:
-        state = persist.load_signed(path, key)
-        model = cls(state["name"], state["estimator"])
-        model.n, model.mean = state["n"], state["mean"]
+    def from_state(cls, state: RiverState, key: bytes) -> RiverModel:
+        """What :meth:`to_state` made; :class:`models.persist.SignatureError` where it was not signed with ``key``."""
+        saved = persist.load_signed(state.data, state.signature, key)
+        model = cls(saved["name"], saved["estimator"])
+        model.n, model.mean = saved["n"], saved["mean"]
         return model
+
+
+class RiverState(msgspec.Struct, tag="river"):
+    """A saved :class:`RiverModel`: its pickle and the pickle's HMAC-SHA256."""
+
+    data: bytes
+    signature: str
 
 
 Z_MAX = 10.0

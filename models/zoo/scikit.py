@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import msgspec
@@ -13,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from models import persist
-from models.zoo.frames import META, Columns, Prepared, new_fit_id, one_thread, saved_fit_id
+from models.zoo.frames import Columns, Prepared, new_fit_id, one_thread
 
 
 class SklearnModel:
@@ -27,6 +26,7 @@ class SklearnModel:
         self.cols: Columns | None = None
         self._memo: dict[bytes, float] = {}
         self.fit_id = ""
+        self._state: SklearnState | None = None
 
     def fit(self, X: pd.DataFrame, y: Sequence[float]) -> SklearnModel:
         return self.fit_prepared(Prepared.of_frame(X, y))
@@ -74,37 +74,38 @@ class SklearnModel:
     def predict_one(self, x: Mapping[str, float]) -> float:
         return float(self.predict_rows([x])[0])
 
-    def save(self, path: Path) -> None:
-        """Write the model to ``path``; nothing when ``path`` already holds this fit (a worker saves every interval,
-        and an unchanged forest's skops file cost about 0.1 s of the event loop each time)."""
+    def to_state(self) -> SklearnState:
+        """The fitted model as bytes (skops) with its name, seed, columns and fill values.  Made once per fit and
+        remembered (a worker saves every interval, and an unchanged forest's skops cost about 0.1 s each time)."""
         assert self.cols is not None, "fit first"
-        if saved_fit_id(path) == self.fit_id:
-            return
-        path.mkdir(parents=True, exist_ok=True)
-        persist.dump_sklearn(path / "estimator.skops", self.estimator)
-        meta = SklearnMeta(self.name, self.seed, self.cols.columns, self.cols.fill.tolist(), self.fit_id)
-        persist.write_state(path / META, meta)  # last: the fit id says the files beside it are complete
+        state = self._state
+        if state is None or state.fit_id != self.fit_id:
+            state = self._state = SklearnState(
+                self.name, self.seed, self.cols.columns, self.cols.fill.tolist(), self.fit_id,
+                persist.dump_sklearn(self.estimator),
+            )  # fmt: skip
+        return state
 
     @classmethod
-    def load(cls, path: Path, meta: SklearnMeta) -> SklearnModel:
-        model = cls(meta.name, meta.seed)
-        model.cols = Columns.of_saved(meta.columns, meta.fill)
-        model.estimator = persist.load_sklearn(path / "estimator.skops")
-        model.fit_id = meta.fit_id
+    def from_state(cls, state: SklearnState) -> SklearnModel:
+        """What :meth:`to_state` made (only the trusted types of :data:`models.persist.SKLEARN_TRUSTED`)."""
+        model = cls(state.name, state.seed)
+        model.cols = Columns.of_saved(state.columns, state.fill)
+        model.estimator = persist.load_sklearn(state.skops)
+        model.fit_id = state.fit_id
+        model._state = state
         return model
 
 
-class SklearnMeta(msgspec.Struct, tag="sklearn"):
-    """A saved scikit-learn model's name, seed, columns and fill values (its estimator: skops, beside it)."""
+class SklearnState(msgspec.Struct, tag="sklearn"):
+    """A saved scikit-learn model: its name, seed, columns, fill values, fit id and the estimator (skops)."""
 
     name: str
     seed: int
     columns: list[str]
     fill: list[float]
-    fit_id: str = ""
-
-    def load(self, path: Path) -> SklearnModel:
-        return SklearnModel.load(path, self)
+    fit_id: str
+    skops: bytes
 
 
 MEMO_ROWS = 2048

@@ -3,16 +3,15 @@ network, :mod:`models.mlp` trains it in numpy."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import numpy as np
 import pandas as pd
 
-from models import persist
-from models.zoo.frames import META, Columns, Prepared, new_fit_id, one_thread, saved_fit_id
+from models.zoo.frames import Columns, Prepared, new_fit_id, one_thread
 
 BATCH_ROWS = 256
 """Rows of one minibatch of the MLP (every row when fewer)."""
@@ -31,6 +30,7 @@ class TorchMLP:
         self.net: Any = None
         self.stats = np.zeros(0)
         self.fit_id = ""
+        self._state: MlpState | None = None
 
     def _build(self, n_in: int) -> Any:
         import torch
@@ -108,36 +108,40 @@ class TorchMLP:
     def predict_one(self, x: Mapping[str, float]) -> float:
         return float(self.predict_rows([x])[0])
 
-    def save(self, path: Path) -> None:
+    def to_state(self) -> MlpState:
+        """The fitted network's settings, columns, fill values, standardisation and weights (torch's ``state_dict``,
+        as bytes); made once per fit and remembered, as :meth:`models.zoo.scikit.SklearnModel.to_state`."""
         import torch
 
         assert self.cols is not None, "fit first"
-        if saved_fit_id(path) == self.fit_id:  # as SklearnModel.save
-            return
-        path.mkdir(parents=True, exist_ok=True)
-        torch.save(self.net.state_dict(), path / "mlp.pt")
-        meta = MlpMeta(
-            self.seed, self.hidden, self.epochs, self.lr, self.cols.columns, self.cols.fill.tolist(), self.stats.tolist(),
-            self.fit_id,
-        )  # fmt: skip
-        persist.write_state(path / META, meta)
+        state = self._state
+        if state is None or state.fit_id != self.fit_id:
+            buffer = io.BytesIO()
+            torch.save(self.net.state_dict(), buffer)
+            state = self._state = MlpState(
+                self.seed, self.hidden, self.epochs, self.lr, self.cols.columns, self.cols.fill.tolist(), self.stats.tolist(),
+                self.fit_id, buffer.getvalue(),
+            )  # fmt: skip
+        return state
 
     @classmethod
-    def load(cls, path: Path, meta: MlpMeta) -> TorchMLP:
+    def from_state(cls, state: MlpState) -> TorchMLP:
+        """What :meth:`to_state` made (weights loaded with ``weights_only=True``)."""
         import torch
 
-        model = cls(meta.seed, meta.hidden, meta.epochs, meta.lr)
-        model.cols = Columns.of_saved(meta.columns, meta.fill)
-        model.stats = np.array(meta.stats, dtype=float)
+        model = cls(state.seed, state.hidden, state.epochs, state.lr)
+        model.cols = Columns.of_saved(state.columns, state.fill)
+        model.stats = np.array(state.stats, dtype=float)
         model.net = model._build(len(model.cols.columns))
-        model.net.load_state_dict(torch.load(path / "mlp.pt", weights_only=True))
+        model.net.load_state_dict(torch.load(io.BytesIO(state.weights), weights_only=True))
         model._numpy_weights()
-        model.fit_id = meta.fit_id
+        model.fit_id = state.fit_id
+        model._state = state
         return model
 
 
-class MlpMeta(msgspec.Struct, tag="mlp"):
-    """A saved MLP's settings, columns, fill values and standardisation (its weights: ``mlp.pt``, beside it)."""
+class MlpState(msgspec.Struct, tag="mlp"):
+    """A saved MLP: settings, columns, fill values, standardisation, fit id and weights (torch's ``state_dict``)."""
 
     seed: int
     hidden: int
@@ -146,7 +150,5 @@ class MlpMeta(msgspec.Struct, tag="mlp"):
     columns: list[str]
     fill: list[float]
     stats: list[float]
-    fit_id: str = ""
-
-    def load(self, path: Path) -> TorchMLP:
-        return TorchMLP.load(path, self)
+    fit_id: str
+    weights: bytes

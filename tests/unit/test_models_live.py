@@ -181,7 +181,7 @@ def test_drift_scores_the_served_prediction_before_learning() -> None:
         em.learn_sample(s)
     em.refit_now()
     rec = Recorder()
-    em._drift_detectors["observed"] = rec
+    em.drift.detectors["observed"] = rec
     expected = []
     for s in stream[150:]:
         r = em.predict_sample(s, "observed")
@@ -212,14 +212,14 @@ def test_drift_is_detected_soon_after_a_change_and_not_before() -> None:
     em.refit_now()
     for s in stream(300, 0.0):
         em.learn_sample(s)
-    assert em.drift_events == 0 and not em.refit_due()
+    assert em.drift.events == 0 and not em.refit_due()
     after = 0
     for s in stream(200, 60.0):
         em.learn_sample(s)
         after += 1
-        if em.drift_events:
+        if em.drift.events:
             break
-    assert em.drift_events > 0 and after <= 40, after
+    assert em.drift.events > 0 and after <= 40, after
     assert em.refit_due()
 
 

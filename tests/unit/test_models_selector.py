@@ -13,9 +13,11 @@ from events import CATEGORIES, Leaderboard
 from models import persist
 from models.crossval import grouped_folds
 from models.datasets import BUILTIN
-from models.environment import EnvironmentModels, PredictionResult
+from models.environment import STATE_FILE, EnvironmentModels, PredictionResult
 from models.live import slot
 from models.modelconfig import ModelConfig
+from models.state import EnvironmentState
+from models.zoo.online import RiverState
 
 SMALL = ModelConfig(batch_models=("LinearRegression", "DecisionTree"), refit_rows=200, refit_every=150, folds=3, jobset_min=15)
 
@@ -141,10 +143,10 @@ def test_drift_requests_a_refit(data_dir) -> None:  # type: ignore[no-untyped-de
     assert not em.refit_due()
     for o in obs[300:450]:
         em.learn(o)
-    quiet = em.drift_events
+    quiet = em.drift.events
     for o in obs[450:]:
         em.learn(o)
-    assert em.drift_events > quiet
+    assert em.drift.events > quiet
     assert em.refit_due()
 
 
@@ -166,9 +168,12 @@ def test_save_load_predicts_the_same_and_refuses_foreign_files(stream, tmp_path)
     # a river file signed by another state directory (another key) is refused
     with pytest.raises(persist.SignatureError):
         EnvironmentModels.load(tmp_path / "state" / "v100", key_dir=tmp_path / "elsewhere")
-    # a tampered file is refused
-    f = tmp_path / "state" / "v100" / "online" / "0.pkl"
-    f.write_bytes(f.read_bytes() + b"x")
+    # a tampered learner is refused
+    path = tmp_path / "state" / "v100" / STATE_FILE
+    state = persist.read_state(path, EnvironmentState)
+    river = next(c.estimator for c in state.candidates if isinstance(c.estimator, RiverState))
+    river.data += b"x"
+    persist.write_state(path, state)
     with pytest.raises(persist.SignatureError):
         EnvironmentModels.load(tmp_path / "state" / "v100")
 
@@ -281,13 +286,13 @@ def test_a_state_of_another_format_is_refused_with_a_clear_error(stream, tmp_pat
     for o in stream[:60]:
         em.learn(o)
     em.save(tmp_path / "state" / "v100")
-    path = tmp_path / "state" / "v100" / "state.json"
-    state = msgspec.json.decode(path.read_bytes())
-    path.write_bytes(msgspec.json.encode({**state, "format": 1}))
-    with pytest.raises(ValueError, match="state format 1"):
+    path = tmp_path / "state" / "v100" / STATE_FILE
+    state = msgspec.msgpack.decode(path.read_bytes())
+    path.write_bytes(msgspec.msgpack.encode({**state, "format": 2}))
+    with pytest.raises(ValueError, match="state format 2"):
         EnvironmentModels.load(tmp_path / "state" / "v100")
-    del state["format"], state["candidates"]  # as written before issue 22: a hand-written layout
-    path.write_bytes(msgspec.json.encode(state))
+    del state["format"], state["candidates"]  # another layout altogether
+    path.write_bytes(msgspec.msgpack.encode(state))
     with pytest.raises(msgspec.ValidationError, match="format"):
         EnvironmentModels.load(tmp_path / "state" / "v100")
 

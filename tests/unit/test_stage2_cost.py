@@ -104,7 +104,7 @@ def test_a_refit_holds_the_next_one_back_for_its_share_of_the_time() -> None:
     result = task()
     stage.apply_refit(env, dataclasses.replace(result, seconds=2.0))
     models = stage.models_for(env)
-    models._drift = True  # due again at once
+    models.drift.detected = True  # due again at once
     assert models.refit_due() and stage.refits_due() == [] and stage.counters["refits_waited"] == 1
     now[0] += 5.9  # a 2 s refit at a share of 0.25 waits 6 s
     assert stage.refits_due() == []

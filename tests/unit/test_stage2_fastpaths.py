@@ -71,12 +71,12 @@ def test_learning_what_was_served_equals_learning_afresh() -> None:
             fast.refit_now()
             slow.refit_now()
     assert fast.refits == 2 and fast.observations == slow.observations == len(stream)
-    assert (fast.drift_events, fast.clipped, fast.withheld_novel) == (slow.drift_events, slow.clipped, slow.withheld_novel)
+    assert (fast.drift.events, fast.clipped, fast.withheld_novel) == (slow.drift.events, slow.clipped, slow.withheld_novel)
     assert fast.leaderboard().entries == slow.leaderboard().entries and fast.selected() == slow.selected()
     for name in ("seen_residuals", "novel_residuals", "many_residuals"):  # what the drift pass keeps besides
         assert list(getattr(fast, name).values) == list(getattr(slow, name).values), name
-    assert {m: d.estimation for m, d in fast._drift_detectors.items()} == {
-        m: d.estimation for m, d in slow._drift_detectors.items()
+    assert {m: d.estimation for m, d in fast.drift.detectors.items()} == {
+        m: d.estimation for m, d in slow.drift.detectors.items()
     }
     # a Served of another state of the models is not reused (the models learned since): learning computes afresh
     o, nxt = stream[0], stream[1]
