@@ -318,7 +318,7 @@ COST_ORDER = (
     "GradientBoosting", "SVR-poly", "ExtraTrees", "HistGradientBoosting", "HistGradientBoosting-monotone",
     "RandomForest", "MLP", "KNN", "SVR-linear", "DecisionTree", "LinearRegression",
 )  # fmt: skip
-"""Batch models from the longest fit to the shortest (measured on the 10,000-observation refit, issue 23: SVR-poly,
+"""Batch models from the longest fit to the shortest (measured on the 10,000-observation refit: SVR-poly,
 ExtraTrees, HistGradientBoosting, RandomForest and the MLP within 20 % of each other in CV; SVR-poly's final fit
 on 10,000 observed rows the longest of the finals)."""
 

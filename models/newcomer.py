@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -67,7 +67,6 @@ class _Bias:
         return self.total / (self.count + prior) if self.count else 0.0
 
 
-@dataclass
 class Newcomer:
     """Per-role, per-level biases plus rank-``rank`` victim x aggressor factors over a feature model's residuals.
 
@@ -83,26 +82,23 @@ class Newcomer:
     0.0
     """
 
-    rank: int = 2
-    prior: float = 2.0
-    """Pseudo-rows of zero residual behind every bias: with ``n`` measurements a bias keeps ``n / (n + prior)``."""
-    lr: float = 0.02
-    reg: float = 1.0
-    """Ridge penalty of the factors (batch) and their weight decay (online, times ``lr``)."""
-    init_scale: float = 0.1
-    seed: int = 0
-    max_step: float = 25.0
-    """The online factors' SGD error is bounded to ``+-max_step`` (points)."""
-    victim_family: dict[str, _Bias] = field(default_factory=dict)
-    victim_type: dict[str, _Bias] = field(default_factory=dict)
-    aggressor_family: dict[str, _Bias] = field(default_factory=dict)
-    aggressor_type: dict[str, _Bias] = field(default_factory=dict)
-    p: dict[str, np.ndarray] = field(default_factory=dict)
-    q: dict[str, np.ndarray] = field(default_factory=dict)
-    observations: int = 0
-
-    def __post_init__(self) -> None:
-        self._rng = np.random.default_rng(self.seed)
+    def __init__(
+        self, rank: int = 2, prior: float = 2.0, lr: float = 0.02, reg: float = 1.0, init_scale: float = 0.1, seed: int = 0,
+        max_step: float = 25.0,
+    ) -> None:  # fmt: skip
+        """``prior``: pseudo-rows of zero residual behind every bias (with ``n`` measurements a bias keeps
+        ``n / (n + prior)``); ``reg``: the ridge penalty of the factors (batch) and their weight decay (online, times
+        ``lr``); ``max_step``: the online factors' SGD error is bounded to ``+-max_step`` (points)."""
+        self.rank, self.prior, self.lr, self.reg, self.init_scale, self.seed = rank, prior, lr, reg, init_scale, seed
+        self.max_step = max_step
+        self.victim_family: dict[str, _Bias] = {}
+        self.victim_type: dict[str, _Bias] = {}
+        self.aggressor_family: dict[str, _Bias] = {}
+        self.aggressor_type: dict[str, _Bias] = {}
+        self.p: dict[str, np.ndarray] = {}
+        self.q: dict[str, np.ndarray] = {}
+        self.observations = 0
+        self._rng = np.random.default_rng(seed)
 
     # ----------------------------------------------------------------------------------------- the parts
     def _victim(self, job: Role) -> float:

@@ -212,7 +212,7 @@ class Stage1State:
         loop = asyncio.get_running_loop()
         try:
             state = await loop.run_in_executor(None, self.read, partition)
-        except Exception as exc:  # the partition's GPUs then start afresh, as before the changelog
+        except Exception as exc:  # the partition's GPUs then start afresh
             log.warning("could not read the stage-1 changelog of partition %d: %s", partition, exc)
             self.stage1.counters["changelog_restore_failed"] += 1
             return 0

@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -134,6 +135,14 @@ def one_thread() -> Any:
 
         _OPENMP = ThreadpoolController()
     return _OPENMP.limit(limits=1)
+
+
+class FittedState(msgspec.Struct):
+    """What every saved batch model holds besides its own: its columns, their fill values and its fit id."""
+
+    columns: list[str]
+    fill: list[float]
+    fit_id: str
 
 
 def new_fit_id() -> str:

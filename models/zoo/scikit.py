@@ -7,12 +7,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-import msgspec
 import numpy as np
 import pandas as pd
 
 from models import persist
-from models.zoo.frames import Columns, Prepared, new_fit_id, one_thread
+from models.zoo.frames import Columns, FittedState, Prepared, new_fit_id, one_thread
 
 
 class SklearnModel:
@@ -54,7 +53,7 @@ class SklearnModel:
         """One ``predict`` on the matrix of the rows of ``xs`` not predicted before (filled and finite: scikit-learn's
         checks are skipped).  Rows predicted before come from a memo: a fitted model is a pure function, and serving
         repeats rows (a job set's placement features on every observation, a GPU's what-if entries every window),
-        while one ``predict`` call costs 0.1-3 ms even for one row (docs/BENCHMARKS.md, issue 14)."""
+        while one ``predict`` call costs 0.1-3 ms even for one row (docs/BENCHMARKS.md)."""
         import sklearn
 
         assert self.cols is not None, "fit first"
@@ -81,8 +80,8 @@ class SklearnModel:
         state = self._state
         if state is None or state.fit_id != self.fit_id:
             state = self._state = SklearnState(
-                self.name, self.seed, self.cols.columns, self.cols.fill.tolist(), self.fit_id,
-                persist.dump_sklearn(self.estimator),
+                columns=self.cols.columns, fill=self.cols.fill.tolist(), fit_id=self.fit_id, name=self.name, seed=self.seed,
+                skops=persist.dump_sklearn(self.estimator),
             )  # fmt: skip
         return state
 
@@ -90,21 +89,16 @@ class SklearnModel:
     def from_state(cls, state: SklearnState) -> SklearnModel:
         """What :meth:`to_state` made (only the trusted types of :data:`models.persist.SKLEARN_TRUSTED`)."""
         model = cls(state.name, state.seed)
-        model.cols = Columns.of_saved(state.columns, state.fill)
+        model.cols, model.fit_id, model._state = Columns.of_saved(state.columns, state.fill), state.fit_id, state
         model.estimator = persist.load_sklearn(state.skops)
-        model.fit_id = state.fit_id
-        model._state = state
         return model
 
 
-class SklearnState(msgspec.Struct, tag="sklearn"):
-    """A saved scikit-learn model: its name, seed, columns, fill values, fit id and the estimator (skops)."""
+class SklearnState(FittedState, tag="sklearn"):
+    """A saved scikit-learn model: its columns, fill values and fit id, its name, seed and estimator (skops)."""
 
     name: str
     seed: int
-    columns: list[str]
-    fill: list[float]
-    fit_id: str
     skops: bytes
 
 

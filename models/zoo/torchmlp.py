@@ -7,11 +7,10 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import msgspec
 import numpy as np
 import pandas as pd
 
-from models.zoo.frames import Columns, Prepared, new_fit_id, one_thread
+from models.zoo.frames import Columns, FittedState, Prepared, new_fit_id, one_thread
 
 BATCH_ROWS = 256
 """Rows of one minibatch of the MLP (every row when fewer)."""
@@ -119,8 +118,8 @@ class TorchMLP:
             buffer = io.BytesIO()
             torch.save(self.net.state_dict(), buffer)
             state = self._state = MlpState(
-                self.seed, self.hidden, self.epochs, self.lr, self.cols.columns, self.cols.fill.tolist(), self.stats.tolist(),
-                self.fit_id, buffer.getvalue(),
+                columns=self.cols.columns, fill=self.cols.fill.tolist(), fit_id=self.fit_id, seed=self.seed, hidden=self.hidden,
+                epochs=self.epochs, lr=self.lr, stats=self.stats.tolist(), weights=buffer.getvalue(),
             )  # fmt: skip
         return state
 
@@ -130,25 +129,21 @@ class TorchMLP:
         import torch
 
         model = cls(state.seed, state.hidden, state.epochs, state.lr)
-        model.cols = Columns.of_saved(state.columns, state.fill)
+        model.cols, model.fit_id, model._state = Columns.of_saved(state.columns, state.fill), state.fit_id, state
         model.stats = np.array(state.stats, dtype=float)
         model.net = model._build(len(model.cols.columns))
         model.net.load_state_dict(torch.load(io.BytesIO(state.weights), weights_only=True))
         model._numpy_weights()
-        model.fit_id = state.fit_id
-        model._state = state
         return model
 
 
-class MlpState(msgspec.Struct, tag="mlp"):
-    """A saved MLP: settings, columns, fill values, standardisation, fit id and weights (torch's ``state_dict``)."""
+class MlpState(FittedState, tag="mlp"):
+    """A saved MLP: its columns, fill values and fit id, its settings, standardisation and weights (torch's
+    ``state_dict``)."""
 
     seed: int
     hidden: int
     epochs: int
     lr: float
-    columns: list[str]
-    fill: list[float]
     stats: list[float]
-    fit_id: str
     weights: bytes
