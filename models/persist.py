@@ -1,4 +1,4 @@
-"""Local persistence without unpickling untrusted data.
+"""Estimators as bytes and the models' state on disk, without unpickling untrusted data.
 
 Every estimator becomes bytes in memory, in its own safe format:
 
