@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from whatif_offline import labelled, windows
 
 from aip.bench.truth import what_if_truth
-from models.candidates import Views
 from models.datasets import Sample
 from models.environment import EnvironmentModels
+from models.views import Views
 from placement.experiment import Truth
 from producers.sim import Simulator
 

@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from events import Observation, WhatIf, to_dict
-from models.environment import Config, EnvironmentModels
+from models.environment import EnvironmentModels
+from models.modelconfig import ModelConfig
 from models.snapshot import ServingSnapshot, serving_models
 from streams.hysteresis import next_state
 from streams.stage2 import Output, WhatIfCache, alert_of, alert_value, predictions_of, solo_prediction, what_if_entries
@@ -46,7 +47,7 @@ class Serving:
         clear_pct: float = 35.0,
         *,
         clock: Callable[[], float] = time.time,
-        max_pct: float = Config.max_pct,
+        max_pct: float = ModelConfig.max_pct,
     ) -> None:
         self.threshold = threshold_pct
         self.clear_level = clear_pct
@@ -79,7 +80,7 @@ class Serving:
     def models_for(self, environment: str) -> EnvironmentModels:
         m = self.models.get(environment)
         if m is None:  # no snapshot yet: models that learned nothing (see the module's docstring)
-            m = self.models[environment] = EnvironmentModels(environment, config=Config(max_pct=self.max_pct))
+            m = self.models[environment] = EnvironmentModels(environment, config=ModelConfig(max_pct=self.max_pct))
             self.versions[environment] = -1
             self.counters["served_before_snapshot_envs"] += 1
         return m

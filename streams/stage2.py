@@ -33,7 +33,8 @@ import msgspec
 
 from events import Alert, Leaderboard, Observation, Prediction, WhatIf, to_dict
 from events.records import AlertSource, AlertState
-from models.environment import Config, EnvironmentModels, PlacementAsk, Served
+from models.environment import EnvironmentModels, PlacementAsk, Served
+from models.modelconfig import ModelConfig
 from streams.dedupe import SeenSet
 from streams.hysteresis import AlertStates
 
@@ -81,7 +82,7 @@ class Stage2:
         models_factory: Callable[[str], EnvironmentModels] | None = None,
         clock: Callable[[], float] = time.time,
         dedupe_capacity: int = 200_000,
-        max_pct: float = Config.max_pct,
+        max_pct: float = ModelConfig.max_pct,
         what_if_every: int = 256,
         what_if_min_s: float = 60.0,
         refit_share: float = 0.25,
@@ -94,7 +95,7 @@ class Stage2:
         GPUs serve them from this learner's snapshots (:mod:`streams.serving`)."""
         self.models: dict[str, EnvironmentModels] = {}
         self.max_pct = max_pct
-        self.models_factory = models_factory or (lambda env: EnvironmentModels(env, config=Config(max_pct=max_pct)))
+        self.models_factory = models_factory or (lambda env: EnvironmentModels(env, config=ModelConfig(max_pct=max_pct)))
         self.state_dir = Path(state_dir) if state_dir else None
         self.clock = clock
         self.seen = SeenSet(dedupe_capacity)
@@ -107,7 +108,7 @@ class Stage2:
         self.refit_share = refit_share
         """Refits of an environment take at most this share of the time: after a refit of ``d`` seconds the next
         one waits ``d * (1 / share - 1)`` (:meth:`refits_due`).  A worker that keeps up is not held back (its
-        refits are due every ``Config.refit_every`` observations, further apart than that); a saturated one spends
+        refits are due every ``ModelConfig.refit_every`` observations, further apart than that); a saturated one spends
         the rest on its observations.  1.0: no wait (before issue 23)."""
         self.refit_clock = refit_clock
         self.refit_ready_at: dict[str, float] = {}

@@ -76,7 +76,8 @@ def _progress(t0: float) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from models.datasets import DatasetError, load
-    from models.evaluate import evaluate, probe_summary, table, write_probes_plot, write_report
+    from models.evaluate import evaluate
+    from models.evaluate_report import probe_summary, table, write_probes_plot, write_report
 
     t0 = time.monotonic()
     try:
