@@ -18,7 +18,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# torch first and pinned, so that pip takes the CPU build (see DESIGN.md pitfalls)
+	# torch first and pinned, so that pip takes the CPU build (docs/ARCHITECTURE.md, "Measured pitfalls")
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[producer,stream,embedded,dev]'
 	touch $(STAMP)

@@ -1,7 +1,7 @@
 """The NVML sampler: one MetricSample per GPU (and per MIG instance) per interval, published as one HostMetrics.
 
 The NVML module is an argument (``nvml=``); the default is nvidia-ml-py's
-``pynvml``.  Calls (DESIGN.md's mapping): ``nvmlDeviceGetPowerUsage`` (mW),
+``pynvml``.  Calls (docs/ARCHITECTURE.md, "NVML mapping"): ``nvmlDeviceGetPowerUsage`` (mW),
 ``nvmlDeviceGetTotalEnergyConsumption`` (mJ), ``nvmlDeviceGetTemperatureV``
 (falling back to ``nvmlDeviceGetTemperature``), ``nvmlDeviceGetUtilizationRates``
 (.gpu, .memory), ``nvmlDeviceGetMemoryInfo`` (bytes), ``nvmlDeviceGetPcieThroughput``

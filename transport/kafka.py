@@ -78,7 +78,7 @@ def topic_configs(settings: Settings, name: str) -> dict[str, str]:
     base = Topics(settings.topic_prefix).base(name)
     if base in COMPACTED:
         return {"cleanup.policy": "compact"}
-    if base == OBSERVATIONS:  # models are rebuilt from this history (DESIGN.md: State)
+    if base == OBSERVATIONS:  # models are rebuilt from this history (docs/ARCHITECTURE.md, "State")
         return {"retention.ms": str(settings.observations_retention_ms)}
     return {}
 
