@@ -125,16 +125,15 @@ def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
                 scenario(
                     "worker_crash", f"SIGKILL the worker {kills}x at random moments during a simulator run, restart it",
                     scenarios.worker_crash, settings("worker_crash", models_save_interval_s=3.0 if quick else 10.0),
-                    kills=kills, gpus=8, sim_s=600 if quick else 900, run_s=25 if quick else 120,
-                    resume_timeout_s=60 if quick else 120,
+                    fleet=scenarios.Fleet(8, 600, 25, resume_timeout_s=60) if quick else scenarios.Fleet(8, 900, 120), kills=kills,
                 ),
             ],
             [
                 scenario(
                     "worker_failover",
                     f"two workers; SIGKILL for good the one serving stage 2 once it saved and committed; a second {fleet_gpus}-GPU fleet",
-                    scenarios.worker_failover, settings("worker_failover", **fast), gpus=fleet_gpus, sim_s=300 if quick else 900,
-                    run_s=8 if quick else 45,
+                    scenarios.worker_failover, settings("worker_failover", **fast),
+                    fleet=scenarios.Fleet(fleet_gpus, 300 if quick else 900, 8 if quick else 45, 11),
                 ),
             ],
             [
@@ -145,8 +144,8 @@ def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
                 scenario(
                     "broker_outage",
                     f"stop the broker {outage_s:g} s with a worker and a spool-backed producer running; restart it",
-                    scenarios.broker_outage, lambda: _settings(_NoBroker(), tmp, "broker_outage"), outage_s=outage_s,
-                    run_s=30 if quick else 120, sim_s=600 if quick else 2400,
+                    scenarios.broker_outage, lambda: _settings(_NoBroker(), tmp, "broker_outage"),
+                    fleet=scenarios.Fleet(4, 600 if quick else 2400, 30 if quick else 120, 7), outage_s=outage_s,
                 ),
                 (
                     "security",
@@ -163,8 +162,8 @@ def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
         # docs/RELIABILITY.md, History 14); the soak measures a worker's throughput
         rebalance = scenario(
             "rebalance", f"a third worker joins a {fleet_gpus}-GPU fleet's run, then one leaves cleanly",
-            scenarios.rebalance, settings("rebalance", models_save_interval_s=3.0), gpus=fleet_gpus,
-            sim_s=600 if quick else 1200, run_s=30 if quick else 60,
+            scenarios.rebalance, settings("rebalance", models_save_interval_s=3.0),
+            fleet=scenarios.Fleet(fleet_gpus, 600 if quick else 1200, 30 if quick else 60, 13),
         )  # fmt: skip
         soak = scenario(
             "load_soak", f"2x nominal (4,000 samples/s: 2,000 GPUs at 2 Hz) into one worker for {soak_s} s",

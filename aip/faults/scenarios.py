@@ -12,7 +12,7 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +260,18 @@ def _checkpointed_profiles(settings: Settings) -> int:
         return 0
 
 
+@dataclass(frozen=True)
+class Fleet:
+    """The simulated fleet a worker scenario streams: ``gpus`` GPUs, ``sim_s`` seconds of data sent over ``run_s``
+    real seconds from ``seed``; ``resume_timeout_s``: how long the scenario waits for the workers to resume."""
+
+    gpus: int
+    sim_s: float
+    run_s: float
+    seed: int = 0
+    resume_timeout_s: float = 120.0
+
+
 CRASH_GPU_MODEL = "v100"
 GPUS_PER_HOST = 1
 """Simulated GPUs per host in the worker-fault scenarios.  Both input topics are keyed by host, and these
@@ -407,15 +419,7 @@ def _saved_after_learning(worker: Any) -> Callable[[], bool]:
 
 
 def worker_crash(
-    settings: Settings,
-    workdir: Path,
-    kills: int = 1,
-    gpus: int = 8,
-    sim_s: float = 900.0,
-    run_s: float = 40.0,
-    seed: int = 0,
-    progress: Progress = _quiet,
-    resume_timeout_s: float = 120.0,
+    settings: Settings, workdir: Path, fleet: Fleet = Fleet(8, 900.0, 40.0), kills: int = 1, progress: Progress = _quiet
 ) -> dict[str, Any]:
     """SIGKILL the worker ``kills`` times at random moments while a simulated fleet streams in; restart it each time.
 
@@ -429,6 +433,7 @@ def worker_crash(
     from producers.sim import Simulator
     from transport import ensure_project_topics
 
+    gpus, sim_s, run_s, seed, resume_timeout_s = astuple(fleet)
     rng = random.Random(seed)
     events = list(
         Simulator(
@@ -564,13 +569,9 @@ def _seq_keys(items: Iterable[Any]) -> set[tuple[str, int, float]]:
 def broker_outage(
     settings: Settings,
     workdir: Path,
+    fleet: Fleet = Fleet(4, 1800.0, 90.0, 7),
     outage_s: float = 30.0,
-    gpus: int = 4,
-    sim_s: float = 1800.0,
-    run_s: float = 90.0,
-    seed: int = 7,
     progress: Progress = _quiet,
-    resume_timeout_s: float = 120.0,
 ) -> dict[str, Any]:
     """Stop the (memory-only) broker ``outage_s`` while a spool-backed simulator producer and a worker run; restart it.
 
@@ -587,6 +588,7 @@ def broker_outage(
     from producers.sim import Simulator
     from transport import ensure_project_topics
 
+    gpus, sim_s, run_s, seed, resume_timeout_s = astuple(fleet)
     port = free_port()
     broker = EmbeddedBroker(port=port).start()
     settings = dataclasses.replace(settings, broker=broker.address)
@@ -962,14 +964,7 @@ def committed_through_end(settings: Settings, topic: str) -> bool:
 
 
 def worker_failover(
-    settings: Settings,
-    workdir: Path,
-    gpus: int = 16,
-    sim_s: float = 600.0,
-    run_s: float = 30.0,
-    seed: int = 11,
-    progress: Progress = _quiet,
-    resume_timeout_s: float = 120.0,
+    settings: Settings, workdir: Path, fleet: Fleet = Fleet(16, 600.0, 30.0, 11), progress: Progress = _quiet
 ) -> dict[str, Any]:
     """Two workers (own state directories, as on two hosts); once the one serving stage 2 has learned a fleet's
     observations, saved its models and committed, SIGKILL it for good and run a second fleet.
@@ -981,6 +976,7 @@ def worker_failover(
     from aip.faults.worker import stop_all, wait_until
     from transport import ensure_project_topics
 
+    gpus, sim_s, run_s, seed, resume_timeout_s = astuple(fleet)
     ensure_project_topics(settings)
     workers = [start_worker(_worker_settings(settings, workdir, name), workdir, f"worker-{name}").start() for name in ("a", "b")]
     obs = TopicReader(settings, "interference.observations")
@@ -1079,14 +1075,7 @@ def worker_failover(
 
 
 def rebalance(
-    settings: Settings,
-    workdir: Path,
-    gpus: int = 16,
-    sim_s: float = 900.0,
-    run_s: float = 45.0,
-    seed: int = 13,
-    progress: Progress = _quiet,
-    resume_timeout_s: float = 120.0,
+    settings: Settings, workdir: Path, fleet: Fleet = Fleet(16, 900.0, 45.0, 13), progress: Progress = _quiet
 ) -> dict[str, Any]:
     """Two workers; a third joins a third into a fleet's run, one of the first two leaves cleanly (SIGTERM) at
     two thirds.  Every window yields its observation (against a reference stage 1), the worker that ends up
@@ -1094,6 +1083,7 @@ def rebalance(
     from aip.faults.worker import stop_all, wait_until
     from transport import ensure_project_topics
 
+    gpus, sim_s, run_s, seed, resume_timeout_s = astuple(fleet)
     ensure_project_topics(settings)
     workers = {
         name: start_worker(_worker_settings(settings, workdir, name), workdir, f"worker-{name}") for name in ("a", "b", "c")
