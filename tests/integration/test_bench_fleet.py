@@ -1,4 +1,4 @@
-"""``aip bench fleet``'s harness at ``--quick``'s size (2,000 GPUs), for 20 s in place of 120 (two windows and their lateness): counts only (no
+"""``aip bench fleet``'s harness at ``--quick``'s size (2,000 GPUs), for 30 s in place of 120: counts only (no
 timing assertions: the suite runs beside other tests)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ def test_a_2000_gpu_fleet_runs_through_two_workers_and_every_sample_is_consumed(
     from aip.bench.fleet import run_fleet
 
     lines: list[str] = []
-    out = run_fleet(2000, 2, 20.0, tmp_path, lines.append)
+    out = run_fleet(2000, 2, 30.0, tmp_path, lines.append)
     assert out["gpus"] == 2000 and out["workers"] == 2 and out["hosts"] == 250 and out["serving"] == "sharded"
-    assert out["gpu_samples_sent"] >= 2000 * 16  # 1 Hz for 20 s (no samples at the first tick)
+    assert out["gpu_samples_sent"] >= 2000 * 25  # 1 Hz for 30 s (no samples at the first tick)
     assert out["gpu_samples_consumed"] == out["gpu_samples_sent"]
     assert set(out["lag"]) == {"stage1", "stage2"} and all(
         set(v) == {"max_records", "max_s", "grows"} for v in out["lag"].values()
