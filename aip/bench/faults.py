@@ -1,9 +1,9 @@
-"""``aip bench faults``: the fault tests of issue 7 at full size, on a broker of their own.
+"""``aip bench faults``: the fault tests at full size, on a broker of their own.
 
 ``--quick`` runs every scenario, shorter (the sizes of ``tests/integration/test_faults.py`` where it has them):
 2 kills in a 25 s run instead of 3 in 120 s, the failover's two 8-GPU fleets streamed in 8 s each with checkpoints
-and model saves every 2 s, a 20 s soak, a 10 s broker outage in a 30 s run (the rebalance as before: with the
-test's 24 s and 2 s it lost the group once under load, issue 23's measurement).  Each still counts sent, received and lost against its
+and model saves every 2 s, a 20 s soak, a 10 s broker outage in a 30 s run (the rebalance in 30 s with saves every
+3 s: with shorter ones it lost the group once under load).  Each still counts sent, received and lost against its
 reference; the full run is what the floors are measured by (docs/BENCHMARKS.md).  ``--quick`` also runs the
 scenarios side by side in three lanes (:func:`run_lanes`), since each mostly waits on worker starts, group joins and
 resume waits; then the rebalance and the soak, each alone.  The full run keeps them all one after another.
@@ -159,7 +159,7 @@ def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
         # alone, after the lanes: the rebalance wedged the embedded broker's group when it ran beside other
         # scenarios at load (docs/BENCHMARKS.md, "bench all --quick"; the cause, a stopped static leader, is fixed but
         # for a join that reaches the broker just before the leader leaves:
-        # docs/RELIABILITY.md, History 14); the soak measures a worker's throughput
+        # docs/RELIABILITY.md); the soak measures a worker's throughput
         rebalance = scenario(
             "rebalance", f"a third worker joins a {fleet_gpus}-GPU fleet's run, then one leaves cleanly",
             scenarios.rebalance, settings("rebalance", models_save_interval_s=3.0),

@@ -1,4 +1,4 @@
-"""One environment scales out (issue 23, item 2): two ``aip worker`` processes with ``serving`` sharded on one
+"""One environment scales out: two ``aip worker`` processes with ``serving`` sharded on one
 environment, the real broker.  Serving is spread across both (each serves the GPUs of its own input partitions),
 and what they publish equals what one serving of the same snapshot gives for the same observations.
 

@@ -1,4 +1,4 @@
-"""models.newcomer and the live ``Newcomer`` candidate (issue 25 item 3): what was measured of a job type, as the
+"""models.newcomer and the live ``Newcomer`` candidate: what was measured of a job type, as the
 job and as a co-runner, carried to its job sets never measured."""
 
 from __future__ import annotations

@@ -285,7 +285,7 @@ def test_a_state_of_another_format_is_refused_with_a_clear_error(stream, tmp_pat
     path.write_bytes(msgspec.json.encode({**state, "format": 1}))
     with pytest.raises(ValueError, match="state format 1"):
         EnvironmentModels.load(tmp_path / "state" / "v100")
-    del state["format"], state["candidates"]  # as written before issue 22: a hand-written layout
+    del state["format"], state["candidates"]  # an older hand-written layout
     path.write_bytes(msgspec.json.encode(state))
     with pytest.raises(msgspec.ValidationError, match="format"):
         EnvironmentModels.load(tmp_path / "state" / "v100")
