@@ -40,7 +40,7 @@ def test_client_follows_the_predictions_topic(settings: Any) -> None:
 
 
 def test_client_that_subscribes_mid_run_learns_the_job_set_from_the_predictions(settings: Any) -> None:
-    """Jobs started before the client subscribed: one finishing must not make the GPU look idle (issue 16)."""
+    """Jobs started before the client subscribed: one finishing must not make the GPU look idle."""
     from events import JobEvent
     from transport import RecordProducer, ensure_project_topics
 

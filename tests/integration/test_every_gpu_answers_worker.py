@@ -1,4 +1,4 @@
-"""Every GPU answers the scheduler's question (issue 25 item 0), through a real worker on the embedded broker.
+"""Every GPU answers the scheduler's question, through a real worker on the embedded broker.
 
 A fleet whose co-located GPUs teach the worker three job types, two GPUs that only ever run one job at a time, and a
 GPU that runs nothing: the lone GPUs publish what-if entries every window (``occupancy`` ``solo``), the idle one

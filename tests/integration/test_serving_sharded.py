@@ -1,4 +1,4 @@
-"""One environment scales out (issue 23, item 2): two ``aip worker`` processes with ``serving`` sharded on one
+"""One environment scales out: two ``aip worker`` processes with ``serving`` sharded on one
 environment, the real broker.  Serving is spread across both (each serves the GPUs of its own input partitions),
 and what they publish equals what one serving of the same snapshot gives for the same observations.
 
@@ -177,7 +177,7 @@ def test_workers_joining_and_leaving_with_serving_sharded_lose_nothing(settings:
     sharded = settings.replace(
         serving="sharded", snapshot_key=secrets.token_hex(16), models_save_interval_s=2.0, checkpoint_interval_s=2.0
     )
-    result = scenarios.rebalance(sharded, tmp_path, gpus=8, sim_s=600, run_s=24, seed=13, resume_timeout_s=90)
+    result = scenarios.rebalance(sharded, tmp_path, scenarios.Fleet(8, 600, 24, seed=13, resume_timeout_s=90))
     print("rebalance, serving sharded:", result)
     assert result["lost"] == 0 and result["observations_expected"] > 0
     assert result["learned_final"] == result["labelled_observations"] > 0

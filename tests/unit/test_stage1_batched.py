@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import pytest
+from records import Event, Message
 
 from config import Settings
 from events import encode
@@ -21,20 +21,6 @@ from streams.features import FIELDS, KEYS
 from streams.stage1 import Stage1
 
 TS = 1_700_000_000.0
-
-
-@dataclass
-class Message:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None = None
-
-
-@dataclass
-class Event:
-    message: Message
-    value: bytes
 
 
 def _fleet() -> list[tuple[str, Any]]:
@@ -68,7 +54,7 @@ def _through_the_worker(records: list[tuple[str, Any]], tmp_path: Any, name: str
     for topic, record in records:
         partition = zlib.crc32(record.host.encode()) % 4
         offset = offsets[topic, partition] = offsets.get((topic, partition), -1) + 1
-        events.append(Event(Message(streams.topics.name(topic), partition, offset, record.host.encode()), encode(record)))
+        events.append(Event(Message(streams.topics.name(topic), partition, offset, key=record.host.encode()), encode(record)))
 
     async def go() -> None:
         for i in range(0, len(events), 200):

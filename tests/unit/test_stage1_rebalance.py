@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from records import sample
+from records import Event, Message, sample
 
 from config import Settings
 from events import encode
@@ -20,21 +19,6 @@ from streams.stage1 import HeldWindow, Stage1
 from streams.state import Stage1State
 
 TS = 1_700_000_000.0
-
-
-@dataclass
-class Message:
-    topic: str
-    partition: int
-    offset: int
-    value: bytes
-    key: bytes | None = None
-
-
-@dataclass
-class Event:
-    message: Message
-    value: bytes
 
 
 def _held(job_id: str) -> HeldWindow:

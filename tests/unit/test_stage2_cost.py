@@ -1,4 +1,4 @@
-"""Stage 2's cost per observation (issue 23, item 4): the what-if cache, the online learners' sample, the refits'
+"""Stage 2's cost per observation: the what-if cache, the online learners' sample, the refits'
 share of the time, and ``aip bench stage2``'s keys (counts only: timing is the bench's, never a test's)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stage 2's cheaper paths (issue 23, item 4) answer what the paths they replaced answer, on fitted models.
+"""Stage 2's cheaper paths answer what the paths they replaced answer, on fitted models.
 
 * learning an observation with what :meth:`EnvironmentModels.serve` computed for it (features, uncomposed
   predictions) equals learning it afresh;

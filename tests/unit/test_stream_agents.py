@@ -14,6 +14,14 @@ from streams.app import create_app
 from streams.stage2 import Stage2
 
 
+async def settle(condition: Any, timeout_s: float = 30.0) -> None:
+    """Let the agent run until ``condition()`` holds (its buffers flushed); fail after ``timeout_s``."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "the agent did not finish in time"
+        await asyncio.sleep(0.01)
+
+
 def make(tmp_path: Any) -> Any:
     streams = create_app(Settings(topic_prefix="unit.", window_s=10.0, lateness_s=2.0, state_dir=str(tmp_path)), web=False)
     sent: list[tuple[str, Any]] = []
@@ -45,6 +53,8 @@ def make(tmp_path: Any) -> Any:
 def test_stage2_agent_publishes_predictions_and_dead_letters(tmp_path: Any) -> None:
     streams, sent = make(tmp_path)
     stage2 = streams.agents[1]
+    reference = Stage2(clock=lambda: 0.0)
+    expected = sum(len(reference.on_observation(o).predictions) for o in observations(25))
 
     async def go() -> None:
         async with stage2.test_context() as agent:
@@ -52,12 +62,13 @@ def test_stage2_agent_publishes_predictions_and_dead_letters(tmp_path: Any) -> N
                 await agent.put(encode(o), key=b"v100")
             await agent.put(b"not json", key=b"v100")
             await agent.put(encode(observations(1)[0]), key=b"v100")  # duplicate
-            await asyncio.sleep(0.2)  # let take_events flush its buffer
+            # the last record read, and take_events' buffer flushed
+            await settle(
+                lambda: streams.stage2.counters["duplicates"] == 1 and [n for n, _ in sent].count("predictions") >= expected
+            )
 
     asyncio.run(go())
     names = [n for n, _ in sent]
-    reference = Stage2(clock=lambda: 0.0)
-    expected = sum(len(reference.on_observation(o).predictions) for o in observations(25))
     assert expected > 0 and names.count("predictions") == expected
     assert names.count("deadletter") == 1 and "leaderboard" in names
     dl = next(r for n, r in sent if n == "deadletter")
@@ -65,12 +76,12 @@ def test_stage2_agent_publishes_predictions_and_dead_letters(tmp_path: Any) -> N
     assert streams.stage2.counters["duplicates"] == 1
 
 
-def _stage2_through_agent(streams: Any, values: list[bytes]) -> None:
+def _stage2_through_agent(streams: Any, values: list[bytes], until: Any) -> None:
     async def go() -> None:
         async with streams.agents[1].test_context() as agent:
             for value in values:
                 await agent.put(value, key=b"v100")
-            await asyncio.sleep(0.2)  # let take_events flush its buffer
+            await settle(until)  # take_events' buffer flushed
 
     asyncio.run(go())
 
@@ -80,7 +91,11 @@ def test_stage2_learns_and_serves_a_batch_as_the_same_observations_one_by_one(tm
     predictions as the same observations one per record; an invalid observation of a batch is dead-lettered alone."""
     obs = observations(40)
     singles, sent_singles = make(tmp_path / "singles")
-    _stage2_through_agent(singles, [encode(o) for o in obs])
+
+    def learned_all(sent: list[tuple[str, Any]]) -> bool:  # the leaderboard after the last observation is out
+        return any(n == "leaderboard" and r.observations == len(obs) for n, r in sent)
+
+    _stage2_through_agent(singles, [encode(o) for o in obs], lambda: learned_all(sent_singles))
 
     batches = [value for _env, value, _n in observation_batches(obs, max_bytes=4096)]
     assert len(batches) > 3 and all(b'"observations":[' in b for b in batches)
@@ -88,13 +103,18 @@ def test_stage2_learns_and_serves_a_batch_as_the_same_observations_one_by_one(tm
     head, tail = batches[0].split(b"[", 1)
     batches[0] = head + b"[" + stray + b"," + tail  # another environment's observation, inside a v100 batch
     batched, sent_batched = make(tmp_path / "batched")
-    _stage2_through_agent(batched, batches)
+    _stage2_through_agent(
+        batched,
+        batches,
+        lambda: learned_all(sent_batched) and any(n == "deadletter" for n, _ in sent_batched),
+    )
 
     def served(sent: list[tuple[str, Any]]) -> list[dict[str, Any]]:
         return [{k: v for k, v in to_dict(r).items() if k != "ts"} for n, r in sent if n == "predictions"]
 
     assert served(sent_batched) == served(sent_singles) and len(served(sent_singles)) > 0
     assert batched.stage2.models["v100"].observations == singles.stage2.models["v100"].observations == len(obs)
+
     def board(sent: list[tuple[str, Any]]) -> dict[str, Any]:  # the last leaderboard published, less its timings
         last = [r for n, r in sent if n == "leaderboard"][-1]
         return {k: v for k, v in to_dict(last).items() if k not in ("ts", "selection_seconds", "last_refit")}
@@ -138,7 +158,7 @@ def test_stage1_agent_emits_observations(tmp_path: Any) -> None:
             await agent.put(
                 encode(job_event("started", gpu_uuid="GPU-A", ts=1_700_000_001.0)).replace(b'"started"', b'"exploded"')
             )
-            await asyncio.sleep(0.3)
+            await settle(lambda: sum(n == "deadletter" for n, _ in sent) == 2)  # the last record read
 
     asyncio.run(go())
     obs = [v for n, v in sent if n == "observations"]

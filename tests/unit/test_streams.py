@@ -276,7 +276,8 @@ def test_stage2_dedupes_predicts_and_alerts() -> None:
     assert alerts and alerts[0].state == "raised" and all(a.source == "measured" for a in alerts)
     states = [a.state for a in alerts]
     assert all(x != y for x, y in itertools.pairwise(states))  # alternates: no repeats
-    assert outs[0].leaderboard is not None and stage.leaderboards["v100"].observations >= 1
+    assert outs[0].leaderboard is not None and outs[0].leaderboard.observations == 1
+    assert stage.leaderboards["v100"].observations == 30  # every labelled observation learned once
     assert stage.latest["GPU-A"]["j1"].keys() == {"observed", "placement"}
 
 
@@ -322,12 +323,15 @@ def test_stage2_predictions_say_their_regime_and_stay_in_range(tmp_path) -> None
     assert again.models_for("v100").config.max_pct == 500.0
 
 
-def test_stage2_without_persistence_still_runs(tmp_path) -> None:
+def test_stage2_models_saved_come_back_with_what_they_learned(tmp_path) -> None:
     stage = Stage2(state_dir=tmp_path)
     stage.on_observation(observations(1)[0])
-    stage.save()  # NotImplementedError or a real save: neither stops the worker
+    assert stage.save() == 1  # one environment's models saved
     stage2 = Stage2(state_dir=tmp_path)
-    assert stage2.models_for("v100") is not None
+    assert stage2.models_for("v100").observations == 1
+    assert stage2.counters["models_restored_observations"] == 1
+    assert stage2.on_observation(observations(1)[0]).predictions == []  # learned before the restart: not again
+    assert stage2.counters["duplicates"] == 1
 
 
 def test_what_if_entries_of_a_window_equal_the_questions_asked_one_by_one() -> None:
