@@ -161,7 +161,10 @@ def test_client_and_scheduler_example_use_the_workers_what_if(fed_worker: Any) -
                  timeout_s=90, what="predictions with what-if entries")  # fmt: skip
         gpu, view = next((g, v) for g, v in client.snapshot().items() if v.what_if)
         job_type = next(iter(view.what_if))
-        assert client.cost_pct(gpu, job_type) is not None
+        newcomer_pct, existing_pct = view.what_if[job_type]
+        if view.meta[job_type].regime == "novel":  # costed at its interval's upper end (novel_risk "upper")
+            newcomer_pct = view.upper[job_type] if view.upper.get(job_type) is not None else newcomer_pct
+        assert client.cost_pct(gpu, job_type) == max(0.0, newcomer_pct) + max(0.0, existing_pct)
         assert client.best_gpu(job_type, ["GPU-unknown", gpu]) == gpu
     finally:
         client.close()
