@@ -60,10 +60,10 @@ from streams.profiles import LOCAL
 from streams.readers import PartitionReader, TopicFollower
 from streams.rebuild import Rebuild
 from streams.refits import Refits
-from streams.serving import Serving
-from streams.sharded import Snapshots
+from streams.serving import LearnAndServe, Output, Serving, idle_prediction
+from streams.snapshots import Snapshots
 from streams.stage1 import LateEvent, Stage1
-from streams.stage2 import Output, Stage2, idle_prediction
+from streams.stage2 import Stage2
 from streams.state import Stage1State
 
 log = logging.getLogger(__name__)
@@ -244,13 +244,15 @@ class Streams:
         self.state.load_checkpoint()
         self.sharded = settings.serving == "sharded"
         self.stage2 = Stage2(
-            settings.alert_threshold_pct, settings.alert_clear_pct, state_dir=state_dir(settings), clock=clock,
-            max_pct=settings.prediction_max_pct, serve=not self.sharded, refit_max_lag_s=settings.refit_max_lag_s,
-        )  # fmt: skip
-        self.serving = Serving(
-            settings.alert_threshold_pct, settings.alert_clear_pct, clock=clock, max_pct=settings.prediction_max_pct
+            state_dir=state_dir(settings), max_pct=settings.prediction_max_pct, refit_max_lag_s=settings.refit_max_lag_s
         )
-        """Serving sharded: the GPUs of this worker's stage 1, from the latest snapshots (unused with stage2)."""
+        self.serving = Serving(
+            settings.alert_threshold_pct, settings.alert_clear_pct, clock=clock, max_pct=settings.prediction_max_pct,
+            learner=None if self.sharded else self.stage2,
+        )  # fmt: skip
+        """Sharded: the GPUs of this worker's stage 1, from the latest snapshots; stage2: the observations learned
+        here, from the learner's models."""
+        self.learn_serve = LearnAndServe(self.stage2, self.serving)
         self.metrics = StreamMetrics(
             self.stage1.counters,
             self.stage2.counters,
@@ -698,7 +700,11 @@ class Streams:
                 if self.stage2.behind(obs.environment, obs.window_end):
                     await self.refits.keep_up(obs.environment)
                 try:
-                    out = self.stage2.on_observation(obs, leaderboard=False)
+                    if self.sharded:  # served where the GPU's stage 1 runs (Streams.serve)
+                        self.stage2.on_observation(obs, leaderboard=False)
+                        out = Output()
+                    else:
+                        out = self.learn_serve.on_observation(obs, leaderboard=False)
                     self.metrics.observations[obs.environment] += 1
                     self.snapshots.learned(obs, event.message.partition)
                     envs[obs.environment] = None  # a solo window's too: its prediction is no earlier than its leaderboard

@@ -11,7 +11,9 @@ from test_streams import BASE, observations
 from aip.bench import stage2 as bench
 from models.environment import Config, EnvironmentModels, draw
 from models.synthetic import gavel_observations
-from streams.stage2 import Stage2, WhatIfCache, what_if_entries
+from streams.serving import LearnAndServe
+from streams.stage2 import Stage2
+from streams.whatif import WhatIfCache, what_if_entries
 
 
 def _learned(n: int, seed: int = 3) -> tuple[EnvironmentModels, dict]:
@@ -49,7 +51,7 @@ def test_the_what_if_cache_serves_what_recomputing_gives_until_the_models_change
 
 
 def test_stage2_serves_a_lone_job_from_the_cache_and_recomputes_after_a_refit() -> None:
-    stage = Stage2(clock=lambda: BASE)
+    stage = LearnAndServe.build(clock=lambda: BASE)
     for o in observations():
         stage.on_observation(o)
     last = observations()[-1]
@@ -59,11 +61,11 @@ def test_stage2_serves_a_lone_job_from_the_cache_and_recomputes_after_a_refit() 
     )  # fmt: skip
     [a] = stage.on_observation(lone).predictions
     [b] = stage.on_observation(msgspec.structs.replace(lone, gpu_uuid="GPU-B", job_id="j10")).predictions
-    assert a.what_if == b.what_if and stage.what_ifs.hits >= 1
-    models = stage.models_for("v100")
+    assert a.what_if == b.what_if and stage.serving.what_ifs.hits >= 1
+    models = stage.learner.models_for("v100")
     models.refit_now()
     [c] = stage.on_observation(lone).predictions
-    known = stage.job_types["v100"]
+    known = stage.learner.job_types["v100"]
     assert c.what_if == what_if_entries(models, known, [lone.job_type], [lone.solo])
 
 
@@ -96,7 +98,7 @@ def test_online_learners_take_a_deterministic_sample_and_the_baselines_every_obs
 
 def test_a_refit_holds_the_next_one_back_for_its_share_of_the_time() -> None:
     now = [1000.0]
-    stage = Stage2(clock=lambda: BASE, refit_share=0.25, refit_clock=lambda: now[0])
+    stage = Stage2(refit_share=0.25, refit_clock=lambda: now[0])
     for o in gavel_observations(40, seed=6):
         stage.on_observation(o)
     [(env, task)] = stage.refits_due()

@@ -217,11 +217,11 @@ def test_a_damaged_checkpoint_starts_afresh(tmp_path: Path) -> None:
 
 def test_stage2_does_not_learn_a_replayed_observation_twice_after_a_restart(tmp_path: Path) -> None:
     obs = observations(10)
-    one = Stage2(state_dir=tmp_path, clock=lambda: 0.0)
+    one = Stage2(state_dir=tmp_path)
     for o in obs:
         one.on_observation(o)
     one.save()
-    two = Stage2(state_dir=tmp_path, clock=lambda: 0.0)
+    two = Stage2(state_dir=tmp_path)
     for o in obs:  # the observations topic read again from an older committed offset
         two.on_observation(o)
     assert two.counters["duplicates"] == len(obs) and two.counters["observations"] == 0
