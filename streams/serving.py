@@ -71,10 +71,7 @@ class Serving:
         what_if_every: int = 256,
         what_if_min_s: float = 60.0,
     ) -> None:
-        self.threshold = threshold_pct
-        self.clear_level = clear_pct
-        self.clock = clock
-        self.max_pct = max_pct
+        self.threshold, self.clear_level, self.clock, self.max_pct = threshold_pct, clear_pct, clock, max_pct
         self.learner = learner
         self.models: dict[str, EnvironmentModels] = {}
         self.known: dict[str, dict[str, Profile]] = {}

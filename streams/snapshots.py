@@ -192,11 +192,7 @@ class Snapshots:
         send: Callable[[bytes, bytes], None],
         published: Counter[str],
     ) -> None:
-        self.settings = settings
-        self.stage2 = stage2
-        self.serving = serving
-        self.send = send
-        self.published = published
+        self.settings, self.stage2, self.serving, self.send, self.published = settings, stage2, serving, send, published
         self.key = settings.snapshot_key.encode()
         self.schedule = Schedule()
         self.versions: dict[str, int] = {}  # environment -> the last version published here

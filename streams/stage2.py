@@ -116,22 +116,10 @@ class Stage2:
 
     def _load_seen(self) -> None:
         """The observation ids learned before a restart (saved with the models), so a replay is not learned twice."""
-        path = self._seen_path()
-        if path is None or not path.exists():
-            return
-        try:
-            self.seen.extend(json.loads(path.read_text()))
-        except Exception as exc:
-            log.warning("could not load the seen observation ids from %s: %s", path, exc)
+        self.seen.extend(_read_json(self._seen_path(), "the seen observation ids") or [])
 
     def _save_seen(self) -> None:
-        path = self._seen_path()
-        if path is None:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.seen.items(), separators=(",", ":")))
-        os.replace(tmp, path)
+        _write_json(self._seen_path(), self.seen.items())
 
     def save(self) -> int:
         """Save the ids learned, every environment's models where persistence is available, then the offsets
@@ -149,22 +137,14 @@ class Stage2:
         return None if self.state_dir is None else self.state_dir / "stage2-covers.json"
 
     def _load_covers(self) -> None:
-        path = self._covers_path()
-        if path is None or not path.exists():
-            return
+        covers = _read_json(self._covers_path(), "the offsets the model snapshot covers")
         try:
-            self.covers = {int(p): int(o) for p, o in json.loads(path.read_text()).items()}
-        except Exception as exc:
-            log.warning("could not load the offsets the model snapshot covers from %s: %s", path, exc)
+            self.covers = {int(p): int(o) for p, o in (covers or {}).items()}
+        except (AttributeError, TypeError, ValueError) as exc:
+            log.warning("could not load the offsets the model snapshot covers: %s", exc)
 
     def _save_covers(self, covers: Mapping[int, int]) -> None:
-        path = self._covers_path()
-        if path is None:
-            return
-        merged = {**self.covers, **covers}
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({str(p): o for p, o in merged.items()}))
-        os.replace(tmp, path)
+        _write_json(self._covers_path(), {str(p): o for p, o in {**self.covers, **covers}.items()})
 
     def start_of(self, partition: int) -> int:
         """The first offset of ``partition`` these models have not learned (0 when neither memory nor the snapshot has it)."""
@@ -314,3 +294,24 @@ class Stage2:
         if seconds is not None and 0.0 < self.refit_share < 1.0:
             self.refit_ready_at[env] = self.refit_clock() + seconds * (1.0 / self.refit_share - 1.0)
         return self._leaderboard(env)
+
+
+def _read_json(path: Path | None, what: str) -> Any:
+    """The JSON in ``path`` (None: no path, no file, or not JSON: logged as ``what``)."""
+    if path is None or not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except Exception as exc:  # a damaged file must not stop the worker
+        log.warning("could not load %s from %s: %s", what, path, exc)
+        return None
+
+
+def _write_json(path: Path | None, value: Any) -> None:
+    """Write ``value`` to ``path`` as JSON, atomically (nothing without a path)."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(value, separators=(",", ":")))
+    os.replace(tmp, path)

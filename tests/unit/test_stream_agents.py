@@ -26,11 +26,10 @@ def make(tmp_path: Any) -> Any:
     def publish_served(out: Any) -> None:  # predictions and alerts are buffered (send_soon), not sent one by one
         sent.extend([("predictions", p) for p in out.predictions] + [("alerts", a) for a in out.alerts])
 
-    streams.send = send  # type: ignore[method-assign]
-    streams.publish_served = publish_served  # type: ignore[method-assign]
+    streams.publisher.send = send  # type: ignore[method-assign]
+    streams.publisher.served = publish_served  # type: ignore[method-assign]
     streams.observations.send = send_observation  # type: ignore[method-assign]
-    streams.emit_observations = lambda obs: sent.extend(("observations", o) for o in obs)  # type: ignore[method-assign]
-    streams.checkpoint = lambda: streams.stage1.dirty.clear()  # type: ignore[method-assign]
+    streams.publisher.emit_observations = lambda obs: sent.extend(("observations", o) for o in obs)  # type: ignore[method-assign]
 
     def dead_letter_soon(key: bytes | None, value: bytes) -> None:  # a batch's invalid observation: buffered
         from events import DeadLetter, decode
@@ -115,7 +114,7 @@ def test_stage1_agent_emits_observations(tmp_path: Any) -> None:
     streams, sent = make(tmp_path)
     stage1 = streams.agents[0]
     seen: list[str] = []
-    real = streams.handle_input
+    real = streams.inputs.handle_input
 
     def handle(event: Any) -> Any:
         # test_context delivers on its own channel: route by record shape as the topics would
@@ -124,7 +123,7 @@ def test_stage1_agent_emits_observations(tmp_path: Any) -> None:
         event.message.topic = streams.topics.metrics if b"power_w" in value else streams.topics.lifecycle
         return real(event)
 
-    streams.handle_input = handle  # type: ignore[method-assign]
+    streams.inputs.handle_input = handle  # type: ignore[method-assign]
 
     async def go() -> None:
         async with stage1.test_context() as agent:
