@@ -1,4 +1,4 @@
-"""Every GPU answers the scheduler's question (issue 25 item 0), without Kafka: stage 1 tells stage 2 about solo
+"""Every GPU answers the scheduler's question, without Kafka: stage 1 tells stage 2 about solo
 and idle windows, stage 2 answers a lone job's window with what-if entries and never learns from it, and the
 scheduler client takes an idle GPU's answer."""
 

@@ -1,4 +1,4 @@
-"""Serving sharded by GPU (issue 23, item 2), without Kafka: a model snapshot serves what the learner's models
+"""Serving sharded by GPU, without Kafka: a model snapshot serves what the learner's models
 serve; its chunks assemble into complete, newer versions only; any worker serves a GPU as any other would; a
 GPU's alert state moves with its stage-1 state."""
 
