@@ -139,15 +139,23 @@ class Streams:
         self, settings: Settings, *, web: bool = True, web_port: int | None = None, clock: Any = time.time, stage2: bool = True
     ) -> None:
         self.settings = settings
-        self.topics = t = Topics(settings.topic_prefix)
+        self.topics = Topics(settings.topic_prefix)
         self.clock = clock
         self.sharded = settings.serving == "sharded"
-        self.app = app = App(
+        self.app = App(
             app_id(settings),
             monitor=WorkerMonitor(lambda: self.commits.on_commit_initiated()),
             **app_config(settings, web=web, web_port=web_port),
         )
-        raw = dict(key_serializer="raw", value_serializer="raw")
+        self._topics()
+        self._stage1()
+        self._stage2()
+        self._loops()
+        self._register(stage2)
+
+    def _topics(self) -> None:
+        app, t = self.app, self.topics
+        raw: dict[str, Any] = dict(key_serializer="raw", value_serializer="raw")
         self.inputs_topic = app.topic(t.metrics, t.lifecycle, **raw)
         self.observations = app.topic(t.observations, **raw)
         self.profiles_topic = app.topic(t.profiles, **raw)
@@ -156,7 +164,9 @@ class Streams:
         self.out = {name: app.topic(getattr(t, name), **raw) for name in ("predictions", "alerts", "leaderboard", "deadletter")}
         self.names = TopicNames(t, app)
 
-        # stage 1 and its state
+    def _stage1(self) -> None:
+        """Stage 1 and its state."""
+        settings, t = self.settings, self.topics
         self.stage1 = Stage1(
             settings.window_s, settings.lateness_s, settings.lifecycle_hold_s, progress_hold_s=settings.progress_hold_s,
             source_of=self._source_of, every_window=True,
@@ -173,12 +183,14 @@ class Streams:
         )
         self.state.load_checkpoint()
 
-        # stage 2: one learner per environment; serving from its models (stage2) or from snapshots (sharded)
+    def _stage2(self) -> None:
+        """Stage 2: one learner per environment; serving from its models (stage2) or from snapshots (sharded)."""
+        settings = self.settings
         self.stage2 = Stage2(
             state_dir=state_dir(settings), max_pct=settings.prediction_max_pct, refit_max_lag_s=settings.refit_max_lag_s
         )
         self.serving = Serving(
-            settings.alert_threshold_pct, settings.alert_clear_pct, clock=clock, max_pct=settings.prediction_max_pct,
+            settings.alert_threshold_pct, settings.alert_clear_pct, clock=self.clock, max_pct=settings.prediction_max_pct,
             learner=None if self.sharded else self.stage2,
         )  # fmt: skip
         self.group = GroupWatch(GROUP_STUCK_AFTER_S, describe=lambda: str(self.app.group_member()))
@@ -196,7 +208,9 @@ class Streams:
         )
         self.metrics.registry.register(self.interference)
 
-        # outputs, the two loops, commits
+    def _loops(self) -> None:
+        """Outputs, the two loops, commits."""
+        settings, t, clock = self.settings, self.topics, self.clock
         self.publisher = outputs.Publisher(settings, self.out, self.observations, self.metrics)
         self.dead_letters = DeadLetters(t, self.publisher, self.metrics, clock)
         self.snapshots = Snapshots(
@@ -222,9 +236,8 @@ class Streams:
         )
         self.deliveries = outputs.Deliveries(self.stage1.counters)
         self.commits = Commits(
-            app, self.state, self.stage2, self.deliveries, self.metrics, t.observations, self.inputs.publish_profiles
+            self.app, self.state, self.stage2, self.deliveries, self.metrics, t.observations, self.inputs.publish_profiles
         )
-        self._register(stage2)
 
     def _source_of(self, gpu: str) -> str:
         """The share of solo profiles a GPU's solo windows feed: its input partition (one owner at a time)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,7 +178,7 @@ class Inputs:
             log.exception("stage 1 failed on %s p%s@%s", event.message.topic, event.message.partition, event.message.offset)
             return [], f"stage 1 error: {type(exc).__name__}: {exc}"
 
-    def on_host_batch(self, event: Any, records: list[InputRecord], rejected: list[Rejected], replay: bool) -> list[Observation]:
+    def on_host_batch(self, event: Any, records: Sequence[InputRecord], rejected: list[Rejected], replay: bool) -> list[Observation]:
         """Stage 1 for each record of a host's batch (samples or job events), as for single records, except that a
         record that cannot be used (invalid, late, or failing stage 1) is dead-lettered alone, its own JSON as the
         payload."""

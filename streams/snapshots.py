@@ -26,7 +26,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -41,13 +41,15 @@ from streams.stage2 import Stage2
 from streams.whatif import Mark, Profile, WhatIfCache, mark_of
 
 log = logging.getLogger(__name__)
+DumpCache = dict[Any, Any]
+"""The batch models' dumps of an environment, kept from one snapshot to the next (:data:`models.snapshot.DumpCache`)."""
 BUILD_AFTER_S = 5.0
 """A complete snapshot is built at the latest this long after it was read, caught up or not."""
 
 
 # ------------------------------------------------------------------ the models' side (models.snapshot)
 def snapshot_bytes(
-    models: EnvironmentModels, known: Mapping[str, Profile], key: bytes, version: int, cache: dict | None = None
+    models: EnvironmentModels, known: Mapping[str, Profile], key: bytes, version: int, cache: DumpCache | None = None
 ) -> bytes:
     """The encoded snapshot of ``models`` at ``version`` (river learners signed with ``key``; ``cache``: the batch
     models' dumps, kept from one snapshot to the next)."""
@@ -66,7 +68,7 @@ def apply(serving: Serving, environment: str, version: int, data: bytes, key: by
     return serving.install(environment, version, models, known)
 
 
-async def dump_batch_models(models: EnvironmentModels, key: bytes, cache: dict) -> None:
+async def dump_batch_models(models: EnvironmentModels, key: bytes, cache: DumpCache) -> None:
     """Put the dumps of the batch models ``models`` serves into ``cache``, each in the executor (skops: 0.2-0.3 s
     each, measured): the event loop then pays only the rest of a snapshot."""
     loop = asyncio.get_running_loop()
@@ -196,7 +198,7 @@ class Snapshots:
         self.key = settings.snapshot_key.encode()
         self.schedule = Schedule()
         self.versions: dict[str, int] = {}  # environment -> the last version published here
-        self.dump_caches: dict[str, dict] = {}
+        self.dump_caches: dict[str, DumpCache] = {}
         self.event_ts: dict[str, float] = {}  # environment -> the latest window end learned
         self.follower: TopicFollower | None = None
         self.warming: set[str] = set()

@@ -8,7 +8,7 @@ import msgspec
 import pytest
 from records import sample
 from stub_models import LinearModels
-from test_streams import BASE, feed, observations, scenario
+from test_streams import BASE, alone, feed, observations, scenario
 
 from clients import SchedulerClient
 from events import JobEvent, Prediction, decode, encode
@@ -52,10 +52,7 @@ def test_stage2_answers_a_lone_job_and_learns_nothing_from_it() -> None:
     models = stage.learner.models_for("v100")
     before = (stage.counters["observations"], models.leaderboard().observations, len(stage.learner.seen))
     last = observations()[-1]
-    lone = msgspec.structs.replace(
-        last, job_id="j9", co_job_types=[], co_job_ids=[], co_solo=[], interference_pct=None, occupancy="solo",
-        window_start=last.window_start + 100, window_end=last.window_end + 100,
-    )  # fmt: skip
+    lone = alone(last, 100, job_id="j9")
     out = stage.on_observation(lone)
     assert out.alerts == [] and out.leaderboard is None
     [pred] = out.predictions
@@ -76,10 +73,7 @@ def test_a_lone_jobs_what_if_entries_worked_out_by_hand() -> None:
     for o in observations():
         stage.on_observation(o, leaderboard=False)
     last = observations()[-1]
-    lone = msgspec.structs.replace(
-        last, job_id="j9", co_job_types=[], co_job_ids=[], co_solo=[], interference_pct=None, occupancy="solo",
-        window_start=last.window_start + 100, window_end=last.window_end + 100,
-    )  # fmt: skip
+    lone = alone(last, 100, job_id="j9")
     [pred] = stage.on_observation(lone).predictions
     # newcomer lm: 0.1 x 120 + 0.01 x 100 = 13, resnet next to it: 10 + 1.2 = 11.2; newcomer resnet: 11, resnet: 11
     got = [(w.job_type, w.newcomer_pct, w.existing_pct) for w in pred.what_if]
@@ -102,10 +96,7 @@ def test_a_raised_alert_clears_when_its_job_is_left_alone() -> None:
     hot = msgspec.structs.replace(last, job_id="j1", interference_pct=80.0)
     [raised] = stage.on_observation(hot).alerts
     assert raised.state == "raised" and raised.job_id == "j1"
-    lone = msgspec.structs.replace(
-        hot, co_job_types=[], co_job_ids=[], co_solo=[], interference_pct=None, occupancy="solo",
-        window_start=hot.window_start + 10, window_end=hot.window_end + 10,
-    )  # fmt: skip
+    lone = alone(hot, 10)
     [cleared] = stage.on_observation(lone).alerts
     assert (cleared.state, cleared.job_id, cleared.interference_pct, cleared.source) == ("cleared", "j1", 0.0, "measured")
     assert stage.on_observation(lone).alerts == []  # cleared once; a lone job never alerts

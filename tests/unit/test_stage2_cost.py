@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import msgspec
-from test_streams import BASE, observations
+from test_streams import BASE, alone, observations
 
 from aip.bench import stage2 as bench
 from models.environment import Config, EnvironmentModels, draw
@@ -55,10 +55,7 @@ def test_stage2_serves_a_lone_job_from_the_cache_and_recomputes_after_a_refit() 
     for o in observations():
         stage.on_observation(o)
     last = observations()[-1]
-    lone = msgspec.structs.replace(
-        last, job_id="j9", co_job_types=[], co_job_ids=[], co_solo=[], interference_pct=None, occupancy="solo",
-        window_start=last.window_start + 100, window_end=last.window_end + 100,
-    )  # fmt: skip
+    lone = alone(last, 100, job_id="j9")
     [a] = stage.on_observation(lone).predictions
     [b] = stage.on_observation(msgspec.structs.replace(lone, gpu_uuid="GPU-B", job_id="j10")).predictions
     assert a.what_if == b.what_if and stage.serving.what_ifs.hits >= 1

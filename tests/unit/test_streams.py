@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from typing import Any
 
 import msgspec
 import orjson
@@ -261,6 +262,14 @@ def observations(n: int = 30, env: str = "v100") -> list[Observation]:
             )
         )
     return out
+
+
+def alone(o: Observation, later_s: float, **changes: Any) -> Observation:
+    """``o``'s job alone on its GPU (a solo window) ``later_s`` seconds later."""
+    return msgspec.structs.replace(
+        o, co_job_types=[], co_job_ids=[], co_solo=[], interference_pct=None, occupancy="solo",
+        window_start=o.window_start + later_s, window_end=o.window_end + later_s, **changes,
+    )  # fmt: skip
 
 
 def test_stage2_dedupes_predicts_and_alerts() -> None:
