@@ -9,7 +9,7 @@ it learns:
   observation (the heavy ones on a stride);
 * :class:`BatchCandidate`: a model of the last refit, which learns only at refits; it is tested in one
   vectorised pass over the observations of a while (:attr:`Candidate.batched`);
-* :class:`BaselineCandidate`: :class:`models.live.LastMeasured` or :class:`models.live.RollingMedian`, on
+* :class:`BaselineCandidate`: :class:`models.live.LastMeasured` or :class:`models.rolling.RollingMedian`, on
   the slot rather than on features;
 * :class:`NewcomerCandidate`: a batch model of the last refit (placement mode) plus :class:`models.newcomer.Newcomer`
   learning its residuals online: what was measured of a job type, as the job and as a co-runner, carried to its
@@ -23,83 +23,24 @@ No Kafka, no faust.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import msgspec
 import numpy as np
 
 from events import CATEGORIES, MODES, REGIMES
-from models.datasets import Sample
-from models.features import restrict
-from models.intervals import ResidualWindow
-from models.live import (
-    BASELINES,
-    LAST_MEASURED,
-    MEDIAN,
-    Ewm,
-    EwmState,
-    LastMeasured,
-    LastMeasuredState,
-    RollingMedian,
-    RollingMedianState,
-    slot,
-)
-from models.newcomer import Newcomer, roles
+from models.live import BASELINES, LAST_MEASURED, MEDIAN, LastMeasured, LastMeasuredState
+from models.modelconfig import ModelConfig
+from models.newcomer import Newcomer, NewcomerEstimator
 from models.newcomer import dump as newcomer_dump
 from models.newcomer import load as newcomer_load
-from models.settings import Config
-from models.zoo import HEAVY_ONLINE, RiverModel, load_batch, make_online
-
-
-class CandidateKey(NamedTuple):
-    """One candidate: its mode, category and model."""
-
-    mode: str
-    category: str
-    model: str
-
-    def name_in(self, mode: str) -> str:
-        """The name it is served under in ``mode``: ``placement/<model>`` when observed mode serves placement's.
-
-        >>> CandidateKey("placement", "all", "KNN").name_in("observed"), CandidateKey("observed", "1", "KNN").name_in("observed")
-        ('placement/KNN', 'KNN')
-        """
-        return self.model if self.mode == mode else f"{self.mode}/{self.model}"
-
-
-class Views:
-    """A sample's slot and its features per mode and category, each computed on first use (a what-if needs one
-    of eight)."""
-
-    __slots__ = ("_cats", "_full", "sample", "slot")
-
-    def __init__(self, sample: Sample) -> None:
-        self.sample = sample
-        self.slot = slot(sample.job_type, sample.co_job_types)
-        self._full: dict[str, dict[str, float]] = {}
-        self._cats: dict[tuple[str, str], dict[str, float]] = {}
-
-    def full(self, mode: str) -> dict[str, float]:
-        """Every feature of ``mode`` (empty when the sample has none: no percent changes, no solo profile)."""
-        f = self._full.get(mode)
-        if f is None:
-            f = self._full[mode] = self.sample.features(mode, "all")
-        return f
-
-    def has(self, mode: str) -> bool:
-        """Whether the sample has features of ``mode``: :meth:`full` is not empty (placement mode's never is: it
-        always holds ``n_co``, so they are not made to say so)."""
-        return mode == VIA_MODE or bool(self.full(mode))
-
-    def get(self, mode: str, category: str) -> dict[str, float]:
-        x = self._cats.get((mode, category))
-        if x is None:
-            full = self.full(mode)
-            x = self._cats[(mode, category)] = full if category == "all" or not full else restrict(full, category)
-        return x
+from models.rolling import Ewm, EwmState, MeanState, ResidualWindow, RollingMean, RollingMedian, RollingMedianState
+from models.views import VIA, CandidateKey, Views
+from models.zoo import HEAVY_ONLINE, batch_from_state, make_online
+from models.zoo.online import RiverModel, RiverState
+from models.zoo.scikit import SklearnState
+from models.zoo.torchmlp import MlpState
 
 
 class CvScore(msgspec.Struct, frozen=True, array_like=True):
@@ -110,58 +51,6 @@ class CvScore(msgspec.Struct, frozen=True, array_like=True):
     relative_error: float | None
     rows: int
 
-
-class MeanState(msgspec.Struct, array_like=True):
-    """A saved rolling mean: river's ``stats.Mean`` state and its window."""
-
-    n: float
-    mean: float
-    values: list[float]
-
-
-class RollingMean:
-    """river's ``utils.Rolling(stats.Mean, window)`` with ``n`` and None when empty (the prequential rolling MAE): its
-    arithmetic, the same floats (``stats.Mean``'s ``update`` and ``revert`` with weight 1.0, the oldest value
-    reverted before the newest is added), without river's wrappers, a scored residual being the learner's commonest
-    operation (each candidate, each observation).
-
-    >>> r = RollingMean(2)
-    >>> for v in (1.0, 2.0, 6.0): r.update(v)
-    >>> r.n, r.get()
-    (2, 4.0)
-    """
-
-    __slots__ = ("count", "mean", "values", "window")
-
-    def __init__(self, window: int, state: MeanState | None = None) -> None:
-        self.window = window
-        self.values: deque[float] = deque(maxlen=window)
-        self.count = 0.0
-        """river's ``Mean.n``: the sum of the weights (1.0 each) in the window."""
-        self.mean = 0.0
-        if state is not None:  # exactly as saved (a fresh mean of the window would differ in the last bits)
-            self.count, self.mean = float(state.n), float(state.mean)
-            self.values.extend(state.values)
-
-    def update(self, v: float) -> None:
-        values = self.values
-        if len(values) == self.window:  # river's Mean.revert of the oldest value
-            count = self.count - 1.0
-            self.count = count
-            self.mean = 0.0 if count == 0 else self.mean - (1.0 / count) * (values[0] - self.mean)
-        self.count += 1.0  # river's Mean.update
-        self.mean += (1.0 / self.count) * (v - self.mean)
-        values.append(v)
-
-    @property
-    def n(self) -> int:
-        return len(self.values)
-
-    def get(self) -> float | None:
-        return float(self.mean) if self.values else None
-
-    def state(self) -> MeanState:
-        return MeanState(self.count, self.mean, list(self.values))
 
 
 class RecordState(msgspec.Struct):
@@ -177,7 +66,7 @@ class Record:
 
     __slots__ = ("alpha", "cv", "errors", "offsets", "residuals", "slots")
 
-    def __init__(self, config: Config, state: RecordState | None = None) -> None:
+    def __init__(self, config: ModelConfig, state: RecordState | None = None) -> None:
         s = state or RecordState()
         w = config.window
         self.errors = {r: RollingMean(w, s.errors.get(r)) for r in REGIMES}
@@ -219,7 +108,7 @@ class Candidate:
 
     __slots__ = ("estimator", "key", "phase", "record", "stride", "waiting")
 
-    def __init__(self, key: CandidateKey, estimator: Any, config: Config, record: RecordState | None = None) -> None:
+    def __init__(self, key: CandidateKey, estimator: Any, config: ModelConfig, record: RecordState | None = None) -> None:
         self.key = key
         self.estimator = estimator
         self.record = Record(config, record)
@@ -310,7 +199,7 @@ class Candidate:
         return w.offsets() if w.n >= min_samples else None
 
     @classmethod
-    def starting(cls, config: Config, seed: int) -> list[Candidate]:
+    def starting(cls, config: ModelConfig, seed: int) -> list[Candidate]:
         """The candidates of this kind from the first observation (none: they come from refits)."""
         return []
 
@@ -320,22 +209,15 @@ class Candidate:
 
     # -- persistence ----------------------------------------------------------------
 
-    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
-        """Save the estimator under ``directory`` (``index``: this candidate's number); what :meth:`restore` reads."""
+    def estimator_state(self, key: bytes) -> EstimatorState | None:
+        """The estimator as a Struct, its bytes in memory (river's pickles signed with ``key``); what
+        :meth:`estimator_of` reads."""
         raise NotImplementedError
 
     @classmethod
-    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: Config) -> Any:
-        """The estimator :meth:`dump` saved."""
+    def estimator_of(cls, state: EstimatorState | None, key: bytes, config: ModelConfig) -> Any:
+        """The estimator :meth:`estimator_state` saved."""
         raise NotImplementedError
-
-
-class RiverFile(msgspec.Struct, tag="river"):
-    path: str
-
-
-class BatchDir(msgspec.Struct, tag="batch"):
-    path: str
 
 
 class NewcomerState(msgspec.Struct, tag="newcomer"):
@@ -345,11 +227,11 @@ class NewcomerState(msgspec.Struct, tag="newcomer"):
     """:func:`models.newcomer.dump`."""
 
 
-EstimatorState = RiverFile | BatchDir | LastMeasuredState | RollingMedianState | NewcomerState
+EstimatorState = RiverState | SklearnState | MlpState | LastMeasuredState | RollingMedianState | NewcomerState
 
 
 class OnlineCandidate(Candidate):
-    """A river learner (:class:`models.zoo.RiverModel`) of one mode x category; heavy ones learn on a stride."""
+    """A river learner (:class:`models.zoo.online.RiverModel`) of one mode x category; heavy ones learn on a stride."""
 
     kind = "online"
     __slots__ = ()
@@ -362,18 +244,16 @@ class OnlineCandidate(Candidate):
         if x:
             self.estimator.learn_one(x, y)
 
-    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
-        path = f"online/{index}.pkl"
-        self.estimator.save(directory / path, key)
-        return RiverFile(path)
+    def estimator_state(self, key: bytes) -> EstimatorState | None:
+        return self.estimator.to_state(key)  # type: ignore[no-any-return]
 
     @classmethod
-    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: Config) -> Any:
-        assert isinstance(state, RiverFile)
-        return RiverModel.load(directory / state.path, key)
+    def estimator_of(cls, state: EstimatorState | None, key: bytes, config: ModelConfig) -> Any:
+        assert isinstance(state, RiverState)
+        return RiverModel.from_state(state, key)
 
     @classmethod
-    def starting(cls, config: Config, seed: int) -> list[Candidate]:
+    def starting(cls, config: ModelConfig, seed: int) -> list[Candidate]:
         out: list[Candidate] = [
             cls(CandidateKey(mode, cat, name), make_online(name, seed), config)
             for mode in MODES
@@ -387,11 +267,11 @@ class OnlineCandidate(Candidate):
 
 
 def select_columns(a: np.ndarray, where: Mapping[str, int], cols: Any) -> np.ndarray:
-    """``a``'s columns in the order of a fitted model's ``cols`` (:class:`models.zoo._Columns`), a column ``a`` lacks
+    """``a``'s columns in the order of a fitted model's ``cols`` (:class:`models.zoo.frames.Columns`), a column ``a`` lacks
     all NaN, and NaN filled with the model's fill values: ``cols.frame`` of a frame of the same rows.
 
-    >>> from models.zoo import _Columns
-    >>> cols = _Columns.of_saved(["a", "b", "c"], [0.5, 1.5, 2.5])
+    >>> from models.zoo.frames import Columns
+    >>> cols = Columns.of_saved(["a", "b", "c"], [0.5, 1.5, 2.5])
     >>> select_columns(np.array([[1.0, np.nan], [3.0, 4.0]]), {"c": 0, "a": 1}, cols).tolist()
     [[0.5, 1.5, 1.0], [4.0, 1.5, 3.0]]
     """
@@ -418,21 +298,17 @@ class BatchCandidate(Candidate):
         frame of the same rows, whose columns it reindexes to its own (absent: NaN, then its fill values)."""
         return np.asarray(self.estimator.predict_array(select_columns(a, where, self.estimator.cols)), dtype=float)
 
-    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
-        if self.estimator is None:
-            return None
-        path = f"batch/{index}"
-        self.estimator.save(directory / path)
-        return BatchDir(path)
+    def estimator_state(self, key: bytes) -> EstimatorState | None:
+        return None if self.estimator is None else self.estimator.to_state()
 
     @classmethod
-    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: Config) -> Any:
-        assert state is None or isinstance(state, BatchDir)
-        return None if state is None else load_batch(directory / state.path)
+    def estimator_of(cls, state: EstimatorState | None, key: bytes, config: ModelConfig) -> Any:
+        assert state is None or isinstance(state, SklearnState | MlpState)
+        return None if state is None else batch_from_state(state)
 
 
 class BaselineCandidate(Candidate):
-    """A baseline (:class:`models.live.LastMeasured`, :class:`models.live.RollingMedian`) of one mode; it reads
+    """A baseline (:class:`models.live.LastMeasured`, :class:`models.rolling.RollingMedian`) of one mode; it reads
     the slot, not features, learns every labelled observation, and is tested where the mode has features."""
 
     kind = "baseline"
@@ -457,85 +333,22 @@ class BaselineCandidate(Candidate):
     def learn(self, views: Views, y: float) -> None:
         self.estimator.learn_one(views.slot, y)
 
-    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
+    def estimator_state(self, key: bytes) -> EstimatorState | None:
         return self.estimator.state()  # type: ignore[no-any-return]
 
     @classmethod
-    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: Config) -> Any:
+    def estimator_of(cls, state: EstimatorState | None, key: bytes, config: ModelConfig) -> Any:
         if isinstance(state, LastMeasuredState):
             return LastMeasured.restore(state)
         assert isinstance(state, RollingMedianState)
         return RollingMedian.restore(state)
 
     @classmethod
-    def starting(cls, config: Config, seed: int) -> list[Candidate]:
+    def starting(cls, config: ModelConfig, seed: int) -> list[Candidate]:
         make = {LAST_MEASURED: lambda: LastMeasured(config.baseline_span), MEDIAN: lambda: RollingMedian(config.median_window)}
         return [cls(CandidateKey(mode, "all", name), make[name](), config) for mode in MODES for name in BASELINES]
 
 
-class NewcomerEstimator:
-    """A feature model (``base``, a batch model of the last refit) plus :class:`models.newcomer.Newcomer` on its
-    residuals in log-speed points (:func:`to_log_pct`): ``(1 + base(x)) * exp(correction(job, co-runners)) - 1``."""
-
-    __slots__ = ("_last", "base", "base_key", "residuals")
-
-    def __init__(self, residuals: Newcomer, base: Any = None, base_key: CandidateKey | None = None) -> None:
-        self.residuals = residuals
-        self.base = base
-        self.base_key = base_key
-        self._last: tuple[Views, Any, float] | None = None
-        """The last :meth:`base_pct` (its views, the base model, the value): learning asks it right after the test."""
-
-    def base_pct(self, views: Views) -> float:
-        last = self._last
-        if last is not None and last[0] is views and last[1] is self.base:
-            return last[2]
-        value = float(self.base.predict_rows([views.get(VIA_MODE, "all")])[0])
-        self._last = (views, self.base, value)
-        return value
-
-    def predict(self, views: Views) -> float:
-        return self.predict_with(views, self.base_pct(views))
-
-    def predict_many(self, xs: Sequence[Views]) -> list[float]:
-        """:meth:`predict` of each, the base model's in one ``predict_rows`` (what-if entries it serves)."""
-        base = self.base.predict_rows([v.get(VIA_MODE, "all") for v in xs])
-        return [self.predict_with(v, float(b)) for v, b in zip(xs, base, strict=True)]
-
-    def base_many(self, xs: Sequence[Views]) -> list[float]:
-        """The base model's prediction of each, in one ``predict_rows``."""
-        return [float(b) for b in self.base.predict_rows([v.get(VIA_MODE, "all") for v in xs])]
-
-    def predict_with(self, views: Views, base_pct: float) -> float:
-        correction = self.residuals.predict_one(*roles(views.sample.job_type, views.sample.co_job_types))
-        return from_log_pct(to_log_pct(base_pct) + correction)
-
-    def learn(self, views: Views, y: float) -> None:
-        self.learn_with(views, y, self.base_pct(views))
-
-    def learn_with(self, views: Views, y: float, base_pct: float) -> None:
-        residual = to_log_pct(y) - to_log_pct(base_pct)
-        if np.isfinite(residual):
-            self.residuals.learn_one(*roles(views.sample.job_type, views.sample.co_job_types), residual)
-
-
-def to_log_pct(pct: float) -> float:
-    """A slowdown in log-speed points, ``100 log(1 + pct / 100)`` (floored at a 99.9 % speed-up): where a job's
-    co-runners' effects add (each takes its share of its time) and a residual of a sensitive type is one
-    proportion whatever the feature model predicted.  Near 0 it is ``pct``.
-
-    >>> round(to_log_pct(100.0), 2), round(from_log_pct(to_log_pct(250.0)), 9)
-    (69.31, 250.0)
-    """
-    return 100.0 * math.log(max(1e-3, 1.0 + pct / 100.0))
-
-
-def from_log_pct(log_pct: float) -> float:
-    """The slowdown in percent of :func:`to_log_pct`'s log-speed points (the exponent bounded at 1e4 points)."""
-    return (math.exp(min(log_pct, 1e4) / 100.0) - 1.0) * 100.0
-
-
-VIA_MODE = "placement"
 NEWCOMER = "Newcomer"
 NEWCOMER_BASES = ("ExtraTrees", "RandomForest", "HistGradientBoosting")
 """The batch models of placement mode's ``all`` category the newcomer candidate builds on, in order of preference
@@ -564,7 +377,7 @@ class NewcomerCandidate(Candidate):
         return self.estimator.base is not None
 
     def features(self, views: Views) -> Any:
-        return views if views.has(VIA_MODE) else None
+        return views if views.has(VIA) else None
 
     def ready(self) -> bool:
         return self.servable
@@ -582,7 +395,7 @@ class NewcomerCandidate(Candidate):
         return [float(v) for v in self.estimator.predict_many(xs)]
 
     def learn(self, views: Views, y: float) -> None:
-        if self.servable and views.has(VIA_MODE):
+        if self.servable and views.has(VIA):
             self.estimator.learn(views, y)
 
     def test_then_learn(self, rows: Sequence[tuple[Views, float, bool]]) -> list[float | None]:
@@ -591,7 +404,7 @@ class NewcomerCandidate(Candidate):
         if not self.servable:
             return [None] * len(rows)
         est: NewcomerEstimator = self.estimator
-        use = [i for i, (views, _, _) in enumerate(rows) if views.has(VIA_MODE)]
+        use = [i for i, (views, _, _) in enumerate(rows) if views.has(VIA)]
         base = dict(zip(use, est.base_many([rows[i][0] for i in use]), strict=True)) if use else {}
         out: list[float | None] = []
         for i, (views, y, tested) in enumerate(rows):
@@ -606,12 +419,12 @@ class NewcomerCandidate(Candidate):
     def link(self, candidates: Mapping[CandidateKey, Candidate], *, refit: bool) -> None:
         est: NewcomerEstimator = self.estimator
         fitted = {
-            k: c for k, c in candidates.items() if c.kind == "batch" and c.servable and k.mode == VIA_MODE and k.category == "all"
+            k: c for k, c in candidates.items() if c.kind == "batch" and c.servable and k.mode == VIA and k.category == "all"
         }
         key = est.base_key if not refit and est.base_key in fitted else None
         for name in NEWCOMER_BASES if key is None else ():
-            if CandidateKey(VIA_MODE, "all", name) in fitted:
-                key = CandidateKey(VIA_MODE, "all", name)
+            if CandidateKey(VIA, "all", name) in fitted:
+                key = CandidateKey(VIA, "all", name)
                 break
         if key is None and fitted:
             key = min(fitted, key=lambda k: (_cv_mae(fitted[k]), k))
@@ -620,22 +433,22 @@ class NewcomerCandidate(Candidate):
             r = est.residuals
             est.residuals = Newcomer(r.rank, r.prior, r.lr, r.reg, r.init_scale, r.seed)
 
-    def dump(self, directory: Path, index: int, key: bytes) -> EstimatorState | None:
+    def estimator_state(self, key: bytes) -> EstimatorState | None:
         est: NewcomerEstimator = self.estimator
         base = None if est.base_key is None else (est.base_key.mode, est.base_key.category, est.base_key.model)
         return NewcomerState(base, newcomer_dump(est.residuals))
 
     @classmethod
-    def restore(cls, state: EstimatorState | None, directory: Path, key: bytes, config: Config) -> Any:
+    def estimator_of(cls, state: EstimatorState | None, key: bytes, config: ModelConfig) -> Any:
         assert isinstance(state, NewcomerState)
         return NewcomerEstimator(newcomer_load(state.model), None, None if state.base is None else CandidateKey(*state.base))
 
     @classmethod
-    def starting(cls, config: Config, seed: int) -> list[Candidate]:
+    def starting(cls, config: ModelConfig, seed: int) -> list[Candidate]:
         if not config.newcomer:
             return []
         model = Newcomer(rank=config.newcomer_rank, prior=config.newcomer_prior, seed=seed)
-        return [cls(CandidateKey(VIA_MODE, "all", NEWCOMER), NewcomerEstimator(model), config)]
+        return [cls(CandidateKey(VIA, "all", NEWCOMER), NewcomerEstimator(model), config)]
 
 
 KINDS: dict[str, type[Candidate]] = {c.kind: c for c in (OnlineCandidate, BatchCandidate, BaselineCandidate, NewcomerCandidate)}

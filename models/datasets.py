@@ -1,5 +1,5 @@
 """Dataset loaders for offline evaluation: Gavel's throughput JSON, the observations
-CSV of DESIGN.md ("Dataset formats") and the AIP paper's co-location rows.
+CSV of docs/ARCHITECTURE.md ("Dataset formats") and the AIP paper's co-location rows.
 
 Every loader returns a :class:`Dataset`: one :class:`Sample` per (job, pair or
 window) with its group (the unordered job set; cross-validation never splits a
@@ -12,12 +12,13 @@ import ast
 import csv
 import dataclasses
 import itertools
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+
+import msgspec
 
 from events import PARAMETERS
 from models.features import observed_features, parse_job_type, placement_features
@@ -107,7 +108,7 @@ def miso_profile(job_type: str) -> dict[str, float]:
         path = MISO_DIR / f"{metric}_{model}.json"
         if not path.exists():
             return {}
-        table = sorted((float(b), float(v)) for b, v in json.loads(path.read_text()).items())
+        table = sorted((float(b), float(v)) for b, v in msgspec.json.decode(path.read_bytes()).items())
         b = float(batch) if batch else table[0][0]
         out[key] = _interp_log(table, b)
     return out
@@ -139,8 +140,8 @@ def load_gavel(path: Path, gpu: str = "v100", *, scale: int = 1, miso: bool = Tr
     Each unordered pair that ran (not ``[0, 0]``) gives two samples, one per job, in one group.
     """
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        data = msgspec.json.decode(Path(path).read_bytes())
+    except (OSError, msgspec.DecodeError) as exc:
         raise DatasetError(f"cannot read Gavel JSON {path}: {exc}") from exc
     if not isinstance(data, dict) or gpu not in data:
         have = ", ".join(sorted(data)) if isinstance(data, dict) else "not an object"
@@ -195,7 +196,7 @@ def _float(v: str | None) -> float | None:
 
 
 def load_csv(path: Path, gpu: str | None = None) -> Dataset:
-    """The observations CSV of DESIGN.md, or the paper's rows (``gpu, combination, E_pct.., interference_pct``)."""
+    """The observations CSV of docs/ARCHITECTURE.md ("Dataset formats"), or the paper's rows (``gpu, combination, E_pct.., interference_pct``)."""
     try:
         with open(path, newline="") as fh:
             rows = list(csv.DictReader(fh))

@@ -9,7 +9,9 @@ The stream calls, per environment:
 * ``refit_due()``, then ``task = refit_task()`` (a snapshot: a plain function
   the stream runs in an executor), then ``apply_refit(task())`` on the event loop;
 * ``leaderboard()`` for the ``models.leaderboard`` record;
-* ``save(dir)`` / ``EnvironmentModels.load(dir)`` for local persistence.
+* ``to_state(key)`` / ``EnvironmentModels.from_state(state, key)``: everything as one value (estimators as bytes),
+  which local persistence (``save(dir)`` / ``EnvironmentModels.load(dir)``) and serving snapshots
+  (:mod:`models.snapshot`) both use.
 
 :class:`EnvironmentModels` is a facade over the pieces, each in its module:
 
@@ -23,7 +25,7 @@ The stream calls, per environment:
   batch models and the median are judged by their grouped-CV error, online learners by their prequential
   error on first observations of a slot);
 * refits (:mod:`models.refit`), a pure function of the recent history;
-* the saved state (:mod:`models.state`), msgspec Structs.
+* the state (:mod:`models.state`), msgspec Structs: :meth:`EnvironmentModels.to_state` and :meth:`EnvironmentModels.from_state`.
 
 A prediction is served by the candidate with the smallest error of its regime, says which regime it was in,
 and is bounded to ``[-100, max_pct]``.  Observed mode's candidates include placement mode's models (served as
@@ -38,159 +40,55 @@ from __future__ import annotations
 
 import math
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple
 
-from events import CATEGORIES, MODES, PARAMETERS, Leaderboard, LeaderboardEntry, Observation, ServedModel
+from events import MODES, REGIMES, Leaderboard, Observation, ServedModel
 from models import persist
-from models.candidates import KINDS, Candidate, CandidateKey, Views
-from models.compose import ComposeScore, compose_interval, compose_pct
+from models.candidates import KINDS, Candidate
+from models.compose import ComposeScore, compose_samples, serve_composed
 from models.datasets import Sample
-from models.features import observed_features as _observed_features
-from models.intervals import ResidualWindow
+from models.drift import ServedErrorDrift
 from models.live import LAST_MEASURED, MEDIAN, Measurements, clip_pct
+from models.modelconfig import ModelConfig
+from models.prediction import (
+    Composition,
+    PlacementAsk,
+    Plan,
+    PredictionResult,
+    Served,
+    _log_ratio,
+    draw,
+    observed_features,
+    plan_interval,
+    profiled,
+    sample_of,
+    steady_state_interval,
+    unpredicted,
+)
 from models.refit import RefitResult, run_refit
-from models.selector import VIA, Choice, Selector
-from models.settings import Config
-from models.state import FORMAT, CandidateState, EnvironmentState
+from models.rolling import ResidualWindow
+from models.selector import Selector
+from models.state import FORMAT, CandidateState, ComposeState, EnvironmentState
+from models.views import VIA, CandidateKey, Views
 
-Composition = tuple[float, tuple[float, float] | None, bool]
-"""A job set's slowdown composed from its pairs, its interval, whether every pair was measured (:meth:`EnvironmentModels._compose`)."""
+STATE_FILE = "state.msgpack"
+"""The file :meth:`EnvironmentModels.save` writes in its directory."""
 
-PlacementAsk = tuple[str, Mapping[str, float | None], Sequence[str], Sequence[Mapping[str, float | None]]]
-"""A what-if: (job type, its solo profile, the co-runners' job types, their solo profiles)."""
-
-__all__ = ["Config", "EnvironmentModels", "PlacementAsk", "PredictionResult", "RefitResult", "Served", "run_refit"]
-
-
-@dataclass(frozen=True)
-class PredictionResult:
-    interference_pct: float
-    model: str
-    category: str
-    mode: str
-    expected_error_pct: float | None
-    regime: str = "seen"
-    """``seen``: this job set was measured before; ``new``: never, but each of its types was; ``novel``: one of its
-    types was never measured here (placement mode, predicted from its solo profile)."""
-    clipped: bool = False
-    """The model's output was outside ``[-100, max_pct]`` and was bounded."""
-    interval_pct: tuple[float, float] | None = None
-    """90 % interval (bounded like the prediction): conformal from the last refit's out-of-fold residuals for a
-    batch model or the median on a new job set, else from the candidate's rolling prequential residuals in this
-    regime; None until there are enough residuals."""
-
-
-@dataclass(frozen=True)
-class Served:
-    """An observation's predictions in both modes (:meth:`EnvironmentModels.serve`), kept for :meth:`learn
-    <EnvironmentModels.learn>` of the same observation: its features and the uncomposed predictions its drift
-    detectors judge, computed once for both (before, learning computed them again)."""
-
-    observation_id: str
-    generation: int
-    """:attr:`EnvironmentModels.generation` when served: learning reuses it only if nothing changed since."""
-    views: Views
-    raw: tuple[PredictionResult | None, ...]
-    """Per mode (:data:`events.MODES`), what the serving candidate predicts, before composition."""
-    results: Mapping[str, PredictionResult | None]
-    """Per mode, what :meth:`EnvironmentModels.predict` answers."""
-    withheld: int
-    """Of the two, how many were withheld because a job type is novel (:attr:`EnvironmentModels.withheld_novel`)."""
-
-
-class Plan(NamedTuple):
-    """How one prediction will be served."""
-
-    regime: str
-    choice: Choice
-    candidate: Candidate
-    x: Any
-    """What the candidate's estimator takes; None: not made yet (a placement-mode feature model's features, never
-    empty: made when it predicts, :meth:`features`)."""
-    mode: str
-    views: Views
-
-    def features(self) -> Any:
-        return self.candidate.features(self.views) if self.x is None else self.x
-
-
-def profiled(sample: Sample, measured: Iterable[str]) -> bool:
-    """Every type of ``sample`` not in ``measured`` comes with a solo profile (some finite value of it).
-
-    >>> profiled(Sample("new", ("old",), 0.0, "", solo={"throughput": 3.0}, co_solos=({},)), {"old"})
-    True
-    >>> profiled(Sample("new", ("old",), 0.0, "", solo={"throughput": None}, co_solos=({},)), {"old"})
-    False
-    """
-    known = measured if isinstance(measured, set | frozenset | dict) else set(measured)
-    missing = {t for t in (sample.job_type, *sample.co_job_types) if t not in known}
-    if not missing:
-        return True
-    profiles = ((sample.job_type, sample.solo), *zip(sample.co_job_types, sample.co_solos, strict=False))
-    have = {t for t, p in profiles if t in missing and any(v is not None and math.isfinite(v) for v in p.values())}
-    return missing <= have
-
-
-def observed_features(obs: Observation, category: str = "all") -> dict[str, float]:
-    """Percent changes of the category's parameters (missing ones left out)."""
-    return _observed_features({p: obs.pct(p) for p in PARAMETERS}, category)
-
-
-def sample_of(obs: Observation) -> Sample:
-    """The observation as a :class:`models.datasets.Sample` (target NaN when unlabelled)."""
-    y = math.nan if obs.interference_pct is None else float(obs.interference_pct)
-    co = tuple(obs.co_job_types)
-    return Sample(
-        obs.job_type, co, y, " + ".join(sorted((obs.job_type, *co))), obs.environment,
-        {p: obs.pct(p) for p in PARAMETERS}, dict(obs.solo), tuple(dict(s) for s in obs.co_solo),
-    )  # fmt: skip
-
-
-def draw(observation_id: str) -> int:
-    """A deterministic draw of an observation (CRC-32 of its id): the same on every worker, in any order, after
-    any restart, so a rebuild from the topic samples the same observations.
-
-    >>> draw("GPU-a/j1/1700000000.0") == draw("GPU-a/j1/1700000000.0")
-    True
-    """
-    return zlib.crc32(observation_id.encode())
-
-
-def _log_ratio(actual_pct: float, predicted_pct: float) -> float:
-    """``log((1 + actual) / (1 + predicted))`` of two slowdowns in percent (each floored at a 99.9 % speed-up).
-
-    >>> round(_log_ratio(100.0, 0.0), 4)
-    0.6931
-    """
-    return math.log(max(1e-3, 1.0 + actual_pct / 100.0) / max(1e-3, 1.0 + predicted_pct / 100.0))
-
-
-def _times_exp(pct: float, log_ratio: float) -> float:
-    """The slowdown whose ``1 + pct/100`` is ``pct``'s times ``exp(log_ratio)``.
-
-    >>> round(_times_exp(100.0, math.log(1.5)), 6)
-    200.0
-    """
-    return (1.0 + pct / 100.0) * math.exp(log_ratio) * 100.0 - 100.0
-
+__all__ = ["EnvironmentModels", "PlacementAsk", "PredictionResult", "Served", "draw", "observed_features", "sample_of"]
 
 class EnvironmentModels:
     """The AIP selector of one environment: candidates, prequential scoring, selection, refits, drift, persistence."""
 
-    def __init__(self, environment: str, *, seed: int = 0, config: Config | None = None) -> None:
+    def __init__(self, environment: str, *, seed: int = 0, config: ModelConfig | None = None) -> None:
         self.environment = environment
         self.seed = seed
-        self.config = config or Config()
+        self.config = config or ModelConfig()
         self.observations = 0
         self.last_refit: float | None = None
         self.refit_seconds: float | None = None
         self.refits = 0
-        self.drift_events = 0
         self.clipped = 0
         """Served predictions that were bounded to ``[-100, max_pct]``."""
         self.withheld_novel = 0
@@ -204,30 +102,22 @@ class EnvironmentModels:
         stage 2's time, docs/BENCHMARKS.md)."""
         self.selector = Selector(self.config, seed)
         self._since_refit = 0
-        self._drift = False
         self._refit_in_flight = False
-        self._drift_detectors = {mode: self._new_detector() for mode in MODES}
+        self.drift = ServedErrorDrift()
         self.compose_scores = {seen: ComposeScore(self.config.min_samples, self.config.compose_margin) for seen in (True, False)}
         """Composed vs served on first observations of job sets of 3+ (:mod:`models.compose`), apart where every
-        pair of the job's was measured (True) and where one was not; not saved."""
+        pair of the job's was measured (True) and where one was not; in the state (:meth:`to_state`)."""
         self.many_residuals = ResidualWindow(self.config.history)
         """Log-ratio residuals ``log((1 + y) / (1 + served))`` of what is served on first observations of job sets of
-        3+: the conformal interval of such a what-if, multiplicative like the composition; not saved."""
+        3+: the conformal interval of such a what-if, multiplicative like the composition; in the state (:meth:`to_state`)."""
         self.seen_residuals = ResidualWindow(self.config.history)
         """Log-ratio residuals of the last-measured baseline where placement mode served it for a measured job set (a
         window's measurement against the EWM of those before): the steady-state interval of a measured job set's
-        what-if (:meth:`_steady_state_interval`); not saved."""
-        self._seen_offsets_at: tuple[int, tuple[float, float] | None] = (-1, None)
+        what-if (:func:`models.prediction.steady_state_interval`); in the state (:meth:`to_state`)."""
         self.novel_residuals = ResidualWindow(self.config.history)
         """Log-ratio residuals of what placement mode served for observations holding a job type never measured
         before them (each type's first measurements, the ``novel`` regime's only honest test): the conformal interval
-        of a novel type's prediction, multiplicative; not saved."""
-
-    @staticmethod
-    def _new_detector() -> Any:
-        from river import drift
-
-        return drift.ADWIN(delta=0.002, clock=16)
+        of a novel type's prediction, multiplicative; in the state (:meth:`to_state`)."""
 
     @property
     def measurements(self) -> Measurements:
@@ -246,7 +136,7 @@ class EnvironmentModels:
 
     def learn(self, obs: Observation, served: Served | None = None) -> None:
         """Test-then-train: every candidate due predicts ``obs``, is scored, then learns it (the online learners on
-        their sample, see ``Config.online_sample``).  No-op when unlabelled.  ``served``: :meth:`serve` of ``obs``,
+        their sample, see ``ModelConfig.online_sample``).  No-op when unlabelled.  ``served``: :meth:`serve` of ``obs``,
         whose features and predictions are reused where nothing changed since (the same result, computed once)."""
         if obs.interference_pct is None or not math.isfinite(obs.interference_pct):
             return
@@ -281,12 +171,7 @@ class EnvironmentModels:
                     score.update(composed=composed[0], served=served.interference_pct, y=y)
                 self.many_residuals.update(_log_ratio(y, final))
             if served is not None:
-                det = self._drift_detectors[served.mode]
-                before = det.estimation
-                det.update(abs(served.interference_pct - y))
-                if det.drift_detected and det.estimation > before:  # the error rose (a fall is learning, not drift)
-                    self._drift = True
-                    self.drift_events += 1
+                self.drift.update(served.mode, abs(served.interference_pct - y))
         self.selector.learn_one(views, y, self.observations, draw)
         self.observations += 1
         self._since_refit += 1
@@ -334,7 +219,7 @@ class EnvironmentModels:
         self, plans: Sequence[Plan | None], composed: Iterable[int] = (), *, intervals: bool = True
     ) -> list[PredictionResult | None]:
         """Each plan's prediction; those in ``composed`` (what-ifs whose composition from pairs is served, by a
-        candidate that always answers) are not predicted: :meth:`_unpredicted` stands for them.  ``intervals``
+        candidate that always answers) are not predicted: :func:`models.prediction.unpredicted` stands for them.  ``intervals``
         False: none (pairs whose composed interval is not used)."""
         skip = set(composed)
         raw: list[float | None] = [None] * len(plans)
@@ -347,17 +232,9 @@ class EnvironmentModels:
             for (i, _), v in zip(items, preds, strict=True):
                 raw[i] = v
         return [
-            None if p is None else self._unpredicted(p) if i in skip else None if r is None else self._result(p, r, intervals)
+            None if p is None else unpredicted(p) if i in skip else None if r is None else self._result(p, r, intervals)
             for i, (p, r) in enumerate(zip(plans, raw, strict=True))
         ]
-
-    @staticmethod
-    def _unpredicted(plan: Plan) -> PredictionResult:
-        """What :meth:`_serve_composed` keeps of a plan whose composition it serves (the value is replaced)."""
-        err = plan.choice.error
-        return PredictionResult(
-            math.nan, plan.choice.name, plan.choice.category, plan.mode, None if math.isnan(err) else float(err), plan.regime
-        )  # fmt: skip
 
     def _result(self, plan: Plan, raw: float, interval: bool = True) -> PredictionResult:
         m = self.measurements
@@ -374,24 +251,9 @@ class EnvironmentModels:
         )  # fmt: skip
 
     def _interval(self, plan: Plan, value: float) -> tuple[float, float] | None:
-        """``value``'s 90 % interval (see :attr:`PredictionResult.interval_pct`); a novel type's: the new-job-set
-        interval widened to at least the spread of every slowdown measured here around their median (the median's
-        offsets): what was measured of other types bounds nothing about this one."""
-        offsets = plan.candidate.offsets("new" if plan.regime == "novel" else plan.regime, self.config.min_samples)
-        if plan.regime == "novel":
-            med = self.candidates.get(CandidateKey(plan.mode, "all", MEDIAN))
-            wide = None if med is None else med.offsets("new", self.config.min_samples)
-            if wide is not None:
-                offsets = wide if offsets is None else (min(offsets[0], wide[0]), max(offsets[1], wide[1]))
-        if offsets is None:
-            return None
-        lo, hi = clip_pct(value + offsets[0], self.config.max_pct)[0], clip_pct(value + offsets[1], self.config.max_pct)[0]
-        if plan.regime == "novel":
-            ratio = self.novel_residuals.offsets_or_range()
-            if ratio is not None:  # at least as wide, multiplicatively, as each type's first measurements were off by
-                lo = min(lo, clip_pct(_times_exp(value, ratio[0]), self.config.max_pct)[0])
-                hi = max(hi, clip_pct(_times_exp(value, ratio[1]), self.config.max_pct)[0])
-        return (min(lo, value), max(hi, value))
+        median = self.candidates.get(CandidateKey(plan.mode, "all", MEDIAN))
+        c = self.config
+        return plan_interval(plan, value, median=median, novel=self.novel_residuals, min_samples=c.min_samples, max_pct=c.max_pct)
 
     def predict_samples(
         self, asks: Sequence[tuple[Sample, str]], *, compose: bool = True, what_if: bool = False
@@ -442,39 +304,14 @@ class EnvironmentModels:
         if compose:
             results = self._serve_composed(samples, results, what_if=what_if, compositions=compositions)
         if what_if and any(r is not None and r.regime == "seen" and r.model == LAST_MEASURED for r in results):
-            offsets = self._seen_offsets()
-            results = [None if r is None else self._steady_state_interval(r, offsets) for r in results]
+            offsets = self.seen_residuals.offsets()  # remembered until it learns more
+            results = [None if r is None else steady_state_interval(r, offsets, self.config.max_pct) for r in results]
         self.clipped += sum(1 for r in results if r is not None and r.clipped)
         if self.observations:
             self.withheld_novel += sum(
                 1 for r, s in zip(results, samples, strict=True) if r is None and self.measurements.novel((s.job_type, *s.co_job_types))
             )  # fmt: skip
         return results
-
-    def _seen_offsets(self) -> tuple[float, float] | None:
-        """``seen_residuals``' conformal offsets, sorted once per observation learned (a fleet's windows ask many
-        what-ifs between two)."""
-        if self._seen_offsets_at[0] != self.observations:
-            self._seen_offsets_at = (self.observations, self.seen_residuals.offsets())
-        return self._seen_offsets_at[1]
-
-    def _steady_state_interval(self, r: PredictionResult, offsets: tuple[float, float] | None) -> PredictionResult:
-        """A what-if of a measured job set served by its last measurements: the interval of the job set's slowdown,
-        not of one more window's measurement of it.  ``seen_residuals`` are a window's measurement against the
-        last-measured estimate (an EWM of the job set's measurements): the estimate's error and the window's
-        own, each about one window's noise ``sigma^2`` (``2 sigma^2`` together); the steady slowdown is off the
-        estimate by the first alone, so the offsets are shrunk by ``sqrt(2)``.  Were window errors independent the EWM
-        would average them further (``sqrt(a / 2)`` after many measurements, a half at the default span; after ``n``,
-        from the EWM's weights): on the stream they are not (a window that straddles a change of job set, stage 1's
-        measurement against the steady state, which no residual sees), and with those shrinks the live quick bench's
-        measured job sets' intervals held the truth for 0.83 and 0.81 of the entries (docs/BENCHMARKS.md).  Log ratios: a job set
-        slowed more, whose measurements spread more, gets a wider interval.  ``offsets``: ``seen_residuals``'
-        conformal offsets.  Other what-ifs are unchanged."""
-        if r.regime != "seen" or r.model != LAST_MEASURED or offsets is None:
-            return r
-        v = r.interference_pct
-        lo, hi = (clip_pct(_times_exp(v, o / math.sqrt(2.0)), self.config.max_pct)[0] for o in offsets)
-        return replace(r, interval_pct=(min(lo, v), max(hi, v)))
 
     def predict_sample(self, sample: Sample, mode: str, *, compose: bool = True) -> PredictionResult | None:
         return self.predict_samples([(sample, mode)], compose=compose)[0]
@@ -504,6 +341,11 @@ class EnvironmentModels:
         ]  # fmt: skip
         return self.predict_samples([(s, "placement") for s in samples], what_if=True)
 
+
+    def _compose(self, samples: Sequence[Sample], *, intervals: bool = True) -> list[Composition | None]:
+        """:func:`models.compose.compose_samples` of ``samples`` by the candidates serving their pairs."""
+        return compose_samples(samples, lambda asks, iv: self._predict_many(asks, intervals=iv), self.config.max_pct, intervals=intervals)
+
     def _serve_composed(
         self,
         samples: Sequence[Sample],
@@ -512,93 +354,11 @@ class EnvironmentModels:
         what_if: bool,
         compositions: Mapping[int, Composition | None] | None = None,
     ) -> list[PredictionResult | None]:
-        """``results`` with each job set of 3+ never measured composed from its pairs (:meth:`_compose`) where the
-        composition scores no worse than what is served (:class:`models.compose.ComposeScore`), its interval at
-        least as wide, multiplicatively, as what such job sets measured first were off by.  A what-if's composed
-        slowdown is bounded by what pairs each at ``max_pct`` compose to (a hypothetical job set may be one no
-        scheduler would run: its slowdown compounds); a running job's prediction stays in ``[-100, max_pct]``.
-        ``compositions``: :meth:`_compose` of (at least) those samples, by index, already made."""
-        many = [
-            i
-            for i, (s, r) in enumerate(zip(samples, results, strict=True))
-            if r is not None and r.regime == "new" and len(s.co_job_types) >= 2
-        ]
-        if not many:
-            return results
-        offsets = self.many_residuals.offsets()
-        if compositions is not None:
-            made = [compositions[i] for i in many]
-        else:
-            made = self._compose([samples[i] for i in many], intervals=offsets is None)
-        for i, composed in zip(many, made, strict=True):
-            r = results[i]
-            if r is None:
-                continue
-            value, interval, model = r.interference_pct, r.interval_pct, r.model
-            top = compose_pct([self.config.max_pct] * len(samples[i].co_job_types)) if what_if else self.config.max_pct
-            clipped = r.clipped
-            if composed is not None and self.compose_scores[composed[2]].serve_composed():
-                (value, clipped), interval = clip_pct(composed[0], top), composed[1]
-                if interval is not None:
-                    interval = (min(clip_pct(interval[0], top)[0], value), max(clip_pct(interval[1], top)[0], value))
-                model = f"compose/{r.model}"
-            if offsets is not None:
-                # a composed value: the conformal interval of what job sets of 3+ measured first were off by (the
-                # residuals of what was served, the composition where it was), multiplicative like it; the pairs'
-                # composed interval besides made it over-cover (0.96-0.97 on the full bench).  Else at least that wide.
-                lo, hi = ((1.0 + value / 100.0) * math.exp(o) * 100.0 - 100.0 for o in offsets)
-                lo, hi = clip_pct(lo, top)[0], clip_pct(hi, top)[0]
-                if interval is None or model.startswith("compose/"):
-                    interval = (min(lo, value), max(hi, value))
-                else:
-                    interval = (min(lo, interval[0]), max(hi, interval[1]))
-            results[i] = PredictionResult(
-                value, model, r.category, r.mode, r.expected_error_pct, r.regime, clipped, interval
-            )  # fmt: skip
-        return results
-
-    def _compose(self, samples: Sequence[Sample], *, intervals: bool = True) -> list[Composition | None]:
-        """Each sample's slowdown composed from its job's predicted slowdown next to each co-runner alone
-        (:func:`models.compose.compose_pct`), bounded to ``-100`` and to what pairs each at ``max_pct`` compose to (a
-        slowdown compounds past any one pair's bound: Gavel-style sharing, not a cap), with the composed interval and whether
-        every pair was measured; None where a pair has no prediction.  ``intervals`` False: no composed interval
-        (None), the pairs predicted without theirs."""
-        # each distinct pair predicted once per call: a window's what-if asks the pairs of the jobs already there
-        # once per newcomer (same types, same profiles, so the same prediction)
-        keys: list[tuple[Any, ...]] = []
-        unique: dict[tuple[Any, ...], Sample] = {}
-        profiles: dict[int, tuple[Any, ...]] = {}  # id -> sorted items, of the profiles of this call (all alive)
-
-        def items(p: Mapping[str, float | None]) -> tuple[Any, ...]:
-            k = profiles.get(id(p))
-            if k is None:
-                k = profiles[id(p)] = tuple(sorted(p.items()))
-            return k
-
-        for s in samples:
-            for co, cs in zip(s.co_job_types, s.co_solos, strict=True):
-                key = (s.job_type, co, items(s.solo), items(cs))
-                keys.append(key)
-                if key not in unique:
-                    unique[key] = Sample(s.job_type, (co,), math.nan, "", s.environment, {}, dict(s.solo), (dict(cs),))
-        pairs = self._predict_many([(Views(p), "placement") for p in unique.values()], intervals=intervals)
-        by_key = dict(zip(unique, pairs, strict=True))
-        preds = iter([by_key[k] for k in keys])
-        out: list[Composition | None] = []
-        for s in samples:
-            rs = [next(preds) for _ in s.co_job_types]
-            if any(r is None for r in rs):
-                out.append(None)
-                continue
-            top = compose_pct([self.config.max_pct] * len(rs))  # what pairs each at the bound compose to
-            value = clip_pct(compose_pct([r.interference_pct for r in rs if r is not None]), top)[0]
-            ivs = [r.interval_pct for r in rs if r is not None]
-            interval = None
-            if intervals and all(iv is not None for iv in ivs):
-                lo, hi = compose_interval([iv for iv in ivs if iv is not None])
-                interval = (min(clip_pct(lo, top)[0], value), max(clip_pct(hi, top)[0], value))
-            out.append((value, interval, all(r is not None and r.regime == "seen" for r in rs)))
-        return out
+        """:func:`models.compose.serve_composed` with this environment's scores, residuals and bound."""
+        return serve_composed(
+            samples, results, compose=lambda s, iv: self._compose(s, intervals=iv), scores=self.compose_scores,
+            residuals=self.many_residuals, max_pct=self.config.max_pct, what_if=what_if, compositions=compositions,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ refits
 
@@ -610,7 +370,7 @@ class EnvironmentModels:
     def refit_due(self) -> bool:
         if self._refit_in_flight or len(self.history) < self.config.refit_min_rows:
             return False
-        if not (self._drift or self.last_refit is None or self._since_refit >= self.config.refit_every):
+        if not (self.drift.detected or self.last_refit is None or self._since_refit >= self.config.refit_every):
             return False
         # two job sets or more among the last refit_rows samples: the newest ones sharing one are fewer than those
         return self._tail[1] < min(len(self.history), self.config.refit_rows)
@@ -632,8 +392,7 @@ class EnvironmentModels:
         self.refit_seconds = result.seconds
         self.refits += 1
         self._since_refit = 0
-        self._drift = False
-        self._drift_detectors = {mode: self._new_detector() for mode in MODES}
+        self.drift.reset()
 
     def refit_now(self) -> RefitResult:
         """Refit synchronously (offline use and tests)."""
@@ -645,83 +404,61 @@ class EnvironmentModels:
 
     def served(self) -> list[ServedModel]:
         """What each mode serves, per regime, with the error it is judged by."""
-        out = []
-        for regime, by_mode in self.selector.selected.items():
-            for mode in MODES:
-                c = by_mode.get(mode)
-                if c is not None:
-                    out.append(ServedModel(mode=mode, regime=regime, model=c.name, category=c.category, error_pct=c.error))
-        return out
+        return self.selector.served_models()
 
     def selected(self) -> dict[str, str]:
         """``"<mode>:<category>"`` -> the candidate with the smallest error on measured job sets."""
-        out = {}
-        for mode in MODES:
-            for cat in CATEGORIES:
-                b = self.selector.best("seen", mode, cat)
-                if b is not None:
-                    out[f"{mode}:{cat}"] = b.name
-        return out
+        return self.selector.selected_names()
 
     def leaderboard(self) -> Leaderboard:
-        entries = []
-        for key in sorted(k for k, c in self.candidates.items() if c.listed):
-            c = self.candidates[key]
-            seen, new, cv = c.record.errors["seen"], c.record.errors["new"], c.record.cv
-            entries.append(
-                LeaderboardEntry(
-                    model=key.model, category=key.category, mode=key.mode, kind=c.board_kind or c.kind,
-                    samples=seen.n, mae=seen.get(),
-                    relative_error=cv.relative_error if cv else None,
-                    cv_mae=cv.mae if cv else None, cv_samples=cv.rows if cv else None,
-                    new_mae=new.get(), new_samples=new.n if new.n else None,
-                )
-            )  # fmt: skip
         return Leaderboard(
-            ts=time.time(), environment=self.environment, entries=entries, selected=self.selected(),
-            observations=self.observations, last_refit=self.last_refit, selection_seconds=self.selection_seconds,
-            served=self.served(),
+            ts=time.time(), environment=self.environment, entries=self.selector.leaderboard_entries(),
+            selected=self.selected(), observations=self.observations, last_refit=self.last_refit,
+            selection_seconds=self.selection_seconds, served=self.served(),
         )  # fmt: skip
 
-    # ------------------------------------------------------------------ persistence
+    # ------------------------------------------------------------------ state
 
-    def save(self, directory: Path, *, key_dir: Path | None = None) -> None:
-        """Write everything to ``directory``; river files are signed with the key in ``key_dir``
-        (default: ``directory``'s parent, the state directory)."""
-        directory = Path(directory)
-        key = persist.state_key(Path(key_dir) if key_dir else directory.parent)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.score_pending()
+    def to_state(self, key: bytes, *, serving: bool = False) -> EnvironmentState:
+        """Everything as one value, estimators as bytes (river's pickles signed with ``key``): what
+        :meth:`from_state` reads back.  ``serving``: only what serving needs (the candidates a prediction or what-if
+        can be served by now, :meth:`models.selector.Selector.served_keys`; no history), a snapshot's."""
+        self.score_pending()  # what the batch candidates were judged on so far
+        sel = self.selector
+        keep = sel.served_keys() if serving else None
         candidates = [
-            CandidateState((c.key.mode, c.key.category, c.key.model), c.kind, c.record.state(), c.dump(directory, i, key))
-            for i, c in enumerate(self.candidates.values())
+            CandidateState((c.key.mode, c.key.category, c.key.model), c.kind, c.record.state(), c.estimator_state(key))
+            for c in sel.candidates.values()
+            if keep is None or c.key in keep
         ]  # fmt: skip
-        state = EnvironmentState(
-            FORMAT, self.environment, self.seed, self.config, self.observations, self.last_refit,
-            self.refit_seconds, self.refits, self._since_refit, self.clipped, self.measurements.state(),
-            sorted(self.selector.own_slots), candidates, list(self.history)[-self.config.refit_rows :],
+        history = [] if serving else list(self.history)[-self.config.refit_rows :]
+        compose = {str(seen).lower(): ComposeState(s.n, float(s.composed_abs), float(s.served_abs)) for seen, s in self.compose_scores.items()}
+        return EnvironmentState(
+            FORMAT, self.environment, self.seed, self.config, self.observations, self.last_refit, self.refit_seconds,
+            self.refits, 0 if serving else self._since_refit, self.clipped, self.measurements.state(), sorted(sel.own_slots),
+            candidates, history, compose, list(self.many_residuals.values), list(self.seen_residuals.values),
+            list(self.novel_residuals.values), serving,
         )  # fmt: skip
-        persist.write_state(directory / "state.json", state)
 
     @classmethod
-    def load(cls, directory: Path, *, key_dir: Path | None = None) -> EnvironmentModels:
-        """Resume from :meth:`save`; raises :class:`models.persist.SignatureError` on a file this state dir did not
-        sign, and ``msgspec.ValidationError`` on a state of another format."""
-        directory = Path(directory)
-        key = persist.state_key(Path(key_dir) if key_dir else directory.parent)
-        state = persist.read_state(directory / "state.json", EnvironmentState)
+    def from_state(cls, state: EnvironmentState, key: bytes) -> EnvironmentModels:
+        """The models :meth:`to_state` made: they predict exactly what those did; a serving state holds only its
+        candidates.  Raises :class:`models.persist.SignatureError` for river learners not signed with ``key``, and
+        ``ValueError`` on a state of another format."""
         if state.format != FORMAT:
-            raise ValueError(f"{directory}: state format {state.format}, not {FORMAT}")
+            raise ValueError(f"state format {state.format}, not {FORMAT}")
         self = cls(state.environment, seed=state.seed, config=state.config)
         self.observations, self.last_refit, self.refit_seconds = state.observations, state.last_refit, state.refit_seconds
         self.refits, self._since_refit, self.clipped = state.refits, state.since_refit, state.clipped
         sel = self.selector
         sel.measurements = Measurements.restore(state.measurements)
         sel.own_slots = set(state.own_slots)
+        if state.serving:
+            sel.candidates = {}
         for cs in state.candidates:
             kind = KINDS[cs.kind]
             ck = CandidateKey(*cs.key)
-            estimator = kind.restore(cs.estimator, directory, key, self.config)
+            estimator = kind.estimator_of(cs.estimator, key, self.config)
             c = sel.candidates.get(ck)
             if c is None:
                 c = sel.candidates[ck] = kind(ck, estimator, self.config, cs.record)
@@ -732,5 +469,28 @@ class EnvironmentModels:
         for c in sel.candidates.values():
             c.link(sel.candidates, refit=False)
         sel.changed()
+        sel.stale.update(REGIMES)
         sel.select()
+        for seen, cs in state.compose.items():
+            score = self.compose_scores[seen == "true"]
+            score.n, score.composed_abs, score.served_abs = cs.n, cs.composed_abs, cs.served_abs
+        window = self.config.history
+        self.many_residuals = ResidualWindow(window, state.many_residuals)
+        self.seen_residuals = ResidualWindow(window, state.seen_residuals)
+        self.novel_residuals = ResidualWindow(window, state.novel_residuals)
         return self
+
+    def save(self, directory: Path, *, key_dir: Path | None = None) -> None:
+        """:meth:`to_state` to ``directory`` (:func:`models.persist.write_state`); river learners are signed with the
+        key in ``key_dir`` (default: ``directory``'s parent, the state directory)."""
+        directory = Path(directory)
+        key = persist.state_key(Path(key_dir) if key_dir else directory.parent)
+        persist.write_state(directory / STATE_FILE, self.to_state(key))
+
+    @classmethod
+    def load(cls, directory: Path, *, key_dir: Path | None = None) -> EnvironmentModels:
+        """Resume from :meth:`save`; raises :class:`models.persist.SignatureError` on learners this state dir did not
+        sign, and ``msgspec.ValidationError`` or ``ValueError`` on a state of another format."""
+        directory = Path(directory)
+        key = persist.state_key(Path(key_dir) if key_dir else directory.parent)
+        return cls.from_state(persist.read_state(directory / STATE_FILE, EnvironmentState), key)

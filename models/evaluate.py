@@ -21,17 +21,16 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from events import CATEGORIES
+from models.crossval import Score, best_score, cross_validate, holdout_folds, mae, relative_error, score_of
 from models.datasets import Dataset, Sample
 from models.features import restrict
 from models.intervals import COVERAGE, conformal_offsets, scaled_offsets
-from models.selection import Score, cross_validate, holdout_folds, mae, relative_error, score_of, select
+from models.live import MEDIAN
 from models.zoo import BATCH, make_batch
 
 Progress = Callable[[str], None]
@@ -41,17 +40,16 @@ OBSERVED_VIEWS = ("all+placement", "placement")
 """Extra candidate views of observed mode when the rows also carry solo profiles: everything known about a running
 co-location (percent changes, solo profiles of the job and its co-runners, job identities), and the placement
 features alone, so that observed mode, which knows strictly more, is never chosen worse than placement mode."""
-NEWCOMER = "Newcomer"
-"""Candidate ``Newcomer[model:category]``: the feature model fitted with the rows of thinly measured families weighted
-up (:func:`newcomer_weights`), so that a family's first measurements move its predictions instead of being
+UPWEIGHTED = "Upweighted"
+"""Candidate ``Upweighted[model:category]``: the feature model fitted with the rows of thinly measured families weighted
+up (:func:`thin_family_weights`), so that a family's first measurements move its predictions instead of being
 outvoted by the rest."""
-NEWCOMER_BASE = ("ExtraTrees", "all")
-NEWCOMER_THIN_SETS = 8
+UPWEIGHTED_BASE = ("ExtraTrees", "all")
+THIN_SETS = 8
 """A family measured in at most this many job sets of the training rows is thin."""
-NEWCOMER_WEIGHT = 8
+THIN_WEIGHT = 8
 """The weight (copies) of a row that involves a thin family.  Measured on Gavel (docs/MODELS.md): 6-10 were
 best at K = 2 and 4; the residual model of :mod:`models.newcomer` over the same feature model was worse there."""
-MEDIAN = "baseline.median"
 IDENTITY = "baseline.identity"
 AVERAGE = "Average"
 
@@ -153,8 +151,8 @@ def fit_candidate(name: str, category: str, train: Sequence[Sample], mode: str, 
         X = _identity_frame(train)
         rf = RandomForestRegressor(n_estimators=100, random_state=seed, n_jobs=1).fit(X, y)
         return lambda test: rf.predict(_identity_frame(test).reindex(columns=X.columns, fill_value=0.0).fillna(0.0))
-    if name.startswith(NEWCOMER + "["):
-        return _fit_newcomer(name, train, mode, seed)
+    if name.startswith(UPWEIGHTED + "["):
+        return _fit_upweighted(name, train, mode, seed)
     if name.startswith(AVERAGE + "["):
         parts = [fit_candidate(m, c, train, mode, seed) for m, c in _members(name)]
         return lambda test: np.mean([p(test) for p in parts], axis=0)
@@ -162,20 +160,20 @@ def fit_candidate(name: str, category: str, train: Sequence[Sample], mode: str, 
     return lambda test: np.asarray(model.predict(pd.DataFrame([view(s, mode, category) for s in test])))
 
 
-def newcomer_name(model: str = NEWCOMER_BASE[0], category: str = NEWCOMER_BASE[1]) -> str:
-    """The candidate name of a feature model plus the newcomer model on its residuals.
+def upweighted_name(model: str = UPWEIGHTED_BASE[0], category: str = UPWEIGHTED_BASE[1]) -> str:
+    """The candidate name of a feature model fitted with thin families' rows weighted up (:func:`thin_family_weights`).
 
-    >>> newcomer_name()
-    'Newcomer[ExtraTrees:all]'
+    >>> upweighted_name()
+    'Upweighted[ExtraTrees:all]'
     """
-    return f"{NEWCOMER}[{model}:{category}]"
+    return f"{UPWEIGHTED}[{model}:{category}]"
 
 
-def newcomer_weights(samples: Sequence[Sample], thin_sets: int = NEWCOMER_THIN_SETS, weight: int = NEWCOMER_WEIGHT) -> list[int]:
+def thin_family_weights(samples: Sequence[Sample], thin_sets: int = THIN_SETS, weight: int = THIN_WEIGHT) -> list[int]:
     """Per row, ``weight`` if it involves a family measured in at most ``thin_sets`` job sets of ``samples``, else 1.
 
     >>> rows = [Sample("a", ("b",), 0.0, f"g{i}", job_family="a", co_job_families=("b",)) for i in range(9)]
-    >>> newcomer_weights([*rows, Sample("c", ("a",), 0.0, "h", job_family="c", co_job_families=("a",))])
+    >>> thin_family_weights([*rows, Sample("c", ("a",), 0.0, "h", job_family="c", co_job_families=("a",))])
     [1, 1, 1, 1, 1, 1, 1, 1, 1, 8]
     """
     sets: dict[str, set[str]] = {}
@@ -186,11 +184,11 @@ def newcomer_weights(samples: Sequence[Sample], thin_sets: int = NEWCOMER_THIN_S
     return [weight if s.families & thin else 1 for s in samples]
 
 
-def _fit_newcomer(name: str, train: Sequence[Sample], mode: str, seed: int) -> Predictor:
+def _fit_upweighted(name: str, train: Sequence[Sample], mode: str, seed: int) -> Predictor:
     """The feature model fitted on ``train`` with the rows of thin families weighted up (as copies: the batch
-    models fit distinct rows weighted by their copies, ``zoo.compress``)."""
-    ((model, category),) = _members(name, NEWCOMER)
-    weighted = [s for s, w in zip(train, newcomer_weights(train), strict=True) for _ in range(w)]
+    models fit distinct rows weighted by their copies, :func:`models.zoo.frames.compress`)."""
+    ((model, category),) = _members(name, UPWEIGHTED)
+    weighted = [s for s, w in zip(train, thin_family_weights(train), strict=True) for _ in range(w)]
     return fit_candidate(model, category, weighted, mode, seed)
 
 
@@ -274,7 +272,7 @@ def candidate_scores(
     baselines: bool = True,
     views: Sequence[str] = (),
     probes: int = 0,
-    newcomer: bool = True,
+    upweighted: bool = True,
     weighted: bool = False,
     probe_seed: int | None = None,
 ) -> list[Score]:
@@ -282,15 +280,15 @@ def candidate_scores(
     category (and per extra ``views``, see :data:`OBSERVED_VIEWS`), the average of the ``average`` best of them,
     and the baselines.  Empty when the scheme cannot
     make two folds (too few groups or families).  ``probes``: job sets of each held-out family revealed to the
-    folds' training rows (:func:`models.selection.reveal_probes`, drawn with ``probe_seed``, by default ``seed``).
+    folds' training rows (:func:`models.crossval.reveal_probes`, drawn with ``probe_seed``, by default ``seed``).
 
-    ``weighted``: every batch model of every category and view is its :data:`NEWCOMER` form, fitted with the rows
-    of thin families weighted up (:func:`newcomer_weights`, in each fold on that fold's training rows) and named
-    ``Newcomer[model:category]``; the average is of those.  :func:`evaluate` asks it when job sets of each held-out
+    ``weighted``: every batch model of every category and view is its :data:`UPWEIGHTED` form, fitted with the rows
+    of thin families weighted up (:func:`thin_family_weights`, in each fold on that fold's training rows) and named
+    ``Upweighted[model:category]``; the average is of those.  :func:`evaluate` asks it when job sets of each held-out
     family are revealed (``probes`` > 0): the task is then a newcomer's, the same for every candidate.  Without it,
-    ``newcomer`` adds the one :func:`newcomer_name` candidate (placement mode)."""
+    ``upweighted`` adds the one :func:`upweighted_name` candidate (placement mode)."""
     y = np.array([s.target for s in samples], dtype=float)
-    weigh = newcomer_weights if weighted else None
+    weigh = thin_family_weights if weighted else None
     scores = cross_validate(
         samples, [mode], models=models, k=k, seed=seed, holdout=holdout, probes=probes, weights=weigh, probe_seed=probe_seed,
     )  # fmt: skip
@@ -307,7 +305,7 @@ def candidate_scores(
         scores += extra
     if weighted:
         for s in scores:
-            s.model = newcomer_name(s.model, s.category)
+            s.model = upweighted_name(s.model, s.category)
     folds = holdout_folds(samples, k, seed, holdout, probes, probe_seed)
     ranked = sorted((s for s in scores if math.isfinite(s.mae)), key=lambda s: (s.mae, s.model, s.category))
     if average > 1 and len(ranked) >= average:
@@ -315,8 +313,8 @@ def candidate_scores(
         o = np.mean([s.oof for s in top], axis=0)
         name = f"{AVERAGE}[{','.join(f'{s.model}:{s.category}' for s in top)}]"
         scores.append(score_of(name, "all", mode, o, y))
-    if newcomer and mode == "placement" and not weighted:  # weighted: it is Newcomer[ExtraTrees:all], scored above
-        name = newcomer_name()
+    if upweighted and mode == "placement" and not weighted:  # weighted: it is Upweighted[ExtraTrees:all], scored above
+        name = upweighted_name()
         o = _oof(name, samples, folds, mode, seed)
         scores.append(score_of(name, "all", mode, o, y))
     if baselines:
@@ -357,9 +355,9 @@ def evaluate(
     than 3 or one per family on all three GPUs, docs/MODELS.md).
 
     ``probes`` (``family`` only): ``K`` job sets of each held-out family revealed to the outer training rows
-    (seeded, the same for every candidate, :func:`models.selection.reveal_probes`) and the rest scored; the inner
+    (seeded, the same for every candidate, :func:`models.crossval.reveal_probes`) and the rest scored; the inner
     selection reveals ``K`` the same way, so the choice is made on the task it is scored on, and every batch
-    candidate is its :data:`NEWCOMER` form (``candidate_scores(..., weighted=True)``).  0: the plain family holdout.
+    candidate is its :data:`UPWEIGHTED` form (``candidate_scores(..., weighted=True)``).  0: the plain family holdout.
     ``probe_seed``: the seed of the probes' draw (default ``seed``; the inner selection's is one more, as its folds'
     seed is), so several draws can be measured on the same folds: with 2-4 job sets revealed the figures depend on
     which ones (docs/MODELS.md, "Newcomers")."""
@@ -398,7 +396,7 @@ def evaluate(
             tr, mode, models=models, k=inner_k, seed=seed + 1, holdout=holdout, views=views, probes=probes, weighted=probes > 0,
             probe_seed=None if probe_seed is None else probe_seed + 1,
         )  # fmt: skip
-        pick = select(inner, mode)
+        pick = best_score(inner, mode)
         name, cat = (MEDIAN, "all") if pick is None else (pick.model, pick.category)  # None: too few groups inside
         heldout[test] = fit_candidate(name, cat, tr, mode, seed)(te)
         lo[test], hi[test] = interval(pick, inner, tr, te, heldout[test], mode, holdout, seed=seed, coverage=coverage)
@@ -408,7 +406,7 @@ def evaluate(
         outer_choices.append(f"{name}:{cat}")
         picks.append((train, test, name, cat))
         say(f"outer fold {i + 1}/{len(folds)}: chose {name}:{cat}, fold MAE {mae(heldout[test], y[test]):.2f}")
-    chosen = select(scores, mode) if scores else None
+    chosen = best_score(scores, mode) if scores else None
     if chosen is None:  # no report table: the most frequent outer choice stands for "the selected model"
         top = max(set(outer_choices), key=outer_choices.count)
         chosen = Score(top.rsplit(":", 1)[0], top.rsplit(":", 1)[1], mode, math.nan, None, 0, 0.0)
@@ -423,186 +421,3 @@ def evaluate(
         scored_rows=int(scored.sum()), probe_seed=probe_seed,
     )  # fmt: skip
 
-
-def table(ev: Evaluation) -> str:
-    """The paper's table: model x category, MAE in points (relative error in brackets)."""
-    cats = [c for c in CATEGORIES if any(s.category == c for s in ev.scores)]
-    by = {(s.model, s.category): s for s in ev.scores}
-    models = sorted({s.model for s in ev.scores}, key=lambda m: min(by[(m, c)].mae for c in cats if (m, c) in by))
-    head = f"{'model':18}" + "".join(f"{'cat ' + c:>18}" for c in cats)
-    lines = [head, "-" * len(head)]
-    for m in models:
-        cells = []
-        for c in cats:
-            s = by.get((m, c))
-            if s is None:
-                cells.append(f"{'-':>18}")
-                continue
-            rel = "" if s.relative_error is None else f" ({s.relative_error:.2f})"
-            mark = "*" if s is ev.selected else " "
-            cells.append(f"{s.mae:>10.2f}{rel:>7}{mark}")
-        lines.append(f"{m:18}" + "".join(cells))
-    return "\n".join(lines)
-
-
-def learning_curve(ev: Evaluation, samples: Sequence[Sample], *, seed: int = 0) -> list[tuple[int, float]]:
-    """Held-out MAE against the number of training rows: each outer fold refits *its own* choice (made on its
-    training rows) on a share of those rows and predicts its test rows."""
-    y = np.array([s.target for s in samples])
-    rng = np.random.default_rng(seed)
-    out = []
-    for frac in (0.2, 0.4, 0.6, 0.8, 1.0):
-        errs, n_train = [], 0
-        for train, test, name, cat in ev.fold_picks:
-            sub = train if frac == 1.0 else np.sort(rng.choice(train, max(3, int(len(train) * frac)), replace=False))
-            pred = fit_candidate(name, cat, [samples[j] for j in sub], ev.mode, seed)([samples[j] for j in test])
-            errs.append(mae(pred, y[test]))
-            n_train += len(sub)
-        out.append((n_train // max(1, len(ev.fold_picks)), float(np.mean(errs))))
-    return out
-
-
-def write_report(ev: Evaluation, samples: Sequence[Sample], directory: Path) -> list[Path]:
-    """Plots (predicted vs actual, error heatmap, learning curve) and ``summary.md``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    directory.mkdir(parents=True, exist_ok=True)
-    unit = "lost throughput, %" if ev.target == "lost_throughput_pct" else "interference rate, %"
-    files = []
-
-    fig, ax = plt.subplots(figsize=(6, 5.5))
-    ax.scatter(ev.actual, ev.heldout_pred, s=12, alpha=0.6, label="held-out prediction")
-    lo, hi = float(min(ev.actual.min(), ev.heldout_pred.min())), float(max(ev.actual.max(), ev.heldout_pred.max()))
-    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="perfect")
-    ax.set_xlabel(f"measured ({unit})")
-    ax.set_ylabel(f"predicted ({unit})")
-    ax.set_title(f"{ev.dataset}: AIP held-out predictions\n(MAE {ev.mae:.2f} points, {ev.rows} rows)")
-    ax.legend(loc="upper left")
-    fig.tight_layout()
-    files.append(directory / "predicted_vs_actual.png")
-    fig.savefig(files[-1], dpi=110)
-    plt.close(fig)
-
-    cats = [c for c in CATEGORIES if any(s.category == c for s in ev.scores)]
-    models = sorted({s.model for s in ev.scores})
-    grid = np.full((len(models), len(cats)), np.nan)
-    for s in ev.scores:
-        grid[models.index(s.model), cats.index(s.category)] = s.mae
-    fig, ax = plt.subplots(figsize=(1.6 * len(cats) + 3.5, 0.45 * len(models) + 1.8))
-    im = ax.imshow(grid, cmap="viridis_r", aspect="auto")
-    ax.set_xticks(range(len(cats)), [f"category {c}" for c in cats])
-    ax.set_yticks(range(len(models)), models)
-    finite = grid[np.isfinite(grid)]
-    mid = float(np.median(finite)) if finite.size else 0.0
-    for i in range(len(models)):
-        for j in range(len(cats)):
-            if math.isfinite(grid[i, j]):
-                ax.text(
-                    j,
-                    i,
-                    f"{grid[i, j]:.2f}",
-                    ha="center",
-                    va="center",
-                    color="white" if grid[i, j] > mid else "black",
-                    fontsize=8,
-                )
-    ax.set_title(f"{ev.dataset}: grouped-CV MAE per model x category (points)")
-    fig.colorbar(im, ax=ax, label=f"MAE (points of {unit})")
-    fig.tight_layout()
-    files.append(directory / "error_heatmap.png")
-    fig.savefig(files[-1], dpi=110)
-    plt.close(fig)
-
-    curve = learning_curve(ev, samples)
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    ax.plot([c[0] for c in curve], [c[1] for c in curve], "o-")
-    ax.set_xlabel("training rows per fold")
-    ax.set_ylabel("held-out MAE (points)")
-    ax.set_title("Learning curve: each outer fold's own choice")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    files.append(directory / "learning_curve.png")
-    fig.savefig(files[-1], dpi=110)
-    plt.close(fig)
-
-    s = ev.summary()
-    md = [
-        f"# AIP evaluation: {ev.dataset}",
-        "",
-        f"- mode: {ev.mode}; target: {ev.target}; rows: {ev.rows}; groups: {ev.groups} (cross-validation never splits a group)",
-        f"- selected: **{s['selected']}**, category {s['category']} (grouped-CV MAE {s['cv_mae']})",
-        f"- holdout: {ev.holdout} ({ev.folds} outer folds; selection inside each by the same scheme)",
-        f"- nested held-out MAE of the AIP choice: **{s['mae']}** points; relative error {s['relative_error']}",
-        f"- baselines on the same folds: training median {s['median_baseline_mae']}, "
-        f"random forest on one-hot job identities {s['baseline_mae']}",
-        f"- {round(100 * COVERAGE)} % conformal intervals: coverage {s['interval_coverage']}, "
-        f"mean width {s['interval_width_mean']} points",
-        f"- selection took {s['selection_seconds']} s; whole evaluation {s['seconds']} s",
-        "",
-        "## Error per model x category (MAE in points, relative error in brackets, * = selected)",
-        "",
-        "```",
-        table(ev),
-        "```",
-        "",
-        "![predicted vs actual](predicted_vs_actual.png)",
-        "![error heatmap](error_heatmap.png)",
-        "![learning curve](learning_curve.png)",
-        "",
-    ]
-    files.append(directory / "summary.md")
-    files[-1].write_text("\n".join(md))
-    return files
-
-
-def probe_summary(ev: Evaluation) -> dict[str, Any]:
-    """One entry of ``by_probes``: the held-out figures of an evaluation with ``ev.probes`` job sets revealed.
-
-    >>> ev = Evaluation("d", "t", "placement", 4, 2, [], Score("m", "all", "placement", 1.0, None, 4, 0.0),
-    ...                 np.array([1.0, 3.0]), 1.0, None, 4.0, 0.0, 0.0, actual=np.array([2.0, 2.0]),
-    ...                 median_baseline_mae=2.0, probes=2, scored_rows=2)
-    >>> probe_summary(ev)["mae_over_median"]
-    0.5
-    """
-    s = ev.summary()
-    med = ev.median_baseline_mae
-    ratio = round(ev.mae / med, 3) if med and math.isfinite(ev.mae) else None
-    keys = ("mae", "median_baseline_mae", "baseline_mae", "interval_coverage", "interval_width_mean", "scored_rows", "probe_seed")
-    return {**{k: s[k] for k in keys}, "mae_over_median": ratio, "outer_choices": ev.outer_choices}
-
-
-def write_probes_plot(evs: Sequence[Evaluation], directory: Path) -> Path:
-    """``probes.png``: held-out MAE against the job sets revealed per held-out family, with the baselines on the
-    same scored rows; a line in ``summary.md`` when it exists."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    directory.mkdir(parents=True, exist_ok=True)
-    ks = [e.probes for e in evs]
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    ax.plot(ks, [e.mae for e in evs], "o-", label="AIP choice (nested)")
-    ax.plot(ks, [math.nan if e.median_baseline_mae is None else e.median_baseline_mae for e in evs], "s--", label="training median")
-    if all(e.baseline_mae is not None for e in evs):
-        ax.plot(ks, [math.nan if e.baseline_mae is None else e.baseline_mae for e in evs], "^--", label="job identity (one-hot RF)")
-    ax.set_xlabel("job sets revealed per held-out family (K)")
-    ax.set_ylabel("held-out MAE on the rest (points)")
-    ax.set_title(f"{evs[0].dataset}: what a few measurements of a new family are worth")
-    ax.set_xticks(ks)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    path = directory / "probes.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    md = directory / "summary.md"
-    if md.exists():
-        rows = [f"| {e.probes} | {e.scored_rows} | {e.mae:.2f} | {e.median_baseline_mae:.2f} |" for e in evs]
-        extra = ["", "## Probes: K job sets of each held-out family revealed", "", "| K | scored rows | MAE | median |",
-                 "|---|---|---|---|", *rows, "", "![probes](probes.png)", ""]  # fmt: skip
-        md.write_text(md.read_text() + "\n".join(extra))
-    return path

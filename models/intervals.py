@@ -5,7 +5,7 @@
   residuals with the finite-sample correction; offline (``aip evaluate``) the locally weighted form
   (:func:`scaled_offsets`), the residuals scaled by how much several models disagree on the row.
 * Online learners (and the baselines): the same quantiles over a rolling window of their prequential
-  residuals (:class:`ResidualWindow`): each residual was measured before the learner saw the observation.
+  residuals (:class:`models.rolling.ResidualWindow`): each residual was measured before the learner saw the observation.
 
 Pure arithmetic: no Kafka, no faust.
 """
@@ -13,7 +13,6 @@ Pure arithmetic: no Kafka, no faust.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Sequence
 
 import numpy as np
@@ -61,52 +60,3 @@ def scaled_offsets(
     lo, hi = conformal_offsets(r / (s + beta), coverage)
     return lo, hi, beta
 
-
-class ResidualWindow:
-    """The last ``window`` prequential residuals of one candidate and their conformal offsets.
-
-    >>> w = ResidualWindow(100)
-    >>> for r in range(-50, 51): w.update(float(r))
-    >>> w.n, w.offsets()
-    (100, (-45.0, 46.0))
-    """
-
-    __slots__ = ("_offsets", "values")
-
-    def __init__(self, window: int, values: Sequence[float] = ()) -> None:
-        self.values: deque[float] = deque(values, maxlen=window)
-        self._offsets: tuple[float, float] | bool | None = False
-        """:meth:`offsets` at :data:`COVERAGE` since the last update (False: not made yet); a what-if asks those of
-        one candidate for every entry it serves."""
-
-    def update(self, residual: float) -> None:
-        if math.isfinite(residual):
-            self.values.append(residual)
-            self._offsets = False
-
-    @property
-    def n(self) -> int:
-        return len(self.values)
-
-    def offsets(self, coverage: float = COVERAGE) -> tuple[float, float] | None:
-        """None until the window holds enough residuals for a finite interval."""
-        if coverage == COVERAGE and self._offsets is not False:
-            return self._offsets  # type: ignore[return-value]
-        lo, hi = conformal_offsets(np.fromiter(self.values, dtype=float, count=len(self.values)), coverage)
-        got = (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
-        if coverage == COVERAGE:
-            self._offsets = got
-        return got
-
-    def offsets_or_range(self, coverage: float = COVERAGE) -> tuple[float, float] | None:
-        """:meth:`offsets`, else, with too few residuals for a finite ``coverage`` interval, their range (which
-        holds a new exchangeable residual with probability ``(n - 1) / (n + 1)``); None below two residuals.
-
-        >>> w = ResidualWindow(100, [-1.0, 0.5, 2.0])
-        >>> w.offsets(), w.offsets_or_range()
-        (None, (-1.0, 2.0))
-        """
-        got = self.offsets(coverage)
-        if got is not None or self.n < 2:
-            return got
-        return min(self.values), max(self.values)

@@ -8,7 +8,7 @@
 * The baselines, regressors with river's ``learn_one`` / ``predict_one`` (like ``dummy.StatisticRegressor``):
   what a scheduler would do without any model.  :class:`LastMeasured` answers the last measured interference
   of this exact slot (an exponentially weighted mean of its measurements; its input is the slot), and
-  :class:`RollingMedian` the median of recent measurements (its input is ignored).  Both are candidates of
+  :class:`models.rolling.RollingMedian` the median of recent measurements (its input is ignored).  Both are candidates of
   the selection like any model: a model that cannot beat them is not served.
 
 No Kafka, no faust, no live state beyond what is passed in.
@@ -21,6 +21,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
+
+from models.rolling import Ewm, EwmState
 
 LAST_MEASURED = "baseline.last_measured"
 MEDIAN = "baseline.median"
@@ -56,44 +58,6 @@ def slot(job_type: str, co_job_types: Sequence[str]) -> str:
     """
     return f"{job_type} | {' + '.join(sorted(co_job_types))}"
 
-
-class EwmState(msgspec.Struct, array_like=True):
-    """A saved :class:`Ewm`."""
-
-    mean: float
-    n: int
-
-
-class Ewm:
-    """river's ``stats.EWMean`` (``fading_factor`` = 2 / (span + 1)) and the number of values seen.
-
-    >>> e = Ewm(0.5)
-    >>> for v in (4.0, 2.0): e.update(v)
-    >>> e.get(), e.n
-    (3.0, 2)
-    """
-
-    __slots__ = ("_mean", "fading_factor", "n")
-
-    def __init__(self, fading_factor: float, state: EwmState | None = None) -> None:
-        from river import stats
-
-        self.fading_factor = fading_factor
-        self._mean = stats.EWMean(fading_factor=fading_factor)
-        self.n = 0
-        if state is not None and state.n:
-            self._mean.update(state.mean)  # the first value becomes the mean exactly
-            self.n = state.n
-
-    def update(self, value: float) -> None:
-        self._mean.update(value)
-        self.n += 1
-
-    def get(self) -> float:
-        return float(self._mean.get())
-
-    def state(self) -> EwmState:
-        return EwmState(self.get(), self.n)
 
 
 def _remember(slots: dict[str, Any], key: str, make: Any, max_slots: int) -> Any:
@@ -202,49 +166,6 @@ class LastMeasured:
         self.slots = {k: Ewm(s.fading_factor, e) for k, e in s.slots.items()}
         return self
 
-
-class RollingMedianState(msgspec.Struct, tag="median"):
-    window: int
-    recent: list[float]
-
-
-class RollingMedian:
-    """The median of the last ``window`` measurements, whatever the input (river's ``stats.RollingQuantile``);
-    None before the first.
-
-    >>> b = RollingMedian(window=3)
-    >>> for y in (10.0, 20.0, 30.0, 100.0): b.learn_one(None, y)
-    >>> b.predict_one(None)
-    30.0
-    """
-
-    def __init__(self, window: int = 1000) -> None:
-        from river import stats
-
-        self.window = window
-        self._median = stats.RollingQuantile(q=0.5, window_size=window)
-        self._recent: list[float] = []  # the median's window, for persistence
-        self.n = 0
-
-    def learn_one(self, x: Any, y: float) -> None:
-        self._median.update(y)
-        self._recent.append(y)
-        if len(self._recent) > 2 * self.window:
-            del self._recent[: -self.window]
-        self.n += 1
-
-    def predict_one(self, x: Any) -> float | None:
-        return None if self.n == 0 else float(self._median.get())
-
-    def state(self) -> RollingMedianState:
-        return RollingMedianState(self.window, self._recent[-self.window :])
-
-    @classmethod
-    def restore(cls, s: RollingMedianState) -> RollingMedian:
-        self = cls(s.window)
-        for y in s.recent:
-            self.learn_one(None, y)
-        return self
 
 
 def median_cv_mae(targets: Sequence[float], folds: Sequence[tuple[Any, Any]]) -> float:

@@ -4,7 +4,7 @@ The arithmetic of ``torch.optim.Adam`` (``weight_decay`` added to the gradient, 
 ``eps`` outside the square root) and of ``smooth_l1_loss`` (beta 1, mean), in float32, on one flat parameter
 vector.  A step on a 256-row minibatch of a 2x32 network costs about a quarter of torch's (whose per-step cost
 is its dispatch: autograd, optimizer hooks), and a refit fits the MLP 24 times in CV and up to 8 times on all rows
-(docs/BENCHMARKS.md).  Pure functions of arrays; :class:`models.zoo.TorchMLP` builds, seeds and saves the
+(docs/BENCHMARKS.md).  Pure functions of arrays; :class:`models.zoo.torchmlp.TorchMLP` builds, seeds and saves the
 network with torch and trains it here (``tests/unit/test_models_mlp.py`` checks the steps against torch's).
 """
 

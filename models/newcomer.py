@@ -18,18 +18,21 @@ module learns that error from the type's first measurements, as the job (victim)
 Two ways to learn, one model: :meth:`Newcomer.learn_one` (online, O(rank x co-runners) per observation: running
 sums for the biases, one SGD step for the factors) and :meth:`Newcomer.fit` (batch: backfitting sweeps of the
 exact shrunk means, then alternating ridge least squares for the factors).  Pure Python plus numpy; no feature
-model inside: callers pass residuals (``models.evaluate`` offline, the stream's candidate live).
+model inside: callers pass residuals (the stream's candidate live).  :class:`NewcomerEstimator` puts the two
+together: a feature model of the last refit plus a :class:`Newcomer` on its residuals in log-speed points.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from models.features import parse_job_type
+from models.views import VIA, CandidateKey, Views
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,6 @@ class _Bias:
         return self.total / (self.count + prior) if self.count else 0.0
 
 
-@dataclass
 class Newcomer:
     """Per-role, per-level biases plus rank-``rank`` victim x aggressor factors over a feature model's residuals.
 
@@ -80,26 +82,23 @@ class Newcomer:
     0.0
     """
 
-    rank: int = 2
-    prior: float = 2.0
-    """Pseudo-rows of zero residual behind every bias: with ``n`` measurements a bias keeps ``n / (n + prior)``."""
-    lr: float = 0.02
-    reg: float = 1.0
-    """Ridge penalty of the factors (batch) and their weight decay (online, times ``lr``)."""
-    init_scale: float = 0.1
-    seed: int = 0
-    max_step: float = 25.0
-    """The online factors' SGD error is bounded to ``+-max_step`` (points)."""
-    victim_family: dict[str, _Bias] = field(default_factory=dict)
-    victim_type: dict[str, _Bias] = field(default_factory=dict)
-    aggressor_family: dict[str, _Bias] = field(default_factory=dict)
-    aggressor_type: dict[str, _Bias] = field(default_factory=dict)
-    p: dict[str, np.ndarray] = field(default_factory=dict)
-    q: dict[str, np.ndarray] = field(default_factory=dict)
-    observations: int = 0
-
-    def __post_init__(self) -> None:
-        self._rng = np.random.default_rng(self.seed)
+    def __init__(
+        self, rank: int = 2, prior: float = 2.0, lr: float = 0.02, reg: float = 1.0, init_scale: float = 0.1, seed: int = 0,
+        max_step: float = 25.0,
+    ) -> None:  # fmt: skip
+        """``prior``: pseudo-rows of zero residual behind every bias (with ``n`` measurements a bias keeps
+        ``n / (n + prior)``); ``reg``: the ridge penalty of the factors (batch) and their weight decay (online, times
+        ``lr``); ``max_step``: the online factors' SGD error is bounded to ``+-max_step`` (points)."""
+        self.rank, self.prior, self.lr, self.reg, self.init_scale, self.seed = rank, prior, lr, reg, init_scale, seed
+        self.max_step = max_step
+        self.victim_family: dict[str, _Bias] = {}
+        self.victim_type: dict[str, _Bias] = {}
+        self.aggressor_family: dict[str, _Bias] = {}
+        self.aggressor_type: dict[str, _Bias] = {}
+        self.p: dict[str, np.ndarray] = {}
+        self.q: dict[str, np.ndarray] = {}
+        self.observations = 0
+        self._rng = np.random.default_rng(seed)
 
     # ----------------------------------------------------------------------------------------- the parts
     def _victim(self, job: Role) -> float:
@@ -288,3 +287,65 @@ def load(state: dict[str, Any]) -> Newcomer:
     m.p = {k: np.asarray(v, dtype=float) for k, v in state["p"].items()}
     m.q = {k: np.asarray(v, dtype=float) for k, v in state["q"].items()}
     return m
+
+
+class NewcomerEstimator:
+    """A feature model (``base``, a batch model of the last refit) plus :class:`models.newcomer.Newcomer` on its
+    residuals in log-speed points (:func:`to_log_pct`): ``(1 + base(x)) * exp(correction(job, co-runners)) - 1``."""
+
+    __slots__ = ("_last", "base", "base_key", "residuals")
+
+    def __init__(self, residuals: Newcomer, base: Any = None, base_key: CandidateKey | None = None) -> None:
+        self.residuals = residuals
+        self.base = base
+        self.base_key = base_key
+        self._last: tuple[Views, Any, float] | None = None
+        """The last :meth:`base_pct` (its views, the base model, the value): learning asks it right after the test."""
+
+    def base_pct(self, views: Views) -> float:
+        last = self._last
+        if last is not None and last[0] is views and last[1] is self.base:
+            return last[2]
+        value = float(self.base.predict_rows([views.get(VIA, "all")])[0])
+        self._last = (views, self.base, value)
+        return value
+
+    def predict(self, views: Views) -> float:
+        return self.predict_with(views, self.base_pct(views))
+
+    def predict_many(self, xs: Sequence[Views]) -> list[float]:
+        """:meth:`predict` of each, the base model's in one ``predict_rows`` (what-if entries it serves)."""
+        base = self.base.predict_rows([v.get(VIA, "all") for v in xs])
+        return [self.predict_with(v, float(b)) for v, b in zip(xs, base, strict=True)]
+
+    def base_many(self, xs: Sequence[Views]) -> list[float]:
+        """The base model's prediction of each, in one ``predict_rows``."""
+        return [float(b) for b in self.base.predict_rows([v.get(VIA, "all") for v in xs])]
+
+    def predict_with(self, views: Views, base_pct: float) -> float:
+        correction = self.residuals.predict_one(*roles(views.sample.job_type, views.sample.co_job_types))
+        return from_log_pct(to_log_pct(base_pct) + correction)
+
+    def learn(self, views: Views, y: float) -> None:
+        self.learn_with(views, y, self.base_pct(views))
+
+    def learn_with(self, views: Views, y: float, base_pct: float) -> None:
+        residual = to_log_pct(y) - to_log_pct(base_pct)
+        if np.isfinite(residual):
+            self.residuals.learn_one(*roles(views.sample.job_type, views.sample.co_job_types), residual)
+
+
+def to_log_pct(pct: float) -> float:
+    """A slowdown in log-speed points, ``100 log(1 + pct / 100)`` (floored at a 99.9 % speed-up): where a job's
+    co-runners' effects add (each takes its share of its time) and a residual of a sensitive type is one
+    proportion whatever the feature model predicted.  Near 0 it is ``pct``.
+
+    >>> round(to_log_pct(100.0), 2), round(from_log_pct(to_log_pct(250.0)), 9)
+    (69.31, 250.0)
+    """
+    return 100.0 * math.log(max(1e-3, 1.0 + pct / 100.0))
+
+
+def from_log_pct(log_pct: float) -> float:
+    """The slowdown in percent of :func:`to_log_pct`'s log-speed points (the exponent bounded at 1e4 points)."""
+    return (math.exp(min(log_pct, 1e4) / 100.0) - 1.0) * 100.0

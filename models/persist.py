@@ -1,17 +1,20 @@
-"""Local persistence without unpickling untrusted data.
+"""Estimators as bytes and the models' state on disk, without unpickling untrusted data.
+
+Every estimator becomes bytes in memory, in its own safe format:
 
 * scikit-learn: skops, loading only the types listed in :data:`SKLEARN_TRUSTED`
-  (anything else in the file makes the load fail);
-* torch: ``state_dict`` loaded with ``weights_only=True`` (see ``models.zoo``);
+  (anything else in the bytes makes the load fail);
+* torch: ``state_dict`` loaded with ``weights_only=True`` (see :mod:`models.zoo.torchmlp`);
 * river: river has no format besides pickle, so river learners are pickled and the
-  file is signed with HMAC-SHA256.  The key lives in the state directory
-  (:func:`state_key`, created with mode 0600 on first use); a file whose
-  signature does not verify with it is refused *before* anything is unpickled.
+  bytes are signed with HMAC-SHA256 (:func:`dump_signed`).  The key of a state directory lives in it
+  (:func:`state_key`, created with mode 0600 on first use); bytes whose
+  signature does not verify with it are refused *before* anything is unpickled.
   A model directory copied from another machine or edited by hand therefore
   does not load; the worker starts those learners afresh.
 
-Everything else (the models' records, columns, baselines) is msgspec Structs, written and read as JSON by
-:func:`write_state` and :func:`read_state`, the one JSON path of internal state.
+Everything else (the models' records, columns, baselines) is msgspec Structs; the whole state
+(:class:`models.state.EnvironmentState`, estimators' bytes included) is msgpack, written and read by
+:func:`write_state` and :func:`read_state`.
 """
 
 from __future__ import annotations
@@ -76,47 +79,66 @@ def state_key(state_dir: Path) -> bytes:
     return path.read_bytes()
 
 
-def dump_signed(path: Path, obj: Any, key: bytes) -> None:
-    """Pickle ``obj`` to ``path`` with an HMAC-SHA256 signature in ``path.sig``."""
+def sign(data: bytes, key: bytes) -> str:
+    """The HMAC-SHA256 of ``data`` with ``key`` (hex)."""
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+def dump_signed(obj: Any, key: bytes) -> tuple[bytes, str]:
+    """``obj`` pickled, and its signature (:func:`sign`)."""
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    path.with_suffix(path.suffix + ".sig").write_text(hmac.new(key, data, hashlib.sha256).hexdigest())
+    return data, sign(data, key)
 
 
-def load_signed(path: Path, key: bytes) -> Any:
-    """Unpickle ``path`` only if its signature verifies with ``key``; else raise :class:`SignatureError`."""
-    data = path.read_bytes()
-    sig_path = path.with_suffix(path.suffix + ".sig")
-    if not sig_path.exists():
-        raise SignatureError(f"{path}: no signature")
-    expected = hmac.new(key, data, hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, sig_path.read_text().strip()):
-        raise SignatureError(f"{path}: signature does not verify; refusing to unpickle")
+def load_signed(data: bytes, signature: str, key: bytes) -> Any:
+    """Unpickle ``data`` only if ``signature`` verifies with ``key``; else raise :class:`SignatureError`.
+
+    >>> data, sig = dump_signed({"a": 1}, b"k" * 32)
+    >>> load_signed(data, sig, b"k" * 32)
+    {'a': 1}
+    """
+    if not hmac.compare_digest(sign(data, key), signature):
+        raise SignatureError("signature does not verify; refusing to unpickle")
     return pickle.loads(data)
 
 
-def dump_sklearn(path: Path, estimator: Any) -> None:
+def dump_sklearn(estimator: Any) -> bytes:
     import skops.io as sio
 
-    sio.dump(estimator, path)
+    return sio.dumps(estimator)
 
 
-def load_sklearn(path: Path) -> Any:
+def load_sklearn(data: bytes) -> Any:
+    """What :func:`dump_sklearn` wrote, loading only the types of :data:`SKLEARN_TRUSTED` (else
+    :class:`SignatureError`)."""
     import skops.io as sio
 
-    untrusted = [t for t in sio.get_untrusted_types(file=path) if t not in SKLEARN_TRUSTED]
+    types = sio.get_untrusted_types(data=data)
+    untrusted = [t for t in types if t not in SKLEARN_TRUSTED]
     if untrusted:
-        raise SignatureError(f"{path}: refusing types not on the trusted list: {', '.join(untrusted)}")
-    return sio.load(path, trusted=[t for t in sio.get_untrusted_types(file=path)])
+        raise SignatureError(f"refusing types not on the trusted list: {', '.join(untrusted)}")
+    return sio.loads(data, trusted=types)
+
+
+def encode_state(obj: Any) -> bytes:
+    """``obj`` (msgspec Structs, builtins) as msgpack: estimators' bytes as they are."""
+    return msgspec.msgpack.encode(obj)
+
+
+def decode_state(data: bytes, type: type[T]) -> T:
+    """What :func:`encode_state` wrote, decoded and validated as ``type`` (``msgspec.ValidationError`` or
+    ``msgspec.DecodeError`` on anything else)."""
+    return msgspec.msgpack.decode(data, type=type)
 
 
 def write_state(path: Path, obj: Any) -> None:
-    """``obj`` (msgspec Structs, dataclasses, builtins) as JSON to ``path``."""
+    """:func:`encode_state` of ``obj`` to ``path``, atomically (a temporary file, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(msgspec.json.encode(obj))
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(encode_state(obj))
+    os.replace(tmp, path)
 
 
 def read_state(path: Path, type: type[T]) -> T:
     """What :func:`write_state` wrote, decoded and validated as ``type`` (a clear error on anything else)."""
-    return msgspec.json.decode(path.read_bytes(), type=type)
+    return decode_state(path.read_bytes(), type)

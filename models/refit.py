@@ -16,13 +16,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from events import MODES
-from models.candidates import CandidateKey, CvScore
+from models.candidates import CvScore
+from models.crossval import COST_ORDER, cross_validate, grouped_folds
 from models.datasets import Sample
 from models.intervals import conformal_offsets
 from models.live import MEDIAN, median_cv_mae
+from models.modelconfig import ModelConfig
 from models.parallel import Fits
-from models.selection import COST_ORDER, cross_validate, grouped_folds
-from models.settings import Config
+from models.views import CandidateKey
 
 
 class Refitted(NamedTuple):
@@ -86,11 +87,11 @@ def _offsets(residuals: np.ndarray) -> tuple[float, float] | None:
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
 
 
-def run_refit(samples: Sequence[Sample], config: Config, seed: int) -> RefitResult:
+def run_refit(samples: Sequence[Sample], config: ModelConfig, seed: int) -> RefitResult:
     """Grouped CV of every batch model x category x mode (and of the median), then fit the best on all rows.
 
     The fits run on ``config.workers`` processes (:mod:`models.parallel`); the call stays a plain function."""
-    from models.selection import feature_frames, final_fit
+    from models.crossval import feature_frames, final_fit
 
     t0 = time.perf_counter()
     modes = [m for m in MODES if any(s.features(m, "all") for s in samples[:50])]

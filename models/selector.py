@@ -21,14 +21,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from events import MODES, REGIMES
-from models.candidates import KINDS, BatchCandidate, Candidate, CandidateKey, Views
-from models.live import LAST_MEASURED, MEDIAN, SLOWDOWN_MIN_PCT, Ewm, Measurements, clip_pct
+from events import CATEGORIES, MODES, REGIMES, LeaderboardEntry, ServedModel
+from models.candidates import KINDS, BatchCandidate, Candidate
+from models.live import LAST_MEASURED, MEDIAN, SLOWDOWN_MIN_PCT, Measurements, clip_pct
+from models.modelconfig import ModelConfig
 from models.refit import RefitResult
-from models.settings import Config
+from models.rolling import Ewm
+from models.views import VIA, CandidateKey, Views
 
-VIA = "placement"
-"""The mode whose models observed mode also weighs (served as ``placement/<model>``, see :meth:`Selector.best`)."""
 FALLBACK = {"seen": LAST_MEASURED, "new": MEDIAN}
 """What a regime serves before any candidate has enough evidence in it (the median only once anything is measured)."""
 
@@ -85,7 +85,7 @@ def _best_of(judged: list[tuple[CandidateKey, bool, float]], mode: str) -> Choic
 class Selector:
     """The candidates of one environment, their test-then-train scoring, and the selection among them."""
 
-    def __init__(self, config: Config, seed: int) -> None:
+    def __init__(self, config: ModelConfig, seed: int) -> None:
         self.config = config
         self.candidates: dict[CandidateKey, Candidate] = {}
         for kind in KINDS.values():
@@ -178,7 +178,7 @@ class Selector:
 
         ``draw`` (:func:`models.environment.draw`): the online learners are due where ``draw % online_sample`` is 0,
         each on its stride of ``draw // online_sample``, and the batch candidates are tested there (the same rows;
-        ``Config.batch_sampled``); None: all of them, on their stride of ``n``, and the batch candidates on every
+        ``ModelConfig.batch_sampled``); None: all of them, on their stride of ``n``, and the batch candidates on every
         observation.  The baselines and the deferred candidates (the newcomer) are tested and trained on every one."""
         key = views.slot
         seen = self.measurements.measured(key) > 0
@@ -384,3 +384,60 @@ class Selector:
         """The candidate ``choice`` names in ``mode``."""
         src, _, model = choice.name.rpartition("/")
         return self.candidates[CandidateKey(src or mode, choice.category, model)]
+
+    def served_models(self) -> list[ServedModel]:
+        """What each mode serves, per regime, with the error it is judged by."""
+        out = []
+        for regime, by_mode in self.selected.items():
+            for mode in MODES:
+                c = by_mode.get(mode)
+                if c is not None:
+                    out.append(ServedModel(mode=mode, regime=regime, model=c.name, category=c.category, error_pct=c.error))
+        return out
+
+    def selected_names(self) -> dict[str, str]:
+        """``"<mode>:<category>"`` -> the candidate with the smallest error on measured job sets."""
+        out = {}
+        for mode in MODES:
+            for cat in CATEGORIES:
+                b = self.best("seen", mode, cat)
+                if b is not None:
+                    out[f"{mode}:{cat}"] = b.name
+        return out
+
+    def served_keys(self) -> set[CandidateKey]:
+        """The candidates a prediction or what-if can be served by, now: the selection of each regime and mode, each
+        slot's own choice, the baselines (the fallbacks, the novel interval's median) and the feature model a served
+        candidate builds on (its estimator's ``base_key``)."""
+        keys = {k for k, c in self.candidates.items() if c.kind == "baseline"}
+        for mode in MODES:
+            for regime in REGIMES:
+                choice = self.selected[regime].get(mode)
+                if choice is not None:
+                    keys.add(self.candidate(mode, choice).key)
+            for slot in self.scored_in:
+                picked = self.choice(mode, slot)
+                if picked is not None:
+                    keys.add(self.candidate(mode, picked[1]).key)
+        for k in list(keys):
+            base = getattr(self.candidates[k].estimator, "base_key", None)
+            if base is not None:
+                keys.add(base)
+        return {k for k in keys if k in self.candidates}
+
+    def leaderboard_entries(self) -> list[LeaderboardEntry]:
+        """Every listed candidate's errors, as the ``models.leaderboard`` record holds them."""
+        entries = []
+        for key in sorted(k for k, c in self.candidates.items() if c.listed):
+            c = self.candidates[key]
+            seen, new, cv = c.record.errors["seen"], c.record.errors["new"], c.record.cv
+            entries.append(
+                LeaderboardEntry(
+                    model=key.model, category=key.category, mode=key.mode, kind=c.board_kind or c.kind,
+                    samples=seen.n, mae=seen.get(),
+                    relative_error=cv.relative_error if cv else None,
+                    cv_mae=cv.mae if cv else None, cv_samples=cv.rows if cv else None,
+                    new_mae=new.get(), new_samples=new.n if new.n else None,
+                )
+            )  # fmt: skip
+        return entries

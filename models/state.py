@@ -1,7 +1,6 @@
-"""The saved state of an environment's models: msgspec Structs, encoded by :func:`models.persist.write_state`.
-
-Estimators are saved beside it in their own formats (:mod:`models.persist`): what the state holds of each
-candidate is its record and where its estimator is (or, for a baseline, the estimator itself).
+"""The state of an environment's models (:meth:`models.environment.EnvironmentModels.to_state`): msgspec Structs,
+estimators' bytes included, the one form that local persistence (:mod:`models.persist`) and serving snapshots
+(:mod:`models.snapshot`) both write and read.
 """
 
 from __future__ import annotations
@@ -11,10 +10,10 @@ import msgspec
 from models.candidates import EstimatorState, RecordState
 from models.datasets import Sample
 from models.live import MeasurementsState
-from models.settings import Config
+from models.modelconfig import ModelConfig
 
-FORMAT = 2
-"""The state format (1: before issue 22, hand-written JSON; not read)."""
+FORMAT = 3
+"""The state format (2: estimators in files beside the state; not read)."""
 
 
 class CandidateState(msgspec.Struct):
@@ -24,11 +23,19 @@ class CandidateState(msgspec.Struct):
     estimator: EstimatorState | None = None
 
 
+class ComposeState(msgspec.Struct, array_like=True):
+    """A saved :class:`models.compose.ComposeScore`'s sums."""
+
+    n: int
+    composed_abs: float
+    served_abs: float
+
+
 class EnvironmentState(msgspec.Struct):
     format: int
     environment: str
     seed: int
-    config: Config
+    config: ModelConfig
     observations: int
     last_refit: float | None
     refit_seconds: float | None
@@ -39,3 +46,12 @@ class EnvironmentState(msgspec.Struct):
     own_slots: list[str]
     candidates: list[CandidateState]
     history: list[Sample]
+    compose: dict[str, ComposeState] = {}
+    """:attr:`EnvironmentModels.compose_scores <models.environment.EnvironmentModels.compose_scores>` by ``seen``
+    (``"true"``/``"false"``)."""
+    many_residuals: list[float] = []
+    seen_residuals: list[float] = []
+    novel_residuals: list[float] = []
+    """The environment's log-ratio residual windows (the intervals they widen are served too)."""
+    serving: bool = False
+    """Only what serving needs (:meth:`models.selector.Selector.served_keys`' candidates, no history): a snapshot."""

@@ -1,4 +1,4 @@
-"""Offline study of the pairs never measured (issue 25): the accuracy bench's fleet (``whatif_offline.py``'s
+"""Offline study of the pairs never measured: the accuracy bench's fleet (``whatif_offline.py``'s
 replay: 16 v100 GPUs, seed 3, 10 s windows, one EnvironmentModels, synchronous refits); at checkpoints of the
 second half, every ordered pair (victim, aggressor) of types measured here whose job set was never measured is
 predicted by what is served (``predict_placement``) and by the pair models studied here, from the labelled rows
@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from whatif_offline import labelled, windows
 
 from aip.bench.truth import what_if_truth
-from models.candidates import Views
 from models.datasets import Sample
 from models.environment import EnvironmentModels
+from models.views import Views
 from placement.experiment import Truth
 from producers.sim import Simulator
 

@@ -1,10 +1,10 @@
-"""Offline study of the cold start under probes (issue 25 item 2): single candidates and corrections on the outer
+"""Offline study of the cold start under probes: single candidates and corrections on the outer
 folds of ``aip evaluate gavel --holdout family --probes K``, over several draws of the revealed job sets.
 
 No nested selection here (``aip evaluate ... --probe-seed S`` measures the AIP choice): each idea is fitted on a
 fold's training rows (the probes included) and scored on the rest, MAE over the training median's MAE on the same
 rows, for draws ``0 .. draws - 1`` of the probes (draw 0 is the evaluation's default).  The folds are the
-evaluation's (seed 0, one per family); a fold's probes are :func:`models.selection.reveal_probes`'s (``random``) or,
+evaluation's (seed 0, one per family); a fold's probes are :func:`models.crossval.reveal_probes`'s (``random``) or,
 with ``--design spread``, chosen by identity alone: each probe a type of the family not yet probed, next to a known
 family not yet used, no pair of the family with itself while another is left (Gavel's reference profiling).
 
@@ -28,11 +28,11 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from models.crossval import family_folds, reveal_probes
 from models.datasets import Sample, load
-from models.evaluate import fit_candidate, newcomer_weights, view
+from models.evaluate import fit_candidate, thin_family_weights, view
 from models.features import parse_job_type
 from models.newcomer import Newcomer, Role
-from models.selection import family_folds, reveal_probes
 from models.zoo import make_batch
 
 Fold = tuple[np.ndarray, np.ndarray]
@@ -40,7 +40,7 @@ Fit = Callable[[Sequence[Sample]], Callable[[Sequence[Sample]], np.ndarray]]
 
 
 def weighted(model: str) -> Fit:
-    return lambda train: fit_candidate(f"Newcomer[{model}:all]", "all", train, "placement", 0)
+    return lambda train: fit_candidate(f"Upweighted[{model}:all]", "all", train, "placement", 0)
 
 
 def average(*fits: Fit) -> Fit:
@@ -85,7 +85,7 @@ def relative_batch(model: str, types: dict[str, tuple[str, float]]) -> Fit:
         return out
 
     def fit(train: Sequence[Sample]) -> Callable[[Sequence[Sample]], np.ndarray]:
-        rows = [s for s, w in zip(train, newcomer_weights(train), strict=True) for _ in range(w)]
+        rows = [s for s, w in zip(train, thin_family_weights(train), strict=True) for _ in range(w)]
         frame = pd.DataFrame([x(s) for s in rows])
         m = make_batch(model, 0).fit(frame, np.array([s.target for s in rows]))
         return lambda test: np.asarray(m.predict(pd.DataFrame([x(s) for s in test]).reindex(columns=frame.columns)))

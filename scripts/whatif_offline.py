@@ -141,7 +141,7 @@ def main() -> None:
                 models.learn(o)
             measured.add(tuple(sorted(t for _, t in active)))
             if args.fixed_refits:
-                models._drift = False  # refit every Config.refit_every observations only: the same refit times for any weighting
+                models.drift.detected = False  # refit every Config.refit_every observations only: the same refit times for any weighting
             if pending is not None and models.observations >= pending[0]:
                 models.apply_refit(pending[1]())
                 refit_log.append((pending[2], models.observations, models.refit_seconds))

@@ -218,7 +218,7 @@ class Streams:
         )
         self.inputs = Inputs(
             settings, self.stage1, self.state, self.names, self.publisher, self.dead_letters, self.metrics,
-            self.profiles_topic, clock,
+            self.interference, self.profiles_topic, clock,
         )  # fmt: skip
         self.loop = Stage2Loop(
             LearnAndServe(self.stage2, self.serving), self.snapshots, sharded=self.sharded, names=self.names,

@@ -29,6 +29,7 @@ from events import (
 from events.topics import LIFECYCLE, METRICS
 from streams.checkpoint import TopicPartition
 from streams.deadletters import DeadLetters
+from streams.interference_metrics import InterferenceMetrics
 from streams.metrics import StreamMetrics
 from streams.outputs import Publisher
 from streams.readers import TopicFollower
@@ -95,6 +96,7 @@ class Inputs:
     publisher: Publisher
     dead_letters: DeadLetters
     metrics: StreamMetrics
+    interference: InterferenceMetrics
     profiles_topic: Any
     clock: Callable[[], float]
     serve: Callable[[list[Observation]], None] | None = None
@@ -146,6 +148,7 @@ class Inputs:
         try:
             if base == METRICS:
                 samples = metric_samples(event.value)
+                self.interference.observe_samples(samples.samples)
                 if samples.batched:  # a host's samples: each on its own (a bad one costs only itself)
                     return self.on_host_batch(event, samples.samples, samples.rejected, replay), None
                 records: list[InputRecord] | None = list(samples.samples)

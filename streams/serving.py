@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from events import Alert, Leaderboard, Observation, Prediction, WhatIf, to_dict
 from events.records import AlertSource, AlertState
-from models.environment import Config, EnvironmentModels, Served
+from models.environment import EnvironmentModels, Served
+from models.modelconfig import ModelConfig
 from streams.hysteresis import alert_value, judge
 from streams.whatif import Profile, WhatIfCache, what_if_entries
 
@@ -66,7 +67,7 @@ class Serving:
         clear_pct: float = 35.0,
         *,
         clock: Callable[[], float] = time.time,
-        max_pct: float = Config.max_pct,
+        max_pct: float = ModelConfig.max_pct,
         learner: Stage2 | None = None,
         what_if_every: int = 256,
         what_if_min_s: float = 60.0,
@@ -101,7 +102,7 @@ class Serving:
             return self.learner.models_for(environment)
         m = self.models.get(environment)
         if m is None:  # no snapshot yet: models that learned nothing (see the module's docstring)
-            m = self.models[environment] = EnvironmentModels(environment, config=Config(max_pct=self.max_pct))
+            m = self.models[environment] = EnvironmentModels(environment, config=ModelConfig(max_pct=self.max_pct))
             self.versions[environment] = -1
             self.counters["served_before_snapshot_envs"] += 1
         return m

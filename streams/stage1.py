@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,8 +54,7 @@ def _seen(job: Job, event: JobEvent) -> bool:
 class HeldWindow(msgspec.Struct, frozen=True):
     """A co-located job-window waiting for its job type's first solo profile in its environment.
 
-    It travels in the local checkpoint and in the stage-1 changelog as a JSON object of these
-    fields (:meth:`to_builtins` / :meth:`from_builtins`: the shape of the dicts written before).
+    It travels in the local checkpoint (:class:`SavedStage1`) and in the stage-1 changelog as it is.
     """
 
     window_start: float
@@ -79,20 +78,23 @@ class HeldWindow(msgspec.Struct, frozen=True):
         """(environment, job type): the solo profile it waits for."""
         return self.environment, self.job_type
 
-    def to_builtins(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
 
-    @classmethod
-    def from_builtins(cls, data: Mapping[str, Any]) -> HeldWindow:
-        """One held window as written by :meth:`to_builtins` (or by a worker of the dict era: same keys)."""
-        return msgspec.convert(data, cls, strict=False)
+
+class SavedStage1(msgspec.Struct):
+    """Everything :class:`Stage1` needs to continue after a restart (:meth:`Stage1.to_state`, :meth:`Stage1.restore`)."""
+
+    window_s: float
+    gpus: dict[str, GpuState]
+    profiles: dict[str, dict[str, list[Any]]]
+    """:meth:`streams.profiles.SoloProfiles.to_dict`."""
+    held: list[HeldWindow]
 
 
 class Stage1:
     """Per-GPU event-time windows, solo profiles and observations.
 
-    ``loader(gpu_uuid)`` returns a saved state dict the first time a GPU is seen;
-    :meth:`to_dict` / :meth:`restore` save and restore everything (GPU states,
+    ``loader(gpu_uuid)`` returns a saved :class:`streams.windows.GpuState` the first time a GPU is seen;
+    :meth:`to_state` / :meth:`restore` save and restore everything (GPU states,
     solo profiles, held job-windows) for a local checkpoint; ``counters`` counts
     windows by kind, late events and observations.
 
@@ -118,7 +120,7 @@ class Stage1:
         hold_s: float = 120.0,
         *,
         profiles: SoloProfiles | None = None,
-        loader: Callable[[str], Mapping[str, Any] | None] | None = None,
+        loader: Callable[[str], GpuState | None] | None = None,
         min_samples: int = 1,
         progress_hold_s: float = 600.0,
         max_held: int = 1000,
@@ -146,23 +148,19 @@ class Stage1:
         self.rw_sources: dict[str, str] = {}
 
     # ------------------------------------------------------------------ state
-    def to_dict(self) -> dict[str, Any]:
-        """Everything needed to continue after a restart: per-GPU states and solo profiles (JSON-safe)."""
-        return {
-            "window_s": self.window_s,
-            "gpus": {g: st.to_dict() for g, st in self.gpus.items()},
-            "profiles": self.profiles.to_dict(),
-            "held": [w.to_builtins() for windows in self.held.values() for w in windows],
-        }
+    def to_state(self) -> SavedStage1:
+        """Everything needed to continue after a restart: per-GPU states, solo profiles, held job-windows."""
+        held = [w for windows in self.held.values() for w in windows]
+        return SavedStage1(self.window_s, dict(self.gpus), self.profiles.to_dict(), held)
 
-    def restore(self, data: Mapping[str, Any]) -> None:
-        """Load a :meth:`to_dict` checkpoint (GPU states only when the window length is unchanged)."""
-        self.profiles = SoloProfiles.from_dict(data.get("profiles", {}))
+    def restore(self, state: SavedStage1) -> None:
+        """Continue from :meth:`to_state` (GPU states only when the window length is unchanged)."""
+        self.profiles = SoloProfiles.from_dict(state.profiles)
         self.held = {}
-        if data.get("window_s") == self.window_s:
-            self.gpus = {g: GpuState.from_dict(d) for g, d in data.get("gpus", {}).items()}
-            for w in data.get("held", []):
-                self._hold(HeldWindow.from_builtins(w))
+        if state.window_s == self.window_s:
+            self.gpus = dict(state.gpus)
+            for w in state.held:
+                self._hold(w)
         self.dirty.clear()
 
     def forget(self, gpus: Iterable[str]) -> None:
@@ -176,7 +174,7 @@ class Stage1:
         st = self.gpus.get(gpu_uuid)
         if st is None:
             saved = self.loader(gpu_uuid) if self.loader is not None else None
-            st = GpuState.from_dict(saved) if saved else GpuState()
+            st = saved if saved is not None else GpuState()
             self.gpus[gpu_uuid] = st
         return st
 

@@ -22,7 +22,8 @@ from typing import Any
 import msgspec
 
 from events import Leaderboard, Observation
-from models.environment import Config, EnvironmentModels, Served
+from models.environment import EnvironmentModels, Served
+from models.modelconfig import ModelConfig
 from streams.dedupe import SeenSet
 
 log = logging.getLogger(__name__)
@@ -44,14 +45,14 @@ class Stage2:
         state_dir: str | Path | None = None,
         models_factory: Callable[[str], EnvironmentModels] | None = None,
         dedupe_capacity: int = 200_000,
-        max_pct: float = Config.max_pct,
+        max_pct: float = ModelConfig.max_pct,
         refit_share: float = 0.25,
         refit_clock: Callable[[], float] = time.monotonic,
         refit_max_lag_s: float = 0.0,
     ) -> None:
         self.models: dict[str, EnvironmentModels] = {}
         self.max_pct = max_pct
-        self.models_factory = models_factory or (lambda env: EnvironmentModels(env, config=Config(max_pct=max_pct)))
+        self.models_factory = models_factory or (lambda env: EnvironmentModels(env, config=ModelConfig(max_pct=max_pct)))
         self.state_dir = Path(state_dir) if state_dir else None
         self.seen = SeenSet(dedupe_capacity)
         self.job_types: dict[str, dict[str, Mapping[str, float | None]]] = {}  # env -> job type -> solo profile
@@ -60,7 +61,7 @@ class Stage2:
         self.refit_share = refit_share
         """Refits of an environment take at most this share of the time: after a refit of ``d`` seconds the next
         one waits ``d * (1 / share - 1)`` (:meth:`refits_due`).  A worker that keeps up is not held back (its
-        refits are due every ``Config.refit_every`` observations, further apart than that); a saturated one spends
+        refits are due every ``ModelConfig.refit_every`` observations, further apart than that); a saturated one spends
         the rest on its observations.  1.0: no wait."""
         self.refit_clock = refit_clock
         self.refit_ready_at: dict[str, float] = {}

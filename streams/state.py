@@ -20,29 +20,29 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from streams import changelog
 from streams.checkpoint import Checkpoint, TopicPartition
 from streams.checkpoint import decode as decode_offsets
 from streams.checkpoint import encode as encode_offsets
-from streams.stage1 import Stage1
-from streams.windows import GpuState
+from streams.stage1 import SavedStage1, Stage1
 
 log = logging.getLogger(__name__)
 
-try:  # orjson where installed (several times faster for the checkpoint)
-    import orjson as _orjson
 
-    def _dumps(obj: Any) -> bytes:
-        return _orjson.dumps(obj)
+class Stage1Checkpoint(msgspec.Struct):
+    """The local checkpoint file: stage 1's state, the input partition each GPU is read from, the input positions."""
 
-    _loads = _orjson.loads
-except ImportError:  # pragma: no cover
-    import json as _jsonlib
+    version: int
+    saved_at: float
+    stage1: SavedStage1
+    partitions: dict[str, int]
+    positions: dict[str, int]
+    """:func:`streams.checkpoint.encode`."""
 
-    def _dumps(obj: Any) -> bytes:
-        return _jsonlib.dumps(obj, separators=(",", ":")).encode()
 
-    _loads = _jsonlib.loads
+CHECKPOINT_VERSION = 2
 
 
 @dataclass(eq=False)
@@ -101,15 +101,15 @@ class Stage1State:
     def load_checkpoint(self) -> bool:
         """Restore stage 1 from the checkpoint file (False when there is none or it is unreadable)."""
         try:
-            data = _loads(self.checkpoint_path.read_bytes())
+            data = msgspec.json.decode(self.checkpoint_path.read_bytes(), type=Stage1Checkpoint)
         except FileNotFoundError:
             return False
         except Exception as exc:  # a damaged file must not stop the worker: start afresh
             log.warning("ignoring unreadable stage-1 checkpoint %s: %s", self.checkpoint_path, exc)
             return False
-        self.stage1.restore(data.get("stage1", {}))
-        self.gpu_partition = {g: int(p) for g, p in data.get("partitions", {}).items() if g in self.stage1.gpus}
-        self.offsets.offsets = decode_offsets(data.get("positions", {}))
+        self.stage1.restore(data.stage1)
+        self.gpu_partition = {g: p for g, p in data.partitions.items() if g in self.stage1.gpus}
+        self.offsets.offsets = decode_offsets(data.positions)
         self.stage1.counters["restored_gpus"] += len(self.stage1.gpus)
         self.stage1.counters["restored_profiles"] += len(self.stage1.profiles)
         log.info(
@@ -126,14 +126,10 @@ class Stage1State:
     def prepare_checkpoint(self) -> None:
         """Take stage 1's state as it is now, to be written by :meth:`write_prepared` (the worker: once the outputs
         made so far are acknowledged, right before the offsets are committed; see :mod:`streams.outputs`)."""
-        self._prepared = _dumps(
-            {
-                "version": 1,
-                "saved_at": time.time(),
-                "stage1": self.stage1.to_dict(),
-                "partitions": self.gpu_partition,
-                "positions": encode_offsets(self.positions),
-            }
+        self._prepared = msgspec.json.encode(
+            Stage1Checkpoint(
+                CHECKPOINT_VERSION, time.time(), self.stage1.to_state(), self.gpu_partition, encode_offsets(self.positions)
+            )
         )
         self.stage1.dirty.clear()
 
@@ -170,7 +166,7 @@ class Stage1State:
                 st = self.stage1.gpus.get(gpu)
                 if partition is None or st is None:
                     continue
-                self.send(*changelog.gpu_record(gpu, st.to_dict(), held.get(gpu, ())), partition)
+                self.send(*changelog.gpu_record(gpu, st, held.get(gpu, ())), partition)
                 partitions.add(partition)
                 sent += 1
         self.touched.clear()
@@ -199,7 +195,7 @@ class Stage1State:
                 members.setdefault(k, []).append(g)
         held = self.stage1.held_by_gpu([g for gs in members.values() for g in gs]) if self.stage1.held else {}
         for (p, b), gpus in sorted(members.items()):
-            entries = {g: (self.stage1.gpus[g].to_dict(), held.get(g, ())) for g in gpus}
+            entries = {g: (self.stage1.gpus[g], held.get(g, ())) for g in gpus}
             self.send(*changelog.bucket_record(b, n, entries), p)
             partitions.add(p)
         return len(members)
@@ -211,13 +207,14 @@ class Stage1State:
         loop = asyncio.get_running_loop()
         try:
             state = await loop.run_in_executor(None, self.read, partition)
-        except Exception as exc:  # the partition's GPUs then start afresh, as before the changelog
+        except Exception as exc:  # the partition's GPUs then start afresh
             log.warning("could not read the stage-1 changelog of partition %d: %s", partition, exc)
             self.stage1.counters["changelog_restore_failed"] += 1
             return 0
         finally:
             self._restoring.pop(partition, None)
             self._ready.add(partition)
+        self.stage1.counters["changelog_skipped_records"] += state.skipped  # another version's form
         local = self.offsets.of_partition(partition)
         if not state.newer_than(local) or state.window_s != self.stage1.window_s:
             log.warning("stage 1 keeps its own state of partition %d (changelog %s, own %s)", partition, state.positions, local)
@@ -229,7 +226,7 @@ class Stage1State:
             del self.gpu_partition[g]
         adopted = released = 0
         for gpu, entry in state.gpus.items():
-            self.stage1.gpus[gpu] = GpuState.from_dict(entry.state)
+            self.stage1.gpus[gpu] = entry.state
             self.gpu_partition[gpu] = partition
             out = self.stage1.adopt_held(entry.held)
             adopted += len(entry.held)

@@ -1,7 +1,7 @@
 """Event-time tumbling windows and the job timeline of one GPU.
 
-Everything here is pure and serialisable (``to_dict``/``from_dict``), so the
-same state can live in a faust table, a test, or a benchmark.  Windows close on
+Everything here is pure, and a GPU's state is msgspec Structs (:class:`GpuState`, :class:`Job`), encoded as they
+are, so the same state can live in a checkpoint, a changelog record, a test, or a benchmark.  Windows close on
 event time only: a window ``[start, end)`` closes once both input streams of
 the GPU have passed ``end + lateness``.  How far metrics alone may run ahead of
 the lifecycle stream depends on what the lifecycle stream is known to carry
@@ -19,8 +19,9 @@ import bisect
 import math
 import operator
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from streams.features import FIELDS, KEYS
 
@@ -167,14 +168,13 @@ def close_limit(
     return watermark(metrics_wm, lifecycle_wm, hold) - lateness_s
 
 
-@dataclass
-class Job:
+class Job(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     """What the lifecycle stream told us about one job on one GPU."""
 
     job_type: str
     start: float | None = None
     end: float | None = None
-    progress: list[list[float | None]] = field(default_factory=list)  # [ts, steps, step_time_s], by ts
+    progress: list[list[float | None]] = msgspec.field(default_factory=list)  # [ts, steps, step_time_s], by ts
     pid: int | None = None  # from its lifecycle events: the process whose per-process utilisation is the job's
 
     def add_progress(self, ts: float, steps: int | None, step_time_s: float | None) -> None:
@@ -219,32 +219,28 @@ class Job:
         if i > 1:
             del p[: i - 1]
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {"t": self.job_type, "s": self.start, "e": self.end, "p": self.progress}
-        if self.pid is not None:
-            out["pid"] = self.pid
-        return out
+class GpuState(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """Open windows, stream watermarks and job timeline of one GPU: what the checkpoint and the changelog hold of it
+    (``msgspec.json.encode`` / ``msgspec.json.decode(..., type=GpuState)``; fields at their defaults left out).
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Job:
-        return cls(d["t"], d["s"], d["e"], [list(x) for x in d["p"]], d.get("pid"))
-
-
-@dataclass
-class GpuState:
-    """Open windows, stream watermarks and job timeline of one GPU."""
+    >>> st = GpuState("v100", windows={3: [1.0, 2.0]}, jobs={"j": Job("resnet", start=5.0)})
+    >>> msgspec.json.encode(st)
+    b'{"environment":"v100","windows":{"3":[1.0,2.0]},"jobs":{"j":{"job_type":"resnet","start":5.0}}}'
+    >>> msgspec.json.decode(msgspec.json.encode(st), type=GpuState) == st
+    True
+    """
 
     environment: str | None = None
-    windows: dict[int, list[float]] = field(default_factory=dict)
+    windows: dict[int, list[float]] = msgspec.field(default_factory=dict)
     closed: int | None = None  # windows with a smaller index are closed
     metrics_wm: float | None = None
     lifecycle_wm: float | None = None
-    jobs: dict[str, Job] = field(default_factory=dict)
-    seqs: dict[str, list[float]] = field(default_factory=dict)  # producer_id -> [last seq, latest ts]
-    retired: dict[str, float] = field(default_factory=dict)  # recently pruned job -> its end (resends are duplicates)
+    jobs: dict[str, Job] = msgspec.field(default_factory=dict)
+    seqs: dict[str, list[float]] = msgspec.field(default_factory=dict)  # producer_id -> [last seq, latest ts]
+    retired: dict[str, float] = msgspec.field(default_factory=dict)  # recently pruned job -> its end (resends are duplicates)
     progress_end: float | None = None  # when the last job that reported progress finished
-    extras: dict[int, dict[str, list[float]]] = field(default_factory=dict)  # window -> add_extras sums
-    raised: list[str] = field(default_factory=list)  # jobs with a raised alert (serving sharded: streams.serving)
+    extras: dict[int, dict[str, list[float]]] = msgspec.field(default_factory=dict)  # window -> add_extras sums
+    raised: list[str] = msgspec.field(default_factory=list)  # jobs with a raised alert (serving sharded: streams.serving)
 
     def duplicate_sample(self, producer_id: str | None, seq: int, ts: float) -> bool:
         """True for a sample already seen (a resend after a crash or reconnect); else remember it.
@@ -323,37 +319,6 @@ class GpuState:
             del self.retired[next(iter(self.retired))]
         for job in self.jobs.values():
             job.prune(before)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "env": self.environment,
-            "win": {str(k): v for k, v in self.windows.items()},
-            "closed": self.closed,
-            "mwm": self.metrics_wm,
-            "lwm": self.lifecycle_wm,
-            "jobs": {j: job.to_dict() for j, job in self.jobs.items()},
-            "seqs": self.seqs,
-            "ret": self.retired,
-            "pe": self.progress_end,
-            **({"ext": {str(k): v for k, v in self.extras.items()}} if self.extras else {}),
-            **({"ar": list(self.raised)} if self.raised else {}),
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> GpuState:
-        return cls(
-            environment=d.get("env"),
-            windows={int(k): list(v) for k, v in d.get("win", {}).items()},
-            closed=d.get("closed"),
-            metrics_wm=d.get("mwm"),
-            lifecycle_wm=d.get("lwm"),
-            jobs={j: Job.from_dict(v) for j, v in d.get("jobs", {}).items()},
-            seqs={p: list(v) for p, v in d.get("seqs", {}).items()},
-            retired={j: float(v) for j, v in d.get("ret", {}).items()},
-            progress_end=d.get("pe"),
-            extras={int(k): {n: list(a) for n, a in v.items()} for k, v in d.get("ext", {}).items()},
-            raised=[str(j) for j in d.get("ar", [])],
-        )
 
 
 def sorted_indices(windows: Iterable[int], below: int) -> list[int]:

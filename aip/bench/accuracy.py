@@ -231,11 +231,11 @@ def run(quick: bool, progress: Callable[[str], None], plot_dir: str | None = Non
         predictions = _read_all(settings, "interference.predictions")
         observations = _read_all(settings, "interference.observations")
     progress(f"{len(predictions)} predictions, {len(observations)} observations")
-    from models.settings import Config
+    from models.modelconfig import ModelConfig
 
     result = summarize(
         predictions, observations, truth,
-        window_s=settings.window_s, since_ts=sim.start_ts + sim.duration_s / 2, max_pct=Config().max_pct,
+        window_s=settings.window_s, since_ts=sim.start_ts + sim.duration_s / 2, max_pct=ModelConfig().max_pct,
     )  # fmt: skip
     since = sim.start_ts + sim.duration_s / 2
     entries, no_truth = entries_of(predictions, MeasuredHistory(observations), truth_from_table(sim.table), since_ts=since)
@@ -257,7 +257,7 @@ def run(quick: bool, progress: Callable[[str], None], plot_dir: str | None = Non
 
 
 def what_if_floor(what_if: Mapping[str, Any]) -> bool:
-    """Issue 25's floor of the what-if entries: on job sets never measured, ``newcomer_pct`` MAE <= 25 with two jobs
+    """The floor of the what-if entries: on job sets never measured, ``newcomer_pct`` MAE <= 25 with two jobs
     running and <= 60 with three; 90 % intervals covering 0.85-0.95; placement regret <= 0.05 x a random choice's."""
     running = what_if.get("by_running", {})
 

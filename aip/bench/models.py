@@ -1,4 +1,4 @@
-"""``aip bench models``: refit + selection speed and online update speed (DESIGN.md benchmark contract).
+"""``aip bench models``: refit + selection speed and online update speed (docs/BENCHMARKS.md, "Models").
 
 * ``refit_seconds_10k``: an :class:`models.environment.EnvironmentModels` with the production :class:`models.environment.Config`
   that has learned 10,000 observations (Gavel pairs, synthetic percent changes) runs one full refit and
@@ -6,14 +6,14 @@
   mode x category on all ``refit_rows`` (10,000) observations (batch models fit the distinct feature rows,
   weighted by their copies) and cross-validates (grouped, 3 folds) every batch model x 4 categories x both
   modes, training on ``refit_cv_rows`` rows per mode (a group-stratified subsample where a mode has more
-  distinct rows than ``Config.refit_cv_rows``; every row is scored out of fold).  One small refit first warms
+  distinct rows than ``ModelConfig.refit_cv_rows``; every row is scored out of fold).  One small refit first warms
   imports.  ``refit_cpu_seconds_10k`` is the CPU time of the same call (this process + the pool's workers), ``load_average_1m`` the machine's load.
-* the fits of a refit run on ``Config.workers`` processes (default: all cores; ``AIP_BENCH_WORKERS=1`` measures
+* the fits of a refit run on ``ModelConfig.workers`` processes (default: all cores; ``AIP_BENCH_WORKERS=1`` measures
   the in-process refit).  The pool is started (and every worker warmed with one small fit per model) before the
   timed refits: ``pool_start_seconds``, paid once per process.  ``refit_seconds_all`` lists every timed refit.
 * ``online_update_ms_median``: median wall time of ``learn(obs)`` per observation after the refit: every
   candidate's test-then-train scoring (online learners due, baselines, the served model for drift; the batch
-  candidates in one vectorised pass every ``Config.score_batch_every`` observations, which the mean and p95
+  candidates in one vectorised pass every ``ModelConfig.score_batch_every`` observations, which the mean and p95
   include), learning, and selection.  ``online_update_ms_median_before_refit``: the same before any refit
   (no batch candidates).
 """
@@ -29,14 +29,15 @@ from typing import Any
 
 def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
     from models import parallel
-    from models.environment import Config, EnvironmentModels
+    from models.environment import EnvironmentModels
+    from models.modelconfig import ModelConfig
     from models.synthetic import gavel_observations
 
     n = 10_000
     progress(f"generating {n} observations from Gavel v100 pairs")
     obs = gavel_observations(n, seed=7)
     env_workers = os.environ.get("AIP_BENCH_WORKERS")
-    config = Config(workers=int(env_workers)) if env_workers else Config()
+    config = ModelConfig(workers=int(env_workers)) if env_workers else ModelConfig()
     workers = parallel.resolve(config.workers)
     progress(f"starting the refit pool ({workers} workers)")
     pool_start = parallel.warm(workers)

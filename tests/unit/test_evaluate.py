@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from aip.cli import main
+from models.crossval import cross_validate, grouped_folds, holdout_folds
 from models.datasets import Dataset, Sample, load, load_gavel
-from models.selection import cross_validate, grouped_folds, holdout_folds
 
 
 def test_gavel_features_beat_one_hot_baseline(data_dir) -> None:  # type: ignore[no-untyped-def]
@@ -379,14 +379,14 @@ def test_probes_make_every_candidate_a_newcomer() -> None:
     """With job sets revealed (``weighted``), every batch candidate and the average are the Newcomer forms (thin
     families weighted up in each fold's own training rows); the baselines stay as they are.  A weight is whole
     copies: a uniform one leaves least squares' predictions as they were and counts the copies trained."""
-    from models.evaluate import IDENTITY, MEDIAN, candidate_scores, fit_candidate, newcomer_weights
+    from models.evaluate import IDENTITY, MEDIAN, candidate_scores, fit_candidate, thin_family_weights
 
     ds = _pairs(5, noise=1.0)
     scores = candidate_scores(ds.samples, "placement", models=("DecisionTree", "LinearRegression"), k=2, holdout="family", probes=1, weighted=True)
     names = {s.model for s in scores}
     assert {MEDIAN, IDENTITY} < names
-    assert all(n.startswith(("Newcomer[", "Average[Newcomer[")) for n in names - {MEDIAN, IDENTITY})
-    assert "Newcomer[DecisionTree:all]" in names and any(n.startswith("Average[") for n in names)
+    assert all(n.startswith(("Upweighted[", "Average[Upweighted[")) for n in names - {MEDIAN, IDENTITY})
+    assert "Upweighted[DecisionTree:all]" in names and any(n.startswith("Average[") for n in names)
     avg = next(n for n in names if n.startswith("Average["))
     assert np.isfinite(fit_candidate(avg, "all", ds.samples, "placement")(ds.samples[:3])).all()
     one = {"models": ("LinearRegression",), "categories": ("all",), "k": 3}
@@ -396,5 +396,5 @@ def test_probes_make_every_candidate_a_newcomer() -> None:
     # the weights a fold's training rows get are those of its own rows: a family thin there is weighted
     folds = holdout_folds(ds.samples, 5, 0, "family", 1)
     tr, _ = folds[0]
-    w = newcomer_weights([ds.samples[i] for i in tr])
+    w = thin_family_weights([ds.samples[i] for i in tr])
     assert max(w) == 8 and min(w) == 1

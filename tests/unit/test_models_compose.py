@@ -9,7 +9,7 @@ import numpy as np
 
 from models.datasets import Sample
 from models.environment import EnvironmentModels
-from models.settings import Config
+from models.modelconfig import ModelConfig
 
 SENS = {f"net{i} (batch size 8)": 10.0 + 12.0 * i for i in range(5)}
 """Each type's solo SM utilisation; the pairwise slowdown grows with both (the answer the stream is built on)."""
@@ -32,7 +32,7 @@ def _sample(job: str, co: list[str], y: float) -> Sample:
     return Sample(job, tuple(co), y, key, "v100", {}, _profile(SENS[job]), tuple(_profile(SENS[c]) for c in co))
 
 
-FAST = Config(online_models=("river.LinearRegression",), batch_models=("ExtraTrees", "LinearRegression"), final_fits=2)
+FAST = ModelConfig(online_models=("river.LinearRegression",), batch_models=("ExtraTrees", "LinearRegression"), final_fits=2)
 
 
 def test_a_three_job_set_never_measured_is_composed_from_its_pairs_better_than_the_feature_model() -> None:
@@ -107,7 +107,7 @@ def test_a_three_job_set_with_a_pair_never_measured_is_composed_and_so_is_its_ru
 
 
 def test_a_composed_slowdown_compounds_past_the_bound_of_one_pair() -> None:
-    em = EnvironmentModels("v100", config=Config(**{**FAST.__dict__, "max_pct": 60.0}))
+    em = EnvironmentModels("v100", config=ModelConfig(**{**FAST.__dict__, "max_pct": 60.0}))
     names = sorted(SENS)
     for _ in range(8):
         for a in names:

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from models import persist, zoo
+from models.zoo import online, scikit
 
 ALL = [("batch", n) for n in zoo.BATCH] + [("online", n) for n in zoo.ONLINE]
 
@@ -93,13 +94,13 @@ def test_missing_features_handled(trained: tuple[Wrapped, list, list]) -> None:
     assert math.isfinite(w.predict([{"unknown_feature": 1.0}])[0])
 
 
-@pytest.mark.parametrize("memo_rows", [zoo.MEMO_ROWS, 8])  # 8: the memo is forgotten in the middle
+@pytest.mark.parametrize("memo_rows", [scikit.MEMO_ROWS, 8])  # 8: the memo is forgotten in the middle
 def test_batch_frame_rows_and_row_by_row_predictions_agree(
     trained: tuple[Wrapped, list, list], memo_rows: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The serving matrix of feature dicts (absent indicators 0, other absent features their median) is the frame's,
     for rows served before (remembered) and rows never served, in one matrix."""
-    monkeypatch.setattr(zoo, "MEMO_ROWS", memo_rows)
+    monkeypatch.setattr(scikit, "MEMO_ROWS", memo_rows)
     w, xs, _ = trained
     if w.kind != "batch":
         pytest.skip("batch models only")
@@ -110,15 +111,16 @@ def test_batch_frame_rows_and_row_by_row_predictions_agree(
     np.testing.assert_allclose(w.model.predict_rows(mixed), w.model.predict(pd.DataFrame(mixed)), rtol=1e-9, atol=1e-9)
 
 
-def test_save_load_round_trip(trained: tuple[Wrapped, list, list], tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_state_round_trip(trained: tuple[Wrapped, list, list]) -> None:
+    """A model's state, encoded and decoded as the persisted state is, predicts what the model predicts."""
     w, xs, _ = trained
     if w.kind == "batch":
-        w.model.save(tmp_path / "m")
-        loaded = zoo.load_batch(tmp_path / "m")
+        state = persist.decode_state(persist.encode_state(w.model.to_state()), zoo.BatchState)  # type: ignore[arg-type]
+        loaded = zoo.batch_from_state(state)
     else:
-        key = persist.state_key(tmp_path)
-        w.model.save(tmp_path / "m.pkl", key)
-        loaded = zoo.RiverModel.load(tmp_path / "m.pkl", key)
+        key = b"k" * 32
+        state = persist.decode_state(persist.encode_state(w.model.to_state(key)), online.RiverState)
+        loaded = online.RiverModel.from_state(state, key)
     assert [loaded.predict_one(x) for x in xs] == w.predict(xs)
 
 
@@ -138,7 +140,7 @@ def test_forest_predict_gives_the_floats_of_scikit_learn_predict() -> None:
     import numpy as np
     from sklearn.ensemble import ExtraTreesRegressor, RandomForestRegressor
 
-    from models.zoo import forest_predict
+    from models.zoo.scikit import forest_predict
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(400, 6))
@@ -159,30 +161,25 @@ def test_a_tree_fits_a_few_duplicated_rows(rows: int) -> None:
     failed here with min_weight_fraction_leaf 1.0)."""
     X = pd.DataFrame({"S": ([10.0, 20.0] * rows)[:rows]})  # two distinct rows, repeated: weighted
     y = [1.0 + (i % 2) for i in range(rows)]
-    model = zoo.SklearnModel("DecisionTree").fit(X, y)
+    model = scikit.SklearnModel("DecisionTree").fit(X, y)
     assert np.isfinite(model.predict(X)).all()
 
 
 @pytest.mark.parametrize("name", ["RandomForest", "MLP"])
-def test_saving_a_fit_again_writes_nothing_and_another_fit_is_written(name: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """A worker saves every interval: an unchanged batch model is not serialised again, a refit is, and so is a
-    fit of another model that finds the directory holding something else (candidates' directories are by index)."""
+def test_a_fit_is_serialised_once_and_another_fit_again(name: str) -> None:
+    """A worker saves every interval: an unchanged batch model is not serialised again (the same state comes back),
+    a refit is, and so is another model; a model made from its state gives that state back."""
     xs, ys = _data()
     first = zoo.make_batch(name, seed=0).fit(pd.DataFrame(xs), ys)
-    folder = tmp_path / "m"
-    first.save(folder)
-    written = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
-    first.save(folder)
-    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == written
-    assert zoo.saved_fit_id(folder) == first.fit_id != ""
+    state = first.to_state()
+    assert first.to_state() is state and state.fit_id == first.fit_id != ""
 
     xs2, ys2 = _data(seed=3)
     for other in (first.fit(pd.DataFrame(xs2), ys2), zoo.make_batch(name, seed=1).fit(pd.DataFrame(xs), ys)):
-        other.save(folder)
-        assert zoo.saved_fit_id(folder) == other.fit_id
-        loaded = zoo.load_batch(folder)
+        again = other.to_state()
+        assert again is not state and again.fit_id == other.fit_id != state.fit_id
+        loaded = zoo.batch_from_state(persist.decode_state(persist.encode_state(again), zoo.BatchState))  # type: ignore[arg-type]
         assert loaded.fit_id == other.fit_id
         assert [loaded.predict_one(x) for x in xs2] == pytest.approx([other.predict_one(x) for x in xs2])
-        before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
-        loaded.save(folder)  # a model loaded from its directory does not write it again
-        assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == before
+        assert loaded.to_state() is not again and loaded.to_state() == again  # decoded: equal, and not made again
+        assert loaded.to_state() is loaded.to_state()

@@ -8,9 +8,10 @@ import shutil
 import numpy as np
 
 from models.datasets import Sample
-from models.environment import Config, EnvironmentModels
+from models.environment import EnvironmentModels
+from models.modelconfig import ModelConfig
 
-SMALL = Config(
+SMALL = ModelConfig(
     batch_models=("LinearRegression",), online_models=("river.LinearRegression",), refit_rows=300, refit_every=200, folds=3
 )
 

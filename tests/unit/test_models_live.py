@@ -16,13 +16,15 @@ import random
 
 import pytest
 
-from models.candidates import CandidateKey, Views
 from models.datasets import Sample
-from models.environment import Config, EnvironmentModels
-from models.live import LAST_MEASURED, LastMeasured, Measurements, RollingMedian, clip_pct, slot
+from models.environment import EnvironmentModels
+from models.live import LAST_MEASURED, LastMeasured, Measurements, clip_pct, slot
+from models.modelconfig import ModelConfig
+from models.rolling import RollingMedian
+from models.views import CandidateKey, Views
 
 ONLINE_LINEAR = ("river.LinearRegression",)
-TREES = Config(
+TREES = ModelConfig(
     batch_models=("DecisionTree", "LinearRegression"),
     online_models=ONLINE_LINEAR,
     refit_rows=2000,
@@ -179,7 +181,7 @@ def test_drift_scores_the_served_prediction_before_learning() -> None:
         em.learn_sample(s)
     em.refit_now()
     rec = Recorder()
-    em._drift_detectors["observed"] = rec
+    em.drift.detectors["observed"] = rec
     expected = []
     for s in stream[150:]:
         r = em.predict_sample(s, "observed")
@@ -210,14 +212,14 @@ def test_drift_is_detected_soon_after_a_change_and_not_before() -> None:
     em.refit_now()
     for s in stream(300, 0.0):
         em.learn_sample(s)
-    assert em.drift_events == 0 and not em.refit_due()
+    assert em.drift.events == 0 and not em.refit_due()
     after = 0
     for s in stream(200, 60.0):
         em.learn_sample(s)
         after += 1
-        if em.drift_events:
+        if em.drift.events:
             break
-    assert em.drift_events > 0 and after <= 40, after
+    assert em.drift.events > 0 and after <= 40, after
     assert em.refit_due()
 
 

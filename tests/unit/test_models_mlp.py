@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from models import mlp
-from models.zoo import TorchMLP
+from models.zoo.torchmlp import TorchMLP
 
 torch = pytest.importorskip("torch")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from models.zoo import make_batch, monotone_direction
+from models.zoo import make_batch
+from models.zoo.scikit import monotone_direction
 
 
 def _data(n: int = 400, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray]:

@@ -9,10 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from models.candidates import CandidateKey, NewcomerCandidate, Views
+from models.candidates import NewcomerCandidate
 from models.environment import EnvironmentModels
+from models.modelconfig import ModelConfig
 from models.newcomer import Newcomer, Role, roles
-from models.settings import Config
+from models.views import CandidateKey, Views
 
 SPAN = 40.0
 """How much more the newcomer slows down as the job than its solo profile says (the answer the stream is built on)."""
@@ -40,7 +41,7 @@ def _sample(job: str, co: str, rng: np.random.Generator):  # type: ignore[no-unt
     return Sample(job, (co,), y, " + ".join(sorted((job, co))), "v100", {}, _profile(s[job]), (_profile(s[co]),))
 
 
-def _trained(config: Config) -> EnvironmentModels:
+def _trained(config: ModelConfig) -> EnvironmentModels:
     rng = np.random.default_rng(0)
     em = EnvironmentModels("v100", config=config)
     names = sorted(KNOWN)
@@ -56,7 +57,7 @@ def _trained(config: Config) -> EnvironmentModels:
     return em
 
 
-FAST = Config(online_models=("river.LinearRegression",), batch_models=("ExtraTrees", "LinearRegression"), final_fits=2)
+FAST = ModelConfig(online_models=("river.LinearRegression",), batch_models=("ExtraTrees", "LinearRegression"), final_fits=2)
 
 
 def test_a_type_measured_with_two_co_runners_is_predicted_next_to_a_third_better_than_the_feature_model() -> None:

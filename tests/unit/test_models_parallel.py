@@ -14,9 +14,10 @@ import psutil
 import pytest
 
 from models import parallel
+from models.crossval import cross_validate
 from models.datasets import Sample
-from models.environment import Config, run_refit
-from models.selection import cross_validate
+from models.environment import run_refit
+from models.modelconfig import ModelConfig
 
 
 @pytest.fixture(autouse=True)
@@ -70,8 +71,8 @@ def test_pool_cross_validation_equals_in_process() -> None:
 def test_refit_on_the_pool_selects_and_fits_as_in_process() -> None:
     samples = _samples()
     models = ("LinearRegression", "DecisionTree", "HistGradientBoosting")
-    one = run_refit(samples, Config(workers=1, batch_models=models), 0)
-    two = run_refit(samples, Config(workers=2, pool_min_rows=0, batch_models=models), 0)
+    one = run_refit(samples, ModelConfig(workers=1, batch_models=models), 0)
+    two = run_refit(samples, ModelConfig(workers=2, pool_min_rows=0, batch_models=models), 0)
     assert two.pool_fallbacks == 0 and one.scores == two.scores
     assert one.fitted.keys() == two.fitted.keys()
     x = samples[0].features("observed", "all")
@@ -167,9 +168,9 @@ def test_refits_below_pool_min_rows_stay_in_process(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(refit, "Fits", Spy)
     samples = _samples(60)
-    small = run_refit(samples, Config(workers=2, pool_min_rows=61, batch_models=("LinearRegression",)), 0)
+    small = run_refit(samples, ModelConfig(workers=2, pool_min_rows=61, batch_models=("LinearRegression",)), 0)
     assert [f.workers for f in made] == [1] and made[0]._shared is None  # nothing published to a pool
-    pooled = run_refit(samples, Config(workers=2, pool_min_rows=60, batch_models=("LinearRegression",)), 0)
+    pooled = run_refit(samples, ModelConfig(workers=2, pool_min_rows=60, batch_models=("LinearRegression",)), 0)
     assert [f.workers for f in made] == [1, 2]
     assert small.scores == pooled.scores and small.fitted.keys() == pooled.fitted.keys()
 
@@ -194,9 +195,9 @@ def test_a_stopping_process_gives_up_between_fits() -> None:
                 fits.run(counted, [(os.getpid(), i) for i in range(6)])
             assert calls == [0, 1]  # the fit in progress ends; no other starts
         with pytest.raises(parallel.Stopped):  # a refit, in-process and on the pool
-            run_refit(_samples(), Config(workers=1, batch_models=("LinearRegression",)), 0)
+            run_refit(_samples(), ModelConfig(workers=1, batch_models=("LinearRegression",)), 0)
         with pytest.raises(parallel.Stopped):
-            run_refit(_samples(), Config(workers=2, pool_min_rows=0, batch_models=("LinearRegression",)), 0)
+            run_refit(_samples(), ModelConfig(workers=2, pool_min_rows=0, batch_models=("LinearRegression",)), 0)
     finally:
         parallel.resume()
-    assert run_refit(_samples(), Config(workers=1, batch_models=("LinearRegression",)), 0).fitted  # resumed
+    assert run_refit(_samples(), ModelConfig(workers=1, batch_models=("LinearRegression",)), 0).fitted  # resumed

@@ -7,8 +7,9 @@ import pandas as pd
 import pytest
 
 from models import zoo
+from models.crossval import cross_validate, stratified_subsample
 from models.datasets import Sample
-from models.selection import cross_validate, stratified_subsample
+from models.zoo import frames
 
 
 def _duplicated(seed: int = 0, distinct: int = 40, copies: int = 6) -> tuple[pd.DataFrame, np.ndarray]:
@@ -21,9 +22,9 @@ def _duplicated(seed: int = 0, distinct: int = 40, copies: int = 6) -> tuple[pd.
 
 def test_compress_keeps_first_occurrence_order_and_means() -> None:
     a = np.array([[2.0, 0.0], [1.0, 1.0], [2.0, -0.0], [1.0, 1.0]])
-    rows, t, w = zoo.compress(a, np.array([1.0, 2.0, 3.0, 6.0]))
+    rows, t, w = frames.compress(a, np.array([1.0, 2.0, 3.0, 6.0]))
     assert rows.tolist() == [[2.0, 0.0], [1.0, 1.0]] and t.tolist() == [2.0, 4.0] and w.tolist() == [2.0, 2.0]
-    same, _, none = zoo.compress(a[:2], np.array([1.0, 2.0]))
+    same, _, none = frames.compress(a[:2], np.array([1.0, 2.0]))
     assert none is None and same.tolist() == a[:2].tolist()
 
 
@@ -31,7 +32,7 @@ def test_compress_keeps_first_occurrence_order_and_means() -> None:
 def test_compressed_fit_equals_fit_on_duplicates(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     X, y = _duplicated()
     fast = zoo.make_batch(name).fit(X, y)
-    monkeypatch.setattr(zoo.Prepared, "distinct", lambda self: (self.a, self.y, None))  # every copy, unweighted
+    monkeypatch.setattr(frames.Prepared, "distinct", lambda self: (self.a, self.y, None))  # every copy, unweighted
     slow = zoo.make_batch(name).fit(X, y)
     if name == "DecisionTree":  # same fit of the rows; between rows, float sums may break split ties differently
         probe = X.iloc[:40]

@@ -11,12 +11,15 @@ import pytest
 
 from events import CATEGORIES, Leaderboard
 from models import persist
+from models.crossval import grouped_folds
 from models.datasets import BUILTIN
-from models.environment import Config, EnvironmentModels, PredictionResult
+from models.environment import STATE_FILE, EnvironmentModels, PredictionResult
 from models.live import slot
-from models.selection import grouped_folds
+from models.modelconfig import ModelConfig
+from models.state import EnvironmentState
+from models.zoo.online import RiverState
 
-SMALL = Config(batch_models=("LinearRegression", "DecisionTree"), refit_rows=200, refit_every=150, folds=3, jobset_min=15)
+SMALL = ModelConfig(batch_models=("LinearRegression", "DecisionTree"), refit_rows=200, refit_every=150, folds=3, jobset_min=15)
 
 
 @pytest.fixture
@@ -140,10 +143,10 @@ def test_drift_requests_a_refit(data_dir) -> None:  # type: ignore[no-untyped-de
     assert not em.refit_due()
     for o in obs[300:450]:
         em.learn(o)
-    quiet = em.drift_events
+    quiet = em.drift.events
     for o in obs[450:]:
         em.learn(o)
-    assert em.drift_events > quiet
+    assert em.drift.events > quiet
     assert em.refit_due()
 
 
@@ -165,9 +168,12 @@ def test_save_load_predicts_the_same_and_refuses_foreign_files(stream, tmp_path)
     # a river file signed by another state directory (another key) is refused
     with pytest.raises(persist.SignatureError):
         EnvironmentModels.load(tmp_path / "state" / "v100", key_dir=tmp_path / "elsewhere")
-    # a tampered file is refused
-    f = tmp_path / "state" / "v100" / "online" / "0.pkl"
-    f.write_bytes(f.read_bytes() + b"x")
+    # a tampered learner is refused
+    path = tmp_path / "state" / "v100" / STATE_FILE
+    state = persist.read_state(path, EnvironmentState)
+    river = next(c.estimator for c in state.candidates if isinstance(c.estimator, RiverState))
+    river.data += b"x"
+    persist.write_state(path, state)
     with pytest.raises(persist.SignatureError):
         EnvironmentModels.load(tmp_path / "state" / "v100")
 
@@ -280,13 +286,13 @@ def test_a_state_of_another_format_is_refused_with_a_clear_error(stream, tmp_pat
     for o in stream[:60]:
         em.learn(o)
     em.save(tmp_path / "state" / "v100")
-    path = tmp_path / "state" / "v100" / "state.json"
-    state = msgspec.json.decode(path.read_bytes())
-    path.write_bytes(msgspec.json.encode({**state, "format": 1}))
-    with pytest.raises(ValueError, match="state format 1"):
+    path = tmp_path / "state" / "v100" / STATE_FILE
+    state = msgspec.msgpack.decode(path.read_bytes())
+    path.write_bytes(msgspec.msgpack.encode({**state, "format": 2}))
+    with pytest.raises(ValueError, match="state format 2"):
         EnvironmentModels.load(tmp_path / "state" / "v100")
-    del state["format"], state["candidates"]  # as written before issue 22: a hand-written layout
-    path.write_bytes(msgspec.json.encode(state))
+    del state["format"], state["candidates"]  # another layout altogether
+    path.write_bytes(msgspec.msgpack.encode(state))
     with pytest.raises(msgspec.ValidationError, match="format"):
         EnvironmentModels.load(tmp_path / "state" / "v100")
 
@@ -295,14 +301,14 @@ def test_the_other_role_of_a_job_set_just_measured_is_not_scored_as_new() -> Non
     """A GPU's window gives one observation per job: ``a | b``, then ``b | a``.  The second is a slot never
     measured, but its job set was, one observation ago: an online learner that has just learned ``a | b`` would be
     judged there on a question no what-if of a job set never measured asks.  Only the first counts as new."""
-    from models.candidates import CandidateKey
     from models.datasets import Sample
+    from models.views import CandidateKey
 
     def sample(job: str, co: str, y: float) -> Sample:
         prof = {"a": {"S": 10.0, "M": 100.0}, "b": {"S": 50.0, "M": 300.0}, "c": {"S": 90.0, "M": 200.0}}
         return Sample(job, (co,), y, " + ".join(sorted((job, co))), "v100", {}, prof[job], (prof[co],))
 
-    em = EnvironmentModels("v100", config=Config(online_models=("river.LinearRegression",), batch_models=("LinearRegression",)))
+    em = EnvironmentModels("v100", config=ModelConfig(online_models=("river.LinearRegression",), batch_models=("LinearRegression",)))
     key = CandidateKey("placement", "all", "river.LinearRegression")
     for job, co in (("a", "b"), ("b", "a"), ("a", "c"), ("c", "a"), ("b", "c"), ("c", "b")):
         em.learn_sample(sample(job, co, 10.0))
@@ -314,10 +320,10 @@ def test_the_other_role_of_a_job_set_just_measured_is_not_scored_as_new() -> Non
 
 @pytest.mark.parametrize("sampled", [True, False])
 def test_the_batch_candidates_are_tested_on_the_online_learners_sample(stream, sampled: bool) -> None:  # type: ignore[no-untyped-def]
-    """``Config.batch_sampled``: the batch candidates are scored on the observations the online learners are tested
+    """``ModelConfig.batch_sampled``: the batch candidates are scored on the observations the online learners are tested
     on (one in ``online_sample`` by the observation's draw), the same rows, so the selection compares them on the
     same observations; the baselines on every one.  Off: the batch candidates on every observation."""
-    from models.candidates import CandidateKey
+    from models.views import CandidateKey
 
     config = dataclasses.replace(SMALL, online_models=("river.LinearRegression",), batch_sampled=sampled, window=1000)
     em = EnvironmentModels("v100", config=config)

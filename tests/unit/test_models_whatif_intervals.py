@@ -14,9 +14,9 @@ import numpy as np
 
 from models.datasets import Sample
 from models.environment import EnvironmentModels
-from models.settings import Config
+from models.modelconfig import ModelConfig
 
-FAST = Config(online_models=("river.LinearRegression",), batch_models=("ExtraTrees", "LinearRegression"), final_fits=2)
+FAST = ModelConfig(online_models=("river.LinearRegression",), batch_models=("ExtraTrees", "LinearRegression"), final_fits=2)
 NOISE = 0.01
 """Each window's measurement: the steady ``1 + slowdown`` times ``1 + N(0, NOISE)``."""
 

@@ -91,7 +91,7 @@ def test_keep_up_refits_at_once_past_the_share_wait_and_waits_for_a_refit_in_fli
     asyncio.run(refits.keep_up("v100"))  # none in flight: refits now and waits for it
     assert models.refits == 1 and stage2.counters["refits_awaited"] == 1 and published == ["v100"]
     assert not stage2.behind("v100", stage2.learned_ts["v100"])
-    models._drift = True  # due again at once, but a refit at a share of 0.01 holds the next back for 99x its time
+    models.drift.detected = True  # due again at once, but a refit at a share of 0.01 holds the next back for 99x its time
     assert stage2.refits_due() == [] and stage2.behind("v100", stage2.learned_ts["v100"] + 61.0)
 
     async def in_flight() -> None:
@@ -113,5 +113,5 @@ def test_after_a_rebuild_and_its_refit_the_next_live_window_is_not_behind() -> N
     stage2.apply_refit("v100", stage2.refit_task("v100")())  # the rebuild's refit, before serving
     clock[0] += 5.0
     models = stage2.models["v100"]
-    models._drift = True  # a refit due: only the clocks decide
+    models.drift.detected = True  # a refit due: only the clocks decide
     assert not stage2.behind("v100", last + 10.0) and stage2.behind("v100", last + 70.0)

@@ -86,7 +86,7 @@ def findings(path: Path) -> list[str]:
             if not (isinstance(wo, ast.Constant) and wo.value is True):
                 out.append(f"{rel}:{node.lineno}: torch.load without weights_only=True")
             continue
-        if dotted is not None and dotted[1] == "load" and dotted[0] in ("sio", "skops", "io") and "skops" in path.read_text():
+        if dotted is not None and dotted[1] in ("load", "loads") and dotted[0] in ("sio", "skops", "io") and "skops" in path.read_text():
             fn = function_of(node)
             body = ast.unparse(fn) if fn is not None else ""
             if "get_untrusted_types" not in body or "raise" not in body:
@@ -143,10 +143,10 @@ def test_the_scan_catches_each_unsafe_form(tmp_path: Path, source: str, monkeypa
 def test_the_guarded_loader_verifies_before_unpickling(tmp_path: Path) -> None:
     from models.persist import SignatureError, dump_signed, load_signed
 
-    path = tmp_path / "learner.pkl"
     key = b"k" * 32
-    dump_signed(path, {"a": 1}, key)
-    assert load_signed(path, key) == {"a": 1}
-    path.write_bytes(path.read_bytes() + b"tampered")
+    data, signature = dump_signed({"a": 1}, key)
+    assert load_signed(data, signature, key) == {"a": 1}
     with pytest.raises(SignatureError):
-        load_signed(path, key)
+        load_signed(data + b"tampered", signature, key)
+    with pytest.raises(SignatureError):
+        load_signed(data, signature, b"other" * 8)

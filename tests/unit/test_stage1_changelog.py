@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from events.topics import METRICS
@@ -15,6 +17,7 @@ from streams import changelog
 from streams.checkpoint import TopicPartition
 from streams.stage1 import HeldWindow, Stage1
 from streams.state import Stage1State
+from streams.windows import GpuState, Job
 
 
 def _events() -> list[tuple[str, Any]]:
@@ -63,7 +66,7 @@ def test_the_next_owner_continues_the_partition_as_if_nothing_moved(tmp_path: Pa
     assert asyncio.run(new.restore_partition(0)) == 3
     assert new.positions == old.positions
     assert not any(new.offsets.store(tp, offset) for tp, offset in old.positions.items())  # applied: replays
-    assert {g: s.to_dict() for g, s in new.stage1.gpus.items()} == {g: s.to_dict() for g, s in old.stage1.gpus.items()}
+    assert new.stage1.gpus == old.stage1.gpus
     both = [[], []]
     for i, (topic, record) in enumerate(events[cut:], start=cut):
         for out, st in zip(both, (old, new), strict=True):
@@ -78,10 +81,10 @@ def test_a_worker_keeps_its_own_state_when_the_changelog_is_not_beyond_it(tmp_pa
     _replay(own, events, 0, 200)
     own.publish_changelog()  # what the changelog holds: the state at offset 199
     _replay(own, events, 200)  # the worker's own state went further (its checkpoint, say)
-    before = {g: s.to_dict() for g, s in own.stage1.gpus.items()}
+    before = msgspec.json.encode(own.stage1.gpus)
     own.read = lambda p: changelog.fold([(k, v) for k, v, _ in log])
     assert asyncio.run(own.restore_partition(0)) == 0
-    assert {g: s.to_dict() for g, s in own.stage1.gpus.items()} == before
+    assert msgspec.json.encode(own.stage1.gpus) == before
 
 
 def test_lost_partitions_are_forgotten_and_held_windows_move_with_their_gpu(tmp_path: Path) -> None:
@@ -126,22 +129,23 @@ def test_a_changelog_short_of_the_committed_offset_is_read_again_until_it_reache
     assert new.stage1.counters["changelog_behind"] == 0
 
 
-def test_records_of_the_dict_era_still_fold_and_the_wire_format_is_unchanged() -> None:
-    """Held job-windows were 15-key dicts and positions ``"topic:partition"`` strings: both still read the same."""
-    held = {"window_start": 1.7e9, "window_end": 1.7e9 + 10, "gpu_uuid": "GPU-x", "environment": "v100", "job_id": "j",
-            "job_type": "new-type", "co_job_types": ["other"], "co_job_ids": ["k"], "window_means": {"E": 1.0, "R": None},
-            "throughput_steps_per_s": 1.0, "samples": 10, "proc_sm_util_pct": 45.0, "proc_mem_util_pct": None,
-            "sm_share_pct": None, "rw_source": "pcie_kbps"}  # fmt: skip
-    gpu = (b"gpu:GPU-x", json.dumps({"state": {}, "held": [held]}).encode())
-    positions = (b"positions", json.dumps({"positions": {"gpu.metrics:3": 41, "jobs.lifecycle:3": 7}, "window_s": 10.0}).encode())
-    state = changelog.fold([gpu, positions])
-    (window,) = state.gpus["GPU-x"].held
-    assert window == HeldWindow(**held) and window.to_builtins() == held
+def test_records_fold_to_what_was_written_and_records_of_another_form_are_left_out() -> None:
+    """A GPU's record (its state, its held job-windows) and a partition's positions fold back to what was written;
+    positions stay ``"topic:partition"`` keys on the wire; a record of another version's form is left out, counted."""
+    held = HeldWindow(
+        1.7e9, 1.7e9 + 10, "GPU-x", "v100", "j", "new-type", ["other"], ["k"], {"E": 1.0, "R": None}, 1.0, 10,
+        proc_sm_util_pct=45.0, rw_source="pcie_kbps",
+    )  # fmt: skip
+    st = GpuState("v100", windows={3: [1.0, 2.0]}, closed=2, jobs={"j": Job("new-type", start=1.7e9, pid=7)}, raised=["j"])
+    gpu = changelog.gpu_record("GPU-x", st, [held])
+    positions = changelog.positions_record({TopicPartition("gpu.metrics", 3): 41, TopicPartition("jobs.lifecycle", 3): 7}, 10.0, "w")
+    old = (b"gpu:GPU-y", json.dumps({"state": {"env": "v100", "win": {}}, "held": []}).encode())  # abbreviated keys
+    state = changelog.fold([gpu, positions, old])
+    assert state.gpus["GPU-x"].state == st and state.gpus["GPU-x"].held == [held]
+    assert "GPU-y" not in state.gpus and state.skipped == 1
     assert state.positions == {TopicPartition("gpu.metrics", 3): 41, TopicPartition("jobs.lifecycle", 3): 7}
-    key, value = changelog.gpu_record("GPU-x", {}, [window])
-    assert (key, json.loads(value)) == (gpu[0], json.loads(gpu[1]))
-    _, value = changelog.positions_record(state.positions, 10.0, "w")
-    assert json.loads(value)["positions"] == {"gpu.metrics:3": 41, "jobs.lifecycle:3": 7}
+    assert state.window_s == 10.0
+    assert json.loads(positions[1])["positions"] == {"gpu.metrics:3": 41, "jobs.lifecycle:3": 7}
 
 
 def test_a_bucket_record_replaces_what_was_read_of_its_gpus_in_log_order() -> None:
@@ -151,14 +155,17 @@ def test_a_bucket_record_replaces_what_was_read_of_its_gpus_in_log_order() -> No
     b = changelog.bucket_of(gpus[0], n)
     mine = [g for g in gpus if changelog.bucket_of(g, n) == b]
     other = next(g for g in gpus if changelog.bucket_of(g, n) != b)
-    single = changelog.gpu_record(mine[1], {"v": "single"})  # as a worker without buckets wrote it
-    first = changelog.bucket_record(b, n, {g: ({"v": 1}, []) for g in mine})
-    second = changelog.bucket_record(b, n, {mine[0]: ({"v": 2}, [])})  # the others left this partition
-    outside = changelog.bucket_record(changelog.bucket_of(other, n), n, {other: ({"v": 1}, [])})
+    def v(tag: str) -> GpuState:
+        return GpuState(environment=tag)
+
+    single = changelog.gpu_record(mine[1], v("single"))  # as a worker without buckets wrote it
+    first = changelog.bucket_record(b, n, {g: (v("1"), []) for g in mine})
+    second = changelog.bucket_record(b, n, {mine[0]: (v("2"), [])})  # the others left this partition
+    outside = changelog.bucket_record(changelog.bucket_of(other, n), n, {other: (v("1"), [])})
     state = changelog.fold([single, outside, first, second])
-    assert {g: e.state for g, e in state.gpus.items()} == {mine[0]: {"v": 2}, other: {"v": 1}}
-    later = changelog.gpu_record(mine[1], {"v": "back"})  # a record of its own after the bucket: it wins
-    assert changelog.fold([first, second, later]).gpus[mine[1]].state == {"v": "back"}
+    assert {g: e.state for g, e in state.gpus.items()} == {mine[0]: v("2"), other: v("1")}
+    later = changelog.gpu_record(mine[1], v("back"))  # a record of its own after the bucket: it wins
+    assert changelog.fold([first, second, later]).gpus[mine[1]].state == v("back")
     assert set(changelog.fold([single, first]).gpus) == set(mine)  # the bucket's record replaced the single one
     rebucketed = changelog.bucket_record(changelog.bucket_of(mine[0], 8), 8, {})  # another bucket count
     assert mine[0] not in changelog.fold([first, rebucketed]).gpus
@@ -169,7 +176,7 @@ def test_a_thousand_gpus_are_a_few_records_a_checkpoint(tmp_path: Path) -> None:
     events = list(Simulator(gpus=1000, gpu_model="v100", seed=4, start_ts=1_700_000_000.0, duration_s=12).events())
     state, log = _writing(tmp_path, "many", buckets=32)
     for i, (topic, record) in enumerate(events):
-        p = hash(record.gpu_uuid) % 4
+        p = int(hashlib.sha256(record.gpu_uuid.encode()).hexdigest(), 16) % 4  # the same every run: no bucket empty
         state.read_from(record.gpu_uuid, p)
         state.offsets.store(TopicPartition(topic, p), i)
         state.stage1.on_metric(record) if topic == METRICS else state.stage1.on_job(record)

@@ -9,7 +9,8 @@ import msgspec
 from test_streams import BASE, alone, observations
 
 from aip.bench import stage2 as bench
-from models.environment import Config, EnvironmentModels, draw
+from models.environment import EnvironmentModels, draw
+from models.modelconfig import ModelConfig
 from models.synthetic import gavel_observations
 from streams.serving import LearnAndServe
 from streams.stage2 import Stage2
@@ -68,7 +69,7 @@ def test_stage2_serves_a_lone_job_from_the_cache_and_recomputes_after_a_refit() 
 
 def test_online_learners_take_a_deterministic_sample_and_the_baselines_every_observation() -> None:
     obs = gavel_observations(200, seed=5)
-    em = EnvironmentModels("v100", config=Config(online_sample=4))
+    em = EnvironmentModels("v100", config=ModelConfig(online_sample=4))
     for o in obs:
         em.learn(o)
     sampled = sum(1 for o in obs if draw(o.observation_id) % 4 == 0)
@@ -77,13 +78,13 @@ def test_online_learners_take_a_deterministic_sample_and_the_baselines_every_obs
     assert light and all(c.estimator.n == sampled for c in light if c.features)
     assert em.measurements.labels == len(obs) and em.observations == len(obs)  # the slot baselines' view: all
     # the sample is the observations', not the order's: the same learners' counts in another order
-    other = EnvironmentModels("v100", config=Config(online_sample=4))
+    other = EnvironmentModels("v100", config=ModelConfig(online_sample=4))
     for o in reversed(obs):
         other.learn(o)
     assert [c.estimator.n for c in light] == [
         c.estimator.n for k, c in other.candidates.items() if c.kind == "online" and c.key.model == "river.LinearRegression"
     ]
-    every = EnvironmentModels("v100", config=Config(online_sample=1))
+    every = EnvironmentModels("v100", config=ModelConfig(online_sample=1))
     for o in obs:
         every.learn(o)
     assert all(
@@ -102,7 +103,7 @@ def test_a_refit_holds_the_next_one_back_for_its_share_of_the_time() -> None:
     result = task()
     stage.apply_refit(env, dataclasses.replace(result, seconds=2.0))
     models = stage.models_for(env)
-    models._drift = True  # due again at once
+    models.drift.detected = True  # due again at once
     assert models.refit_due() and stage.refits_due() == [] and stage.counters["refits_waited"] == 1
     now[0] += 5.9  # a 2 s refit at a share of 0.25 waits 6 s
     assert stage.refits_due() == []

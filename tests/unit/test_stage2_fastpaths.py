@@ -18,16 +18,20 @@ import random
 import numpy as np
 import pytest
 
-from models.candidates import NewcomerCandidate, Views
+from models.candidates import NewcomerCandidate
 from models.datasets import Sample
 from models.environment import EnvironmentModels, sample_of
 from models.features import placement_features
-from models.intervals import ResidualWindow, conformal_offsets
-from models.settings import Config
+from models.intervals import conformal_offsets
+from models.modelconfig import ModelConfig
+from models.rolling import ResidualWindow
 from models.synthetic import gavel_observations
-from models.zoo import Prepared, forest_predict, make_batch, tree_predict
+from models.views import Views
+from models.zoo import make_batch
+from models.zoo.frames import Prepared
+from models.zoo.scikit import forest_predict, tree_predict
 
-SMALL = Config(
+SMALL = ModelConfig(
     online_models=("river.LinearRegression",), batch_models=("ExtraTrees", "DecisionTree", "LinearRegression"), final_fits=2
 )
 
@@ -67,12 +71,12 @@ def test_learning_what_was_served_equals_learning_afresh() -> None:
             fast.refit_now()
             slow.refit_now()
     assert fast.refits == 2 and fast.observations == slow.observations == len(stream)
-    assert (fast.drift_events, fast.clipped, fast.withheld_novel) == (slow.drift_events, slow.clipped, slow.withheld_novel)
+    assert (fast.drift.events, fast.clipped, fast.withheld_novel) == (slow.drift.events, slow.clipped, slow.withheld_novel)
     assert fast.leaderboard().entries == slow.leaderboard().entries and fast.selected() == slow.selected()
     for name in ("seen_residuals", "novel_residuals", "many_residuals"):  # what the drift pass keeps besides
         assert list(getattr(fast, name).values) == list(getattr(slow, name).values), name
-    assert {m: d.estimation for m, d in fast._drift_detectors.items()} == {
-        m: d.estimation for m, d in slow._drift_detectors.items()
+    assert {m: d.estimation for m, d in fast.drift.detectors.items()} == {
+        m: d.estimation for m, d in slow.drift.detectors.items()
     }
     # a Served of another state of the models is not reused (the models learned since): learning computes afresh
     o, nxt = stream[0], stream[1]
@@ -126,7 +130,7 @@ def test_the_newcomer_candidate_predicts_a_batch_as_row_by_row() -> None:
 
 def test_refit_due_reads_the_job_sets_of_the_recent_history_as_a_scan_does() -> None:
     rng = random.Random(2)
-    config = Config(refit_min_rows=3, refit_rows=5, history=8)
+    config = ModelConfig(refit_min_rows=3, refit_rows=5, history=8)
     em = EnvironmentModels("v100", config=config)
     for _ in range(300):
         a, b = rng.choice("aab"), rng.choice("abbc")
@@ -269,11 +273,11 @@ def test_scoring_pending_rows_from_one_array_equals_each_models_frame() -> None:
 
 
 def test_the_rolling_mean_is_rivers_to_the_last_bit() -> None:
-    """:class:`models.candidates.RollingMean` (river's arithmetic without its wrappers) gives river's
+    """:class:`models.rolling.RollingMean` (river's arithmetic without its wrappers) gives river's
     ``utils.Rolling(stats.Mean, window)`` floats exactly, from empty and from a saved state."""
     from river import stats, utils
 
-    from models.candidates import RollingMean
+    from models.rolling import RollingMean
 
     rng = random.Random(11)
     for window in (1, 2, 7, 200):
@@ -296,8 +300,7 @@ def test_the_deferred_newcomer_learns_predicts_and_is_scored_as_on_arrival(monke
     it from everything learned so far (it settles itself)."""
     import contextlib
 
-    from models.candidates import NewcomerEstimator
-    from models.newcomer import dump
+    from models.newcomer import NewcomerEstimator, dump
 
     @contextlib.contextmanager
     def on_arrival_mode():  # type: ignore[no-untyped-def]

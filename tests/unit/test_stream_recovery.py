@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from records import job_event
 from test_streams import BASE, feed, observations, scenario
@@ -14,7 +15,7 @@ from config import Settings
 from events import encode
 from streams.app import create_app
 from streams.checkpoint import TopicPartition
-from streams.stage1 import LateEvent, Stage1
+from streams.stage1 import LateEvent, SavedStage1, Stage1
 from streams.stage2 import Stage2
 from streams.windows import GpuState, Job, close_limit
 
@@ -129,7 +130,7 @@ def test_stage1_restored_from_a_checkpoint_dedupes_the_replay() -> None:
     first = Stage1(window_s=10.0, lateness_s=2.0)
     cut, crash = len(evs) // 3, 2 * len(evs) // 3
     got = feed(first, evs[:cut])
-    saved = json.loads(json.dumps(first.to_dict()))  # checkpoint (serialised), then offsets committed at `cut`
+    saved = msgspec.json.decode(msgspec.json.encode(first.to_state()), type=SavedStage1)  # checkpoint, then offsets committed at `cut`
     feed(first, evs[cut:crash])  # processed (observations published) but not committed: lost with the process
     emitted_before_crash = got
     second = Stage1(window_s=10.0, lateness_s=2.0)
@@ -191,7 +192,7 @@ def test_worker_checkpoint_file_restores_windows_and_profiles(tmp_path: Path) ->
     one.state.checkpoint()
     assert (tmp_path / "stage1.json").exists() and not (tmp_path / "stage1.json.tmp").exists()
     two = create_app(settings, web=False)
-    assert two.stage1.to_dict() == one.stage1.to_dict()
+    assert two.stage1.to_state() == one.stage1.to_state()
     assert len(two.stage1.profiles) == 1 and two.state.gpu_partition == {"GPU-A": 2}
     # a partition moved to another worker: its GPUs start afresh there and are forgotten here
 

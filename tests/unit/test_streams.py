@@ -7,7 +7,6 @@ import random
 from typing import Any
 
 import msgspec
-import orjson
 import pytest
 from records import job_event, sample
 
@@ -18,7 +17,7 @@ from streams.features import interference_rate, percent_change, throughput
 from streams.hysteresis import judge, next_state
 from streams.profiles import SoloProfiles
 from streams.serving import LearnAndServe
-from streams.stage1 import LateEvent, Stage1
+from streams.stage1 import LateEvent, SavedStage1, Stage1
 from streams.stage2 import Stage2
 from streams.windows import GpuState, watermark, window_index
 
@@ -148,7 +147,7 @@ def test_stage1_held_windows_become_observations_when_the_profile_arrives() -> N
     assert held > 0 and not [o for o in first if o.job_type == "lm"]
     # a checkpoint taken now keeps the held job-windows
     restored = Stage1(window_s=10.0, lateness_s=2.0)
-    restored.restore(orjson.loads(orjson.dumps(stage.to_dict())))
+    restored.restore(msgspec.json.decode(msgspec.json.encode(stage.to_state()), type=SavedStage1))
     assert restored.held_count() == held
     for st in (stage, restored):
         later = feed(st, scenario("GPU-B", types=("lm", "resnet")))  # lm runs solo on GPU-B
@@ -199,11 +198,11 @@ def test_stage1_state_round_trips() -> None:
     expected = feed(one, evs)
     two = Stage1(window_s=10.0, lateness_s=2.0)
     got = feed(two, evs[:half])
-    saved = {g: st.to_dict() for g, st in two.gpus.items()}
+    saved = {g: msgspec.json.decode(msgspec.json.encode(st), type=GpuState) for g, st in two.gpus.items()}
     three = Stage1(window_s=10.0, lateness_s=2.0, profiles=two.profiles, loader=saved.get)
     got += feed(three, evs[half:])
     assert got == expected
-    assert GpuState.from_dict(three.gpus["GPU-A"].to_dict()) == three.gpus["GPU-A"]
+    assert msgspec.json.decode(msgspec.json.encode(three.gpus["GPU-A"]), type=GpuState) == three.gpus["GPU-A"]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -1,4 +1,9 @@
-"""The settings of one environment's models (:class:`Config`): selection, scoring, refits, baselines."""
+"""The tuning of one environment's models (:class:`ModelConfig`): selection, scoring, refits, baselines.
+
+Not the deployment's settings: those are :class:`config.Settings` (brokers, topics, intervals, each with its
+environment variable).  A ModelConfig travels inside the models' state (:mod:`models.state`), so a restored or
+served model keeps the tuning it learned with.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from models.zoo import ONLINE, REFIT_BATCH
 
 
 @dataclass
-class Config:
+class ModelConfig:
     window: int = 200
     """Rolling window of the prequential MAE (observations)."""
     min_samples: int = 10
@@ -20,11 +25,10 @@ class Config:
     """The online learners (river) are tested and trained on a deterministic sample of the observations, one in
     ``online_sample`` by the hash of the observation's id (:func:`models.environment.draw`), the heavy ones on
     their stride within it; the baselines and the newcomer candidates see every one (the batch candidates are
-    tested on the same sample, ``batch_sampled``).  1: every observation (before issue 23)."""
+    tested on the same sample, ``batch_sampled``).  1: every observation."""
     batch_sampled: bool = True
     """The batch candidates are tested on the online learners' sample (one observation in ``online_sample``, the
-    same rows: the selection compares them on the same observations); False: on every observation (before issue 23
-    item 4's tenth session)."""
+    same rows: the selection compares them on the same observations); False: on every observation."""
     score_batch_every: int = 256
     """Observations per vectorised pass of the batch candidates' test (of those in the sample, with
     ``batch_sampled``; and at every refit and save), and per pass of the deferred candidates (the newcomer)."""
@@ -42,8 +46,7 @@ class Config:
     observations, the composition's error exceeds the served model's by this share."""
     predict_novel: bool = True
     """A job type never measured here but with a solo profile is predicted from the profile (placement mode,
-    ``regime`` ``novel``, its interval widened to the spread of every measured slowdown); False: withheld, as
-    before issue 25."""
+    ``regime`` ``novel``, its interval widened to the spread of every measured slowdown); False: withheld."""
     refit_every: int = 500
     """Observations between periodic refits."""
     refit_min_rows: int = 30

@@ -1,4 +1,6 @@
-"""Grouped cross-validation of the batch zoo and the AIP choice (smallest error wins).
+"""Offline grouped cross-validation of the batch zoo and the AIP choice (smallest error wins, :func:`best_score`).
+
+The live selection over the stream's candidates is :mod:`models.selector`.
 
 A *group* is an unordered job set (or a Gavel pair): no group is ever in both the
 training and the test part of a fold.  :func:`cross_validate` returns out-of-fold
@@ -21,7 +23,8 @@ from events import CATEGORIES
 from models.datasets import Sample
 from models.features import restrict
 from models.parallel import Fits, Store
-from models.zoo import BATCH, Prepared, make_batch
+from models.zoo import BATCH, make_batch
+from models.zoo.frames import Prepared
 
 
 def mae(pred: Sequence[float] | np.ndarray, actual: Sequence[float] | np.ndarray) -> float:
@@ -84,7 +87,7 @@ def grouped_folds(groups: Sequence[str], k: int, seed: int = 0) -> list[tuple[np
 
 
 HOLDOUTS = ("pair", "family")
-"""Holdout schemes (DESIGN.md): ``pair``, no job set (group) in both training and test; ``family``, every row
+"""Holdout schemes (docs/ARCHITECTURE.md, "Definitions"): ``pair``, no job set (group) in both training and test; ``family``, every row
 that involves a held-out job family is out of training."""
 
 
@@ -251,7 +254,7 @@ def cross_validate(
     ``holdout`` is the scheme of the folds (:func:`holdout_folds`): ``pair`` by ``Sample.group``, ``family``
     by job family (with ``probes`` job sets of each held-out family revealed to training, drawn with ``probe_seed``).  ``weights``: each
     fold's training rows weighted by ``weights(training samples)`` (whole copies, one per unit; the models fit
-    distinct rows weighted by their copies), e.g. :func:`models.evaluate.newcomer_weights`.
+    distinct rows weighted by their copies), e.g. :func:`models.evaluate.thin_family_weights`.
 
     The fits (model x category x mode x fold) are independent: with ``workers`` > 1 (None: all cores) they run
     on :mod:`models.parallel`'s process pool, or on ``fits`` when given (which then keeps the arrays published
@@ -315,7 +318,7 @@ COST_ORDER = (
     "GradientBoosting", "SVR-poly", "ExtraTrees", "HistGradientBoosting", "HistGradientBoosting-monotone",
     "RandomForest", "MLP", "KNN", "SVR-linear", "DecisionTree", "LinearRegression",
 )  # fmt: skip
-"""Batch models from the longest fit to the shortest (measured on the 10,000-observation refit, issue 23: SVR-poly,
+"""Batch models from the longest fit to the shortest (measured on the 10,000-observation refit: SVR-poly,
 ExtraTrees, HistGradientBoosting, RandomForest and the MLP within 20 % of each other in CV; SVR-poly's final fit
 on 10,000 observed rows the longest of the finals)."""
 
@@ -362,7 +365,7 @@ def final_fit(store: Store, mode: str, cat: str, columns: list[str], name: str, 
     return make_batch(name, seed).fit_prepared(data)
 
 
-def select(scores: Sequence[Score], mode: str, category: str | None = None) -> Score | None:
+def best_score(scores: Sequence[Score], mode: str, category: str | None = None) -> Score | None:
     """The AIP choice: the smallest MAE for ``mode`` (and ``category`` if given)."""
     cands = [s for s in scores if s.mode == mode and (category is None or s.category == category) and math.isfinite(s.mae)]
     return min(cands, key=lambda s: (s.mae, s.model, s.category)) if cands else None
