@@ -26,7 +26,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
 from events import Alert, MetricSample, Observation, Prediction
-from streams.stage2 import alert_value
+from streams.hysteresis import alert_value
 
 ENV_GPU = ["environment", "gpu_uuid"]
 HORIZON_WINDOWS = 6

@@ -27,6 +27,7 @@ from events.topics import SNAPSHOTS
 from models import snapshot as snapshots
 from models.environment import EnvironmentModels
 from producers.sim import Simulator
+from streams import snapshots as streamed
 from streams.serving import Serving
 from streams.snapshots import chunks
 from streams.windows import GpuState
@@ -137,7 +138,7 @@ def test_two_workers_on_one_environment_spread_serving_and_serve_as_one_does(bro
 
         # one serving of the same snapshot, fed the same observations (in the order they were published)
         one = Serving()
-        assert one.apply(snapshots.decode(data), key.encode())
+        assert streamed.apply(one, ENV, FIXED, data, key.encode())
         states: dict[str, GpuState] = {}
         want: Counter[tuple[str, ...]] = Counter()
         what_ifs = 0

@@ -69,14 +69,13 @@ def test_a_workers_metrics_show_the_pods_of_the_samples_stage_1_reads(tmp_path) 
     from streams.app import create_app
 
     streams = create_app(Settings(topic_prefix="unit.", state_dir=str(tmp_path)), web=False)
-    streams.checkpoint = lambda: streams.stage1.dirty.clear()  # type: ignore[method-assign]
-    real = streams.handle_input
+    real = streams.inputs.handle_input
 
     def handle(event):  # test_context delivers on its own channel: this is gpu.metrics
         event.message.topic = streams.topics.metrics
         return real(event)
 
-    streams.handle_input = handle  # type: ignore[method-assign]
+    streams.inputs.handle_input = handle  # type: ignore[method-assign]
     batch = host_metrics([sample("GPU-a", proc(1, "a0", 30.0), proc(2, "a1", 45.0)), sample("GPU-b", proc(3, "b0", 60.0))])
 
     async def go() -> None:

@@ -1,5 +1,5 @@
 """Stage 1 fed host batches publishes what it publishes fed the same fleet as per-GPU records, through the
-worker's own input path (``Streams.stage1_batch``, no broker), and what a plain :class:`Stage1` finds."""
+worker's own input path (``Inputs.stage1_batch``, no broker), and what a plain :class:`Stage1` finds."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _through_the_worker(records: list[tuple[str, Any]], tmp_path: Any, name: str
     """The observations and stage-1 counters of a worker's stage 1 fed ``records`` in batches of 200 events."""
     streams = create_app(Settings(topic_prefix="unit.", partitions=4, state_dir=str(tmp_path / name)), web=False)
     emitted: list[Any] = []
-    streams.emit_observations = emitted.extend  # type: ignore[method-assign]
+    streams.publisher.emit_observations = emitted.extend  # type: ignore[method-assign]
     streams.out["predictions"].send_soon = lambda **_: None  # type: ignore[method-assign,assignment]
     offsets: dict[tuple[str, int], int] = {}
     events = []
@@ -58,7 +58,7 @@ def _through_the_worker(records: list[tuple[str, Any]], tmp_path: Any, name: str
 
     async def go() -> None:
         for i in range(0, len(events), 200):
-            await streams.stage1_batch(events[i : i + 200])
+            await streams.inputs.stage1_batch(events[i : i + 200])
 
     asyncio.run(go())
     assert streams.metrics.dead_letters == {}

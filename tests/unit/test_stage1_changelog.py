@@ -24,7 +24,7 @@ def _events() -> list[tuple[str, Any]]:
 
 
 def _apply(state: Stage1State, offset: int, topic: str, record: Any) -> list[Any]:
-    """What the worker does per event (Streams.handle_input), all GPUs in input partition 0."""
+    """What the worker does per event (Inputs.handle_input), all GPUs in input partition 0."""
     state.read_from(record.gpu_uuid, 0)
     assert state.offsets.store(TopicPartition(topic, 0), offset)
     stage1 = state.stage1
