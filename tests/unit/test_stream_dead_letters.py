@@ -20,13 +20,13 @@ def _letters(sent: list[tuple[str, Any]]) -> list[Any]:
 
 def _put_inputs(streams: Any, values: list[bytes], topic: str, until: Any) -> None:
     """Put ``values`` to stage 1 as records of ``topic``; let it run until ``until()``."""
-    real = streams.handle_input
+    real = streams.inputs.handle_input
 
     def handle(event: Any) -> Any:
         event.message.topic = topic
         return real(event)
 
-    streams.handle_input = handle
+    streams.inputs.handle_input = handle
 
     async def go() -> None:
         async with streams.agents[0].test_context() as agent:
@@ -71,14 +71,14 @@ def test_a_record_of_a_topic_the_worker_does_not_read_is_dead_lettered_by_name(t
 def test_an_exception_in_stage_2_dead_letters_that_observation_and_the_next_is_learned(tmp_path: Any, monkeypatch: Any) -> None:
     streams, sent = make(tmp_path)
     obs = observations(5)
-    real = streams.stage2.on_observation
+    real = streams.stage2.learn
 
-    def on_observation(o: Any, **kw: Any) -> Any:
+    def learn(o: Any, *args: Any, **kw: Any) -> Any:
         if o.observation_id == obs[2].observation_id:
             raise KeyError("resnet")
-        return real(o, **kw)
+        return real(o, *args, **kw)
 
-    monkeypatch.setattr(streams.stage2, "on_observation", on_observation)
+    monkeypatch.setattr(streams.stage2, "learn", learn)
 
     async def go() -> None:
         async with streams.agents[1].test_context() as agent:
