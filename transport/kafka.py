@@ -17,7 +17,7 @@ from typing import Any
 
 from config import Settings
 from events import RecordError, Topics, decode_on_topic, encode, read_records
-from events.topics import COMPACTED, OBSERVATIONS
+from events.topics import COMPACTED, LIFECYCLE, METRICS, OBSERVATIONS
 from transport.probe import BrokerUnavailable, check_reachable
 from transport.tls import TlsSettingsError, client_context
 
@@ -200,14 +200,15 @@ def decode_messages(
     timestamp_ms: int,
     key: bytes | None,
     value: bytes | None,
-    keep_batches: bool = False,
+    keep_host_batches: bool = False,
 ) -> list[Received]:
     """:func:`decode_message`, except that a batch (:class:`events.HostMetrics`, :class:`events.HostJobEvents`,
     :class:`events.ObservationBatch`) is read as its records, one :class:`Received` each (all with the batch's
     offset; an invalid one as its own ``error``), so that every reader of a topic sees the producers' default
-    record form and the single one alike. ``keep_batches``: a batch stays one :class:`Received`, as on the wire."""
+    record form and the single one alike. ``keep_host_batches``: a host's batch of samples or job events stays one
+    :class:`Received`, as on the wire."""
     cls = topics.record_of(topic)
-    if keep_batches or cls is None:
+    if cls is None or (keep_host_batches and topics.base(topic) in (METRICS, LIFECYCLE)):
         return [decode_message(topics, topic, partition, offset, timestamp_ms, key, value)]
     try:
         records, rejected = read_records(cls, value)
@@ -294,7 +295,7 @@ def group_offsets(settings: Settings, group_id: str, full_name: str) -> dict[int
 
 class RecordConsumer:
     """Consume project topics and yield :class:`Received` items, one per record: a host's or an environment's
-    batch is read as its records (``keep_batches``: as the message on the wire).
+    batch is read as its records (``keep_host_batches``: a host's batch as the message on the wire).
 
     Without ``group`` it reads every partition directly (no consumer group,
     nothing committed), from the beginning or from the end.
@@ -307,12 +308,12 @@ class RecordConsumer:
         *,
         group: str | None = None,
         from_beginning: bool = False,
-        keep_batches: bool = False,
+        keep_host_batches: bool = False,
         consumer: Any = None,
         **kafka_overrides: Any,
     ) -> None:
         self.settings = settings
-        self.keep_batches = keep_batches
+        self.keep_host_batches = keep_host_batches
         self.names = Topics(settings.topic_prefix)
         self.topic_names = [self.names.name(t) for t in topics]
         if consumer is None:
@@ -370,7 +371,7 @@ class RecordConsumer:
         for _tp, messages in batches.items():
             for m in messages:
                 out.extend(
-                    decode_messages(self.names, m.topic, m.partition, m.offset, m.timestamp, m.key, m.value, self.keep_batches)
+                    decode_messages(self.names, m.topic, m.partition, m.offset, m.timestamp, m.key, m.value, self.keep_host_batches)
                 )
         out.sort(key=lambda r: (r.timestamp_ms, r.topic, r.partition, r.offset))
         return out

@@ -348,12 +348,11 @@ class Kill:
 
 def _saved_observations(settings: Settings) -> int:
     """Observations the models saved in the worker's state directory had learned (0 when none were saved)."""
-    import json
+    from models.environment import STATE_FILE
+    from models.persist import read_state
+    from models.state import EnvironmentState
 
-    total = 0
-    for path in (Path(settings.state_dir) / "models").glob("*/state.json"):
-        total += int(json.loads(path.read_bytes())["observations"])
-    return total
+    return sum(read_state(p, EnvironmentState).observations for p in (Path(settings.state_dir) / "models").glob(f"*/{STATE_FILE}"))
 
 
 def _kill_and_restart(worker: Any, settings: Settings, resume_timeout_s: float, killed: Any = None) -> Kill:

@@ -86,7 +86,7 @@ def test_produce_nvml_kubernetes_publishes_pods_jobs_and_a_restart_repeats_no_st
         kubelet.stop(0)
         hook.join(5)
     assert first["left_in_spool"] == second["left_in_spool"] == 0 and first["rounds"] > 5 and second["rounds"] > 3
-    with RecordConsumer(settings, ["gpu.metrics", "jobs.lifecycle"], from_beginning=True, keep_batches=True) as c:
+    with RecordConsumer(settings, ["gpu.metrics", "jobs.lifecycle"], from_beginning=True, keep_host_batches=True) as c:
         items = c.read(until=lambda xs: len(xs) >= first["sent"] + second["sent"], timeout_s=30)
     records = [i.record for i in items]
     assert {type(r) for r in records} == {HostMetrics, HostJobEvents, JobEvent}  # host batches; the hook's progress
