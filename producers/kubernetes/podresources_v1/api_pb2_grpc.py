@@ -41,16 +41,6 @@ class PodResourcesListerStub:
                 request_serializer=producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.ListPodResourcesRequest.SerializeToString,
                 response_deserializer=producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.ListPodResourcesResponse.FromString,
                 _registered_method=True)
-        self.GetAllocatableResources = channel.unary_unary(
-                '/v1.PodResourcesLister/GetAllocatableResources',
-                request_serializer=producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.AllocatableResourcesRequest.SerializeToString,
-                response_deserializer=producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.AllocatableResourcesResponse.FromString,
-                _registered_method=True)
-        self.Get = channel.unary_unary(
-                '/v1.PodResourcesLister/Get',
-                request_serializer=producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.GetPodResourcesRequest.SerializeToString,
-                response_deserializer=producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.GetPodResourcesResponse.FromString,
-                _registered_method=True)
 
 
 class PodResourcesListerServicer:
@@ -64,18 +54,6 @@ class PodResourcesListerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def GetAllocatableResources(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def Get(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
 
 def add_PodResourcesListerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -83,16 +61,6 @@ def add_PodResourcesListerServicer_to_server(servicer, server):
                     servicer.List,
                     request_deserializer=producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.ListPodResourcesRequest.FromString,
                     response_serializer=producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.ListPodResourcesResponse.SerializeToString,
-            ),
-            'GetAllocatableResources': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetAllocatableResources,
-                    request_deserializer=producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.AllocatableResourcesRequest.FromString,
-                    response_serializer=producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.AllocatableResourcesResponse.SerializeToString,
-            ),
-            'Get': grpc.unary_unary_rpc_method_handler(
-                    servicer.Get,
-                    request_deserializer=producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.GetPodResourcesRequest.FromString,
-                    response_serializer=producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.GetPodResourcesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -124,60 +92,6 @@ class PodResourcesLister:
             '/v1.PodResourcesLister/List',
             producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.ListPodResourcesRequest.SerializeToString,
             producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.ListPodResourcesResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def GetAllocatableResources(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/v1.PodResourcesLister/GetAllocatableResources',
-            producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.AllocatableResourcesRequest.SerializeToString,
-            producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.AllocatableResourcesResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Get(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/v1.PodResourcesLister/Get',
-            producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.GetPodResourcesRequest.SerializeToString,
-            producers_dot_kubernetes_dot_podresources__v1_dot_api__pb2.GetPodResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,
