@@ -31,6 +31,7 @@ import msgspec
 
 from events import GpuProcess, JobEvent, MetricSample
 from events.records import JobKind
+from producers.discovery import event_at
 from producers.kubernetes.cgroups import ProcPods
 from producers.kubernetes.podresources import Assignment, PodResourcesError
 from producers.kubernetes.pods import Pod
@@ -207,16 +208,7 @@ class KubernetesAttribution:
         return out
 
     def _event(self, sample: MetricSample, kind: JobKind, uid: str, job_type: str) -> JobEvent:
-        return JobEvent(
-            ts=sample.ts,
-            kind=kind,
-            job_id=uid,
-            job_type=job_type,
-            gpu_uuid=sample.gpu_uuid,
-            host=sample.host,
-            producer_id=self.producer_id,
-            steps=0 if kind == "started" else None,
-        )
+        return event_at(sample, kind, uid, job_type, self.producer_id, steps=0 if kind == "started" else None)
 
     # ------------------------------------------------------------------ step hook
     def resolve_step(self, message: Any) -> tuple[str, str, str] | None:
