@@ -1,6 +1,6 @@
 """The five fault tests as functions of a real broker and real ``aip worker`` processes.
 
-Each returns the ``faults`` entry of DESIGN.md's benchmark contract (``what``,
+Each returns the ``faults`` entry of the benchmarks (docs/BENCHMARKS.md, "Faults") (``what``,
 ``sent``, ``received``, ``lost``, ``recovery_s``) plus details, and raises
 :class:`FaultCheckFailed` when a guarantee does not hold.  The integration
 tests call them with small sizes; ``aip bench faults`` with the full ones.

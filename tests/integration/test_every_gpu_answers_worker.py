@@ -39,7 +39,7 @@ def _idle_samples() -> Iterator[tuple[str, MetricSample]]:
 
 
 def _cost(newcomer_pct: float, existing_pct: float) -> float:
-    """The cost DESIGN.md defines: the newcomer's slowdown plus the slowdown it causes, speed-ups counted as 0."""
+    """The placement cost (docs/ARCHITECTURE.md, "Definitions"): the newcomer's slowdown plus the slowdown it causes, speed-ups counted as 0."""
     return max(0.0, newcomer_pct) + max(0.0, existing_pct)
 
 
