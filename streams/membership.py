@@ -172,7 +172,7 @@ class GroupWatch:
             log.warning(
                 "no partitions assigned for %.0f s: this worker has been out of a stable consumer-group generation "
                 "since its last rebalance started (%s). A group whose leader left without a LeaveGroup can wait for it "
-                "for good on the embedded broker (docs/RELIABILITY.md, "Known limitations")",
+                "for good on the embedded broker (docs/RELIABILITY.md, Known limitations)",
                 out,
                 self.describe(),
             )
