@@ -1,12 +1,14 @@
 """A refit, as a pure function of the recent history: grouped CV of every batch model x category x mode (and of
 the median baseline), then the best fitted on every row (:func:`run_refit`).
 
-The criterion a candidate is selected by is its error on job families it was not trained on: where the rows hold
-two job families or more, a second cross-validation holds out whole families (:func:`models.crossval.family_folds`,
-on a subsample of :data:`FAMILY_CV_ROWS` training rows), and its MAE is the candidate's CV score; the job-set
-grouped CV still gives the conformal offsets (new job sets of measured types).  docs/MODELS.md, "Selection on
-families never seen".  The stream runs it off the event
-loop; :meth:`models.environment.EnvironmentModels.apply_refit` takes its :class:`RefitResult`.
+Which batch models a refit fits (the batch candidates until the next refit) is decided by their error on job
+families they were not trained on: where the rows hold two job families or more (the job type without its batch
+size, :func:`models.crossval.with_families`), a second cross-validation of placement mode holds out whole families
+(:func:`models.crossval.family_folds`, at most :data:`FAMILY_CV_ROWS` training rows), and the ``final_fits`` with
+the smallest family-grouped MAE per category are fitted.  A model that memorises the families it has seen wins
+the job-set CV and loses this one.  The CV scores and conformal offsets the candidates are then judged and served
+by stay the job-set CV's, comparable with the online learners' prequential errors on new job sets.
+docs/MODELS.md, "Selection on families never seen".
 
 This module never imports kafka or faust.
 """
@@ -23,7 +25,7 @@ import numpy as np
 
 from events import MODES
 from models.candidates import CvScore
-from models.crossval import COST_ORDER, Score, cross_validate, grouped_folds, holdout_folds, with_families
+from models.crossval import COST_ORDER, cross_validate, grouped_folds, with_families
 from models.datasets import Sample
 from models.intervals import conformal_offsets
 from models.live import MEDIAN, median_cv_mae
@@ -84,9 +86,12 @@ def best_by_cv(scores: Mapping[CandidateKey, CvScore], keep: int | None, models:
     return out
 
 
-FAMILY_CV_ROWS = 1_000
+FAMILY_CV_ROWS = 500
 """Training rows of the family-grouped cross-validation (a group-stratified subsample where there are more distinct
-feature rows): it ranks the candidates, a smaller task than the job-set CV's, which calibrates their offsets."""
+feature rows): it only ranks the batch models."""
+FAMILY_MODES = ("placement",)
+"""The modes whose batch models are ranked by the family-grouped CV: placement mode predicts from solo profiles,
+which is what a family never co-located has."""
 
 
 def _finite(v: float) -> float | None:
@@ -109,28 +114,40 @@ def run_refit(samples: Sequence[Sample], config: ModelConfig, seed: int) -> Refi
     frames = {mode: feature_frames(samples, mode) for mode in modes}
     y = np.array([s.target for s in samples], dtype=float)
     workers = config.workers if len(samples) >= config.pool_min_rows else 1
-    by_family: dict[tuple[str, str, str], Score] = {}
+    by_family: dict[CandidateKey, CvScore] = {}
     families = with_families(samples)
-    if families is not None:  # its own pool store: its folds are not the job-set CV's
+    fam_modes = [m for m in modes if m in FAMILY_MODES]
+    fallbacks = 0
+    if families is not None and fam_modes:  # its own pool store: its folds are not the job-set CV's
         cap = FAMILY_CV_ROWS if config.refit_cv_rows is None else min(FAMILY_CV_ROWS, config.refit_cv_rows)
         with Fits(workers, config.pool_timeout_s) as fam_fits:
             fam = cross_validate(
-                families, modes, models=config.batch_models, k=config.folds, seed=seed, fits=fam_fits, max_rows=cap,
+                families, fam_modes, models=config.batch_models, k=config.folds, seed=seed, fits=fam_fits, max_rows=cap,
                 frames=frames, holdout="family",
             )  # fmt: skip
-        by_family = {(s.mode, s.category, s.model): s for s in fam if math.isfinite(s.mae)}
+            fallbacks += fam_fits.fallbacks
+        by_family = {
+            CandidateKey(s.mode, s.category, s.model): CvScore(s.mae, s.relative_error, s.samples)
+            for s in fam
+            if math.isfinite(s.mae)
+        }
     with Fits(workers, config.pool_timeout_s) as fits:
         cv = cross_validate(
             samples, modes, models=config.batch_models, k=config.folds, seed=seed, fits=fits,
             max_rows=config.refit_cv_rows, frames=frames,
         )  # fmt: skip
-        out = {}
-        for s in cv:
-            crit = by_family.get((s.mode, s.category, s.model), s)
-            out[CandidateKey(s.mode, s.category, s.model)] = Refitted(
-                CvScore(_finite(crit.mae), crit.relative_error, crit.samples), _offsets(y - s.oof) if len(s.oof) == len(y) else None
-            )  # fmt: skip
-        keys = best_by_cv({k: r.cv for k, r in out.items() if r.cv is not None}, config.final_fits, config.batch_models)
+        out = {
+            CandidateKey(s.mode, s.category, s.model): Refitted(
+                CvScore(_finite(s.mae), s.relative_error, s.samples), _offsets(y - s.oof) if len(s.oof) == len(y) else None
+            )
+            for s in cv
+        }  # fmt: skip
+        ranked = {
+            k: by_family.get(k, r.cv)
+            for k, r in out.items()
+            if r.cv is not None and (not by_family or k.mode not in fam_modes or k in by_family)
+        }
+        keys = best_by_cv(ranked, config.final_fits, config.batch_models)
         calls = [(mode, cat, sorted(str(c) for c in frames[mode][cat].columns), name, seed) for mode, cat, name in keys]
         calls.sort(key=lambda c: COST_ORDER.index(c[3]) if c[3] in COST_ORDER else len(COST_ORDER))
         for c, model in zip(calls, fits.run(final_fit, calls), strict=True):
@@ -138,14 +155,11 @@ def run_refit(samples: Sequence[Sample], config: ModelConfig, seed: int) -> Refi
             out[key] = out[key]._replace(model=model)
     folds = grouped_folds([s.group for s in samples], config.folds, seed)
     if folds:
-        # its score by the batch candidates' criterion (family folds where they were scored on them)
-        crit_folds = holdout_folds(families, config.folds, seed, "family") if by_family and families is not None else []
-        med = CvScore(_finite(median_cv_mae([s.target for s in samples], crit_folds or folds)), None, len(samples))
+        med = CvScore(_finite(median_cv_mae([s.target for s in samples], folds)), None, len(samples))
         med_oof = np.zeros(len(y))
         for train, test in folds:
             med_oof[test] = np.median(y[train])
         for mode in modes:
             out[CandidateKey(mode, "all", MEDIAN)] = Refitted(med, _offsets(y - med_oof))
     cv_rows = {mode: max((s.trained for s in cv if s.mode == mode), default=0) for mode in modes}
-    fallbacks = fits.fallbacks + (fam_fits.fallbacks if families is not None else 0)
-    return RefitResult(out, time.perf_counter() - t0, len(samples), cv_rows, fallbacks)
+    return RefitResult(out, time.perf_counter() - t0, len(samples), cv_rows, fallbacks + fits.fallbacks)
