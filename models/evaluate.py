@@ -115,7 +115,7 @@ class Evaluation:
     def best_single(self) -> tuple[str, float] | None:
         """The single candidate (a batch model of one category or view, not a blend or an average, not a baseline)
         with the smallest held-out MAE: the best choice in hindsight, for comparison only (no fold could know it)."""
-        singles = [(k, v) for k, v in self.candidate_mae.items() if _single(k.rsplit(":", 1)[0])]
+        singles = [(k, v) for k, v in self.candidate_mae.items() if _single(k.rsplit(":", 1)[0]) and k != f"{AVERAGE}:all"]
         return min(singles, key=lambda kv: (kv[1], kv[0])) if singles else None
 
     @property
