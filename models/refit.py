@@ -58,6 +58,9 @@ class RefitResult:
     pool_fallbacks: int = 0
     """Batches of fits that ran in-process because a pool worker died or the pool timed out."""
     finished_at: float = field(default_factory=time.time)
+    family_scores: dict[CandidateKey, CvScore] = field(default_factory=dict)
+    """The family-grouped CV scores that ranked the batch models of :data:`FAMILY_MODES` for the final fits (empty:
+    fewer than two job families in the rows, and the job-set CV ranked them)."""
 
     @property
     def scores(self) -> dict[CandidateKey, CvScore]:
@@ -162,4 +165,4 @@ def run_refit(samples: Sequence[Sample], config: ModelConfig, seed: int) -> Refi
         for mode in modes:
             out[CandidateKey(mode, "all", MEDIAN)] = Refitted(med, _offsets(y - med_oof))
     cv_rows = {mode: max((s.trained for s in cv if s.mode == mode), default=0) for mode in modes}
-    return RefitResult(out, time.perf_counter() - t0, len(samples), cv_rows, fallbacks + fits.fallbacks)
+    return RefitResult(out, time.perf_counter() - t0, len(samples), cv_rows, fallbacks + fits.fallbacks, family_scores=by_family)

@@ -225,6 +225,11 @@ def test_a_refit_fits_the_final_fits_best_by_cv_and_serves_only_those(stream) ->
         if key.model in models and score.mae is not None:
             by_slice.setdefault((key.mode, key.category), []).append((score.mae, key.model))
     assert len(by_slice) == 8  # two modes x four categories, every model scored
+    assert {k.mode for k in result.family_scores} == {"placement"}  # placement's fits ranked on unseen families
+    for key, score in result.family_scores.items():
+        if key.model in models and score.mae is not None:
+            by_slice[(key.mode, key.category)] = [(e, m) for e, m in by_slice[(key.mode, key.category)] if m != key.model]
+            by_slice[(key.mode, key.category)].append((score.mae, key.model))
     for (mode, cat), ranked in by_slice.items():
         assert len(ranked) == len(models)
         fitted = {k.model for k in result.fitted if (k.mode, k.category) == (mode, cat)}
@@ -308,7 +313,9 @@ def test_the_other_role_of_a_job_set_just_measured_is_not_scored_as_new() -> Non
         prof = {"a": {"S": 10.0, "M": 100.0}, "b": {"S": 50.0, "M": 300.0}, "c": {"S": 90.0, "M": 200.0}}
         return Sample(job, (co,), y, " + ".join(sorted((job, co))), "v100", {}, prof[job], (prof[co],))
 
-    em = EnvironmentModels("v100", config=ModelConfig(online_models=("river.LinearRegression",), batch_models=("LinearRegression",)))
+    em = EnvironmentModels(
+        "v100", config=ModelConfig(online_models=("river.LinearRegression",), batch_models=("LinearRegression",))
+    )
     key = CandidateKey("placement", "all", "river.LinearRegression")
     for job, co in (("a", "b"), ("b", "a"), ("a", "c"), ("c", "a"), ("b", "c"), ("c", "b")):
         em.learn_sample(sample(job, co, 10.0))
@@ -335,7 +342,10 @@ def test_the_batch_candidates_are_tested_on_the_online_learners_sample(stream, s
         return sum(m.n for m in em.candidates[key].record.errors.values())
 
     batch = next(k for k, c in em.candidates.items() if c.kind == "batch" and c.servable and k.mode == "placement")
-    online, baseline = CandidateKey("placement", batch.category, "river.LinearRegression"), CandidateKey("placement", "all", "baseline.median")
+    online, baseline = (
+        CandidateKey("placement", batch.category, "river.LinearRegression"),
+        CandidateKey("placement", "all", "baseline.median"),
+    )
     before = {k: scored(k) for k in (batch, online, baseline)}
     for o in stream[250:]:
         em.learn(o)
