@@ -13,11 +13,12 @@ TEST_WORKERS ?= 3
 
 setup: $(STAMP)
 	@sh scripts/ensure-prometheus.sh  # prometheus and promtool for the rule tests (Debian's package)
+	@sh scripts/ensure-kubectl.sh $(BIN)  # kubectl (kustomize v5) for the Kubernetes manifest tests
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# torch first and pinned, so that pip takes the CPU build (see DESIGN.md pitfalls)
+	# torch first and pinned, so that pip takes the CPU build (docs/ARCHITECTURE.md, "Measured pitfalls")
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[producer,stream,embedded,dev]'
 	touch $(STAMP)

@@ -14,11 +14,14 @@ private loopback port and this front on the public address.  Per client connecti
   the SASL versions implemented here (SaslHandshake v1, SaslAuthenticate v0-v1:
   kafka-python 3.0.12 and aiokafka 0.14 both choose v1 of each);
 * answers SaslHandshake and SaslAuthenticate itself and checks the credentials
-  against the users file (``hmac.compare_digest``; SCRAM per RFC 5802/7677);
+  against the users file (PLAIN with ``hmac.compare_digest``; SCRAM per RFC 5802/7677 by ``scramp``);
 * closes the connection on any other request before authentication, on a failed
   authentication (after answering SASL_AUTHENTICATION_FAILED, as Kafka does),
   and on a client that stays unauthenticated for ``auth_timeout_s``;
 * after authentication copies bytes in both directions unchanged.
+
+The requests and answers are kafka-python's protocol classes (:mod:`transport.wire`, shared with
+the clients' broker probe): no frame is written here by hand.
 
 Without TLS, PLAIN sends the password in the clear: use ``--tls-cert`` beyond this machine.
 This front is for local and test use; production runs Apache Kafka with SASL_SSL
@@ -29,9 +32,7 @@ the log says who connected, who authenticated and why a connection was refused.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import hashlib
 import hmac
 import json
 import logging
@@ -45,24 +46,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import scramp
+
+from transport import wire
+from transport.tls import tls_reason
+
 log = logging.getLogger("aip.authfront")
 log.addHandler(logging.NullHandler())  # `aip broker` adds a stderr handler; libraries and tests stay quiet
 
-API_SASL_HANDSHAKE = 17
-API_VERSIONS = 18
-API_SASL_AUTHENTICATE = 36
 # (api key, min version, max version) this front advertises in place of the broker's
-SASL_VERSIONS = {API_SASL_HANDSHAKE: (1, 1), API_SASL_AUTHENTICATE: (0, 1)}
-
-NONE = 0
-UNSUPPORTED_SASL_MECHANISM = 33
-ILLEGAL_SASL_STATE = 34
-UNSUPPORTED_VERSION = 35
-SASL_AUTHENTICATION_FAILED = 58
-
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_VERSIONS = {wire.SaslHandshakeRequest.API_KEY: (1, 1), wire.SaslAuthenticateRequest.API_KEY: (0, 1)}
+MECHANISMS = wire.MECHANISMS
 SCRAM_ITERATIONS = 4096
 MAX_UNAUTHENTICATED_FRAME = 64 * 1024
+MAX_API_VERSIONS_FRAME = 1 << 20  # the broker's answer
 FAILED = "Authentication failed: invalid user name or password"
 FAILED_AUTH_DELAY_S = 0.1
 
@@ -87,24 +84,14 @@ def server_context(certfile: str | Path, keyfile: str | Path | None = None, clie
         context.load_cert_chain(str(certfile), str(keyfile) if keyfile else None)
     except (OSError, ValueError) as exc:
         where = f"{certfile}" + (f" / key {keyfile}" if keyfile else "")
-        raise TlsFileError(f"TLS certificate {where}: {_tls_reason(exc)}") from None
+        raise TlsFileError(f"TLS certificate {where}: {tls_reason(exc)}") from None
     if client_cafile:
         try:
             context.load_verify_locations(cafile=str(client_cafile))
         except (OSError, ValueError) as exc:
-            raise TlsFileError(f"TLS client CA {client_cafile}: {_tls_reason(exc)}") from None
+            raise TlsFileError(f"TLS client CA {client_cafile}: {tls_reason(exc)}") from None
         context.verify_mode = ssl.CERT_REQUIRED
     return context
-
-
-def _tls_reason(exc: BaseException) -> str:
-    if isinstance(exc, ssl.SSLError) and exc.reason:
-        return str(exc.reason)
-    if isinstance(exc, TimeoutError | ConnectionAbortedError):
-        return "no handshake in time"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return str(exc) or type(exc).__name__
 
 
 def load_users(path: str | Path) -> dict[str, str]:
@@ -147,96 +134,21 @@ def load_users(path: str | Path) -> dict[str, str]:
     return users
 
 
-# ---------------------------------------------------------------------------- wire helpers
-class _Reader:
-    def __init__(self, data: bytes, pos: int = 0) -> None:
-        self.data, self.pos = data, pos
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise ValueError("truncated")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def int16(self) -> int:
-        return int(struct.unpack(">h", self.take(2))[0])
-
-    def int32(self) -> int:
-        return int(struct.unpack(">i", self.take(4))[0])
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            b = self.take(1)[0]
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise ValueError("varint too long")
-
-    def string(self) -> str | None:
-        n = self.int16()
-        return None if n < 0 else self.take(n).decode("utf-8")
-
-    def bytes32(self) -> bytes:
-        n = self.int32()
-        return b"" if n < 0 else self.take(n)
-
-    def tagged_fields(self) -> bytes:
-        start = self.pos
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.take(self.uvarint())
-        return self.data[start : self.pos]
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _string(s: str | None) -> bytes:
-    if s is None:
-        return struct.pack(">h", -1)
-    b = s.encode()
-    return struct.pack(">h", len(b)) + b
-
-
+# ---------------------------------------------------------------------------- ApiVersions
 def rewrite_api_versions(version: int, body: bytes) -> bytes:
     """An ApiVersions response body (after the correlation id) with the SASL entries of this front.
 
     Bodies with an error are returned unchanged (the client retries with a version the broker names).
     """
-    r = _Reader(body)
-    error = r.int16()
-    if error != NONE:
+    answer = wire.ApiVersionsResponse.decode(body, version=version)
+    if answer.error_code != wire.NONE:
         return body
-    flexible = version >= 3
-    count = r.uvarint() - 1 if flexible else r.int32()
-    entries: list[tuple[int, bytes]] = []
-    for _ in range(count):
-        start = r.pos
-        key = r.int16()
-        r.take(4)
-        if flexible:
-            r.tagged_fields()
-        entries.append((key, body[start : r.pos]))
-    rest = body[r.pos :]  # throttle time (v1+) and tagged fields (v3+)
-    tail = b"\x00" if flexible else b""
-    out = [struct.pack(">hhh", k, lo, hi) + tail for k, (lo, hi) in SASL_VERSIONS.items()]
-    kept = [raw for key, raw in entries if key not in SASL_VERSIONS]
-    items = kept + out
-    head = struct.pack(">h", NONE) + (_uvarint(len(items) + 1) if flexible else struct.pack(">i", len(items)))
-    return head + b"".join(items) + rest
+    kept = [entry for entry in answer.api_keys if entry.api_key not in SASL_VERSIONS]
+    answer.api_keys = kept + [
+        wire.ApiVersionsResponse.ApiVersion(api_key=key, min_version=lo, max_version=hi, version=version)
+        for key, (lo, hi) in SASL_VERSIONS.items()
+    ]
+    return bytes(answer.encode())
 
 
 # ---------------------------------------------------------------------------- SASL
@@ -244,40 +156,34 @@ class AuthFailed(Exception):
     """Credentials did not match; the message is safe to send and log."""
 
 
-def _scram_hash(mechanism: str) -> str:
-    return "sha256" if mechanism == "SCRAM-SHA-256" else "sha512"
-
-
-@dataclass
 class _ScramServer:
-    """The server side of one SCRAM exchange (RFC 5802, no channel binding)."""
+    """The server side of one SCRAM exchange (RFC 5802/7677, no channel binding), by scramp."""
 
-    mechanism: str
-    users: Mapping[str, str]
-    keys: dict[tuple[str, str], tuple[bytes, bytes, bytes]]  # (mechanism, user) -> salt, stored key, server key
-    step: int = 0
-    user: str = ""
-    auth_message: str = ""
-    nonce: str = ""
-    server_key: bytes = b""
-    stored_key: bytes = b""
+    def __init__(
+        self, mechanism: str, users: Mapping[str, str], keys: dict[tuple[str, str], tuple[bytes, bytes, bytes, int]]
+    ) -> None:
+        self.mechanism, self.users, self.keys = mechanism, users, keys  # keys: (mechanism, user) -> scramp's auth info
+        self.user = ""
+        self._scram = scramp.ScramMechanism(mechanism)
+        self._server = self._scram.make_server(self._auth_info)
+        self._step = 0
 
-    def _keys(self, user: str) -> tuple[bytes, bytes, bytes]:
+    def _auth_info(self, user: str) -> tuple[bytes, bytes, bytes, int]:
+        self.user = user
         cached = self.keys.get((self.mechanism, user))
         if cached is not None:
             return cached
-        name = _scram_hash(self.mechanism)
         password = self.users.get(user)
-        salt = secrets.token_bytes(16)
-        if password is None:  # unknown user: a random key, so the exchange fails at the proof like a wrong password
-            salted = secrets.token_bytes(hashlib.new(name).digest_size)
-        else:
-            salted = hashlib.pbkdf2_hmac(name, password.encode(), salt, SCRAM_ITERATIONS)
-        client_key = hmac.new(salted, b"Client Key", name).digest()
-        stored = (salt, hashlib.new(name, client_key).digest(), hmac.new(salted, b"Server Key", name).digest())
-        if password is not None:
-            self.keys[(self.mechanism, user)] = stored
-        return stored
+        try:
+            if password is not None:
+                info: tuple[bytes, bytes, bytes, int] = self._scram.make_auth_info(password, SCRAM_ITERATIONS)
+                self.keys[(self.mechanism, user)] = info
+                return info
+        except scramp.ScramException:  # a password SASLprep refuses: no SCRAM for it
+            pass
+        # unknown user: a random key, so the exchange fails at the proof like a wrong password
+        unknown: tuple[bytes, bytes, bytes, int] = self._scram.make_auth_info(secrets.token_hex(16), SCRAM_ITERATIONS)
+        return unknown
 
     def respond(self, token: bytes) -> tuple[bytes, bool]:
         """The server's answer to ``token`` and whether the exchange is complete; raises :class:`AuthFailed`."""
@@ -285,43 +191,19 @@ class _ScramServer:
             text = token.decode("utf-8")
         except UnicodeDecodeError:
             raise AuthFailed("Authentication failed: invalid SCRAM message") from None
-        if self.step == 0:
-            gs2, _, bare = text.partition(",")
-            _authzid, _, bare = bare.partition(",")
-            if gs2 not in ("n", "y") or not bare:
-                raise AuthFailed("Authentication failed: invalid SCRAM client-first message")
-            attrs = dict(a.split("=", 1) for a in bare.split(",") if "=" in a)
-            user = attrs.get("n", "").replace("=2C", ",").replace("=3D", "=")
-            client_nonce = attrs.get("r", "")
-            if not user or not client_nonce:
-                raise AuthFailed("Authentication failed: invalid SCRAM client-first message")
-            self.user = user
-            salt, self.stored_key, self.server_key = self._keys(user)
-            self.nonce = client_nonce + base64.b64encode(secrets.token_bytes(18)).decode()
-            server_first = f"r={self.nonce},s={base64.b64encode(salt).decode()},i={SCRAM_ITERATIONS}"
-            self.auth_message = bare + "," + server_first
-            self.step = 1
-            return server_first.encode(), False
-        if self.step == 1:
-            without_proof, _, proof_b64 = text.rpartition(",p=")
-            attrs = dict(a.split("=", 1) for a in without_proof.split(",") if "=" in a)
-            if not proof_b64 or attrs.get("r") != self.nonce:
-                raise AuthFailed(FAILED)
+        self._step += 1
+        if self._step == 1:
             try:
-                proof = base64.b64decode(proof_b64, validate=True)
-            except ValueError:
+                self._server.set_client_first(text)
+                return self._server.get_server_first().encode(), False
+            except scramp.ScramException:
+                raise AuthFailed("Authentication failed: invalid SCRAM client-first message") from None
+        if self._step == 2:
+            try:
+                self._server.set_client_final(text)
+                return self._server.get_server_final().encode(), True
+            except scramp.ScramException:
                 raise AuthFailed(FAILED) from None
-            name = _scram_hash(self.mechanism)
-            auth_message = (self.auth_message + "," + without_proof).encode()
-            signature = hmac.new(self.stored_key, auth_message, name).digest()
-            if len(proof) != len(signature):
-                raise AuthFailed(FAILED)
-            client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
-            if not hmac.compare_digest(hashlib.new(name, client_key).digest(), self.stored_key):
-                raise AuthFailed(FAILED)
-            self.step = 2
-            verifier = hmac.new(self.server_key, auth_message, name).digest()
-            return b"v=" + base64.b64encode(verifier), True
         raise AuthFailed("Authentication failed: unexpected SCRAM message")
 
 
@@ -395,7 +277,7 @@ class AuthFront:
         self._users = dict(users or {})
         self._ssl = ssl_context
         self.tls_handshake_timeout_s = tls_handshake_timeout_s
-        self._scram_keys: dict[tuple[str, str], tuple[bytes, bytes, bytes]] = {}
+        self._scram_keys: dict[tuple[str, str], tuple[bytes, bytes, bytes, int]] = {}
         self.auth_timeout_s = auth_timeout_s
         self.stats = FrontStats()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -522,7 +404,7 @@ class AuthFront:
             raise
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError; a handshake timeout a ConnectionAbortedError
             sock.close()
-            reason = f"TLS handshake failed ({_tls_reason(exc)})"
+            reason = f"TLS handshake failed ({tls_reason(exc)})"
             self.stats.refuse(reason)
             log.warning("%s refused: %s", where, reason)
             return
@@ -549,7 +431,7 @@ class AuthFront:
             log.warning("%s refused: %s", where, exc)
         except _Counted:
             pass
-        except (OSError, asyncio.IncompleteReadError, ValueError, UnicodeDecodeError, struct.error) as exc:
+        except (OSError, asyncio.IncompleteReadError, ValueError, struct.error) as exc:  # a frame kafka-python cannot read
             log.debug("%s closed: %s", where, type(exc).__name__)
         except asyncio.CancelledError:  # the front is stopping; asyncio's server callback would report a cancelled task
             pass
@@ -572,48 +454,40 @@ class AuthFront:
         scram: _ScramServer | None = None
         try:
             while True:
-                size = struct.unpack(">i", await reader.readexactly(4))[0]
-                if size < 8 or size > MAX_UNAUTHENTICATED_FRAME:
-                    raise _Refused(f"frame of {size} bytes before authentication")
+                try:
+                    size = wire.frame_size(await reader.readexactly(4), MAX_UNAUTHENTICATED_FRAME, least=8)
+                except wire.FrameError as exc:
+                    raise _Refused(f"{exc} before authentication") from None
                 frame = await reader.readexactly(size)
-                api_key, version, correlation = struct.unpack(">hhi", frame[:8])
-                if api_key == API_VERSIONS:
+                header = wire.request_header(frame)
+                api_key, version, correlation = header.request_api_key, header.request_api_version, header.correlation_id
+                if api_key == wire.ApiVersionsRequest.API_KEY:
                     if upstream is None:
                         upstream = await self._connect_upstream()
-                    upstream[1].write(struct.pack(">i", size) + frame)
-                    await upstream[1].drain()
-                    rsize = struct.unpack(">i", await upstream[0].readexactly(4))[0]
-                    response = await upstream[0].readexactly(rsize)
-                    body = rewrite_api_versions(version, response[4:])
-                    writer.write(struct.pack(">i", 4 + len(body)) + response[:4] + body)
-                    await writer.drain()
+                    await _api_versions(writer, upstream, version, correlation, frame)
                     continue
                 if api_key not in SASL_VERSIONS:
                     raise _Refused(f"request (api key {api_key}) before authentication; the client must use SASL")
                 lo, hi = SASL_VERSIONS[api_key]
                 if not lo <= version <= hi:
                     raise _Refused(f"unsupported version {version} of api key {api_key}")
-                r = _Reader(frame, 8)
-                r.string()  # client id
-                if api_key == API_SASL_HANDSHAKE:
-                    requested = r.string() or ""
+                if api_key == wire.SaslHandshakeRequest.API_KEY:
+                    requested = wire.SaslHandshakeRequest.decode(frame, version=version, header=True).mechanism or ""
                     if requested in MECHANISMS and mechanism is None:
                         mechanism = requested
-                        error = NONE
+                        error = wire.NONE
                     else:
-                        error = UNSUPPORTED_SASL_MECHANISM if mechanism is None else ILLEGAL_SASL_STATE
-                    body = struct.pack(">hi", error, len(MECHANISMS)) + b"".join(_string(m) for m in MECHANISMS)
-                    writer.write(struct.pack(">ii", 4 + len(body), correlation) + body)
-                    await writer.drain()
-                    if error != NONE:
+                        error = wire.UNSUPPORTED_SASL_MECHANISM if mechanism is None else wire.ILLEGAL_SASL_STATE
+                    handshake = wire.SaslHandshakeResponse(version=version, error_code=error, mechanisms=list(MECHANISMS))
+                    await _send(writer, wire.framed(handshake, correlation))
+                    if error != wire.NONE:
                         raise _Refused(f"SASL mechanism {requested!r} is not offered")
-                    if mechanism.startswith("SCRAM-"):
-                        scram = _ScramServer(mechanism, self._users, self._scram_keys)
+                    if requested.startswith("SCRAM-"):
+                        scram = _ScramServer(requested, self._users, self._scram_keys)
                     continue
-                # SaslAuthenticate
-                token = r.bytes32()
+                token = bytes(wire.SaslAuthenticateRequest.decode(frame, version=version, header=True).auth_bytes)
                 if mechanism is None:
-                    await self._auth_response(writer, version, correlation, ILLEGAL_SASL_STATE, "SaslHandshake first")
+                    await _auth_response(writer, version, correlation, wire.ILLEGAL_SASL_STATE, "SaslHandshake first")
                     raise _Refused("SaslAuthenticate before SaslHandshake")
                 try:
                     if scram is not None:
@@ -624,12 +498,12 @@ class AuthFront:
                 except AuthFailed as exc:
                     self.stats.refuse(reason := f"authentication failed ({mechanism})")  # counted before the client hears
                     log.warning("%s refused: %s", where, reason)
-                    await self._auth_response(writer, version, correlation, SASL_AUTHENTICATION_FAILED, str(exc))
+                    await _auth_response(writer, version, correlation, wire.SASL_AUTHENTICATION_FAILED, str(exc))
                     # like Kafka's connection.failed.authentication.delay.ms: let the client read the
                     # answer before the close, and slow down guessing
                     await asyncio.sleep(FAILED_AUTH_DELAY_S)
                     raise _Counted from None
-                await self._auth_response(writer, version, correlation, NONE, None, answer)
+                await _auth_response(writer, version, correlation, wire.NONE, None, answer)
                 if done:
                     if upstream is None:
                         upstream = await self._connect_upstream()
@@ -638,16 +512,6 @@ class AuthFront:
             if upstream is not None:
                 upstream[1].close()
             raise
-
-    @staticmethod
-    async def _auth_response(
-        writer: asyncio.StreamWriter, version: int, correlation: int, error: int, message: str | None, auth: bytes = b""
-    ) -> None:
-        body = struct.pack(">h", error) + _string(message) + struct.pack(">i", len(auth)) + auth
-        if version >= 1:
-            body += struct.pack(">q", 0)  # session lifetime: no re-authentication
-        writer.write(struct.pack(">ii", 4 + len(body), correlation) + body)
-        await writer.drain()
 
     @staticmethod
     async def _pipe(
@@ -672,3 +536,43 @@ class AuthFront:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _send(writer: asyncio.StreamWriter, data: bytes) -> None:
+    writer.write(data)
+    await writer.drain()
+
+
+async def _api_versions(
+    writer: asyncio.StreamWriter,
+    upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    version: int,
+    correlation: int,
+    frame: bytes,
+) -> None:
+    """Answer ApiVersions with the broker's answer and this front's SASL versions.
+
+    A version newer than kafka-python's protocol classes know is answered here with
+    UNSUPPORTED_VERSION and the versions this front reads, as Kafka does: the client asks again."""
+    newest = wire.ApiVersionsResponse.max_version
+    if version > newest:
+        ours = wire.ApiVersionsResponse.ApiVersion(
+            api_key=wire.ApiVersionsRequest.API_KEY, min_version=0, max_version=newest, version=0
+        )
+        answer = wire.ApiVersionsResponse(version=0, error_code=wire.UNSUPPORTED_VERSION, api_keys=[ours])
+        await _send(writer, wire.framed(answer, correlation))
+        return
+    await _send(upstream[1], len(frame).to_bytes(4, "big") + frame)
+    response = await upstream[0].readexactly(wire.frame_size(await upstream[0].readexactly(4), MAX_API_VERSIONS_FRAME))
+    body = rewrite_api_versions(version, response[4:])
+    await _send(writer, (4 + len(body)).to_bytes(4, "big") + response[:4] + body)
+
+
+async def _auth_response(
+    writer: asyncio.StreamWriter, version: int, correlation: int, error: int, message: str | None, auth: bytes = b""
+) -> None:
+    """A SaslAuthenticate answer (v1 and later say a session lifetime of 0: no re-authentication)."""
+    answer = wire.SaslAuthenticateResponse(
+        version=version, error_code=error, error_message=message, auth_bytes=auth, session_lifetime_ms=0
+    )
+    await _send(writer, wire.framed(answer, correlation))

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import socket
-import struct
 import subprocess
 import tempfile
 import time
@@ -45,22 +44,6 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError:
             return True
     return False
-
-
-def kafka_api_versions(host: str, port: int, timeout_s: float = 1.0) -> bool:
-    """True when ``host:port`` answers a Kafka ApiVersions (v0) request."""
-    client_id = b"aip-probe"
-    body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s) as s:
-            s.sendall(struct.pack(">i", len(body)) + body)
-            header = s.recv(8)
-            if len(header) < 8:
-                return False
-            _size, correlation = struct.unpack(">ii", header)
-            return bool(correlation == 1)
-    except OSError:
-        return False
 
 
 class EmbeddedBroker:
@@ -146,6 +129,8 @@ class EmbeddedBroker:
         return cmd
 
     def start(self) -> EmbeddedBroker:
+        from transport.probe import answers_kafka
+
         if port_in_use(self.host, self.port):
             raise BrokerError(f"port {self.port} on {self.host} is already in use; choose another with --port")
         if self.tls and self._ssl_context is None:  # unusable files fail here, before Tansu starts
@@ -169,7 +154,7 @@ class EmbeddedBroker:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise BrokerError(f"the broker exited at start (code {self.process.returncode}): {self._tail()}")
-            if kafka_api_versions("127.0.0.1" if self.backend_port else self.host, self.backend_port or self.port, timeout_s=0.5):
+            if answers_kafka("127.0.0.1" if self.backend_port else self.host, self.backend_port or self.port, timeout_s=0.5):
                 if self.backend_port is not None:
                     self._start_front()
                 return self

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from aip.errors import CliError
 from config import SettingsError
 
-COMMANDS = ("broker", "up", "produce", "worker", "tail", "top", "evaluate", "bench", "run_job", "report", "experiment", "extender")
+COMMANDS = ("broker", "up", "produce", "worker", "tail", "top", "evaluate", "bench", "run_job", "hook", "report", "experiment", "extender")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,7 +2,7 @@
 
 :class:`SchedulerClient` keeps, per GPU, the latest what-if entries published on
 ``interference.predictions`` (and, optionally, which jobs run where, from
-``jobs.lifecycle``) and answers :meth:`SchedulerClient.best_gpu`: the candidate
+``jobs.lifecycle``, and which host each GPU is on, from ``gpu.metrics``) and answers :meth:`SchedulerClient.best_gpu`: the candidate
 GPU where the newcomer's predicted slowdown plus the slowdown it causes to the
 jobs already there is smallest.  Every GPU that runs jobs answers every window
 (a lone job's prediction has ``occupancy`` ``solo``); an idle GPU's prediction
@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from events import JobEvent, Prediction, WhatIf
+from events import JobEvent, MetricSample, Prediction, WhatIf
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +256,10 @@ def _infer(view: GpuView) -> None:
 class SchedulerClient:
     """The latest what-if predictions per GPU, and the best GPU for a newcomer.
 
+    It reads ``interference.predictions`` and, with ``track_lifecycle`` (default), ``jobs.lifecycle`` (which jobs
+    run where) and ``gpu.metrics`` (which host each GPU is on, idle ones included), in every record form the
+    producers send: host batches (:class:`~events.HostJobEvents`, :class:`~events.HostMetrics`) and single records.
+
     ``max_age_s``: entries older than this (by the prediction's ``ts``) are
     ignored, since the job set may have changed without a new prediction.
     ``unknown_cost_pct``: the cost assumed for a busy GPU without usable entries;
@@ -372,6 +376,15 @@ class SchedulerClient:
             if event.kind != "progress" and event.ts > view.as_of:
                 view.changes = [*view.changes, (event.ts, event.kind, event.job_id, event.job_type)][-MAX_CHANGES:]
             _infer(view)
+
+    def on_sample(self, sample: MetricSample) -> None:
+        """Learn a GPU's host from its metrics: a GPU that runs nothing has no job events to tell it."""
+        view = self._gpus.get(sample.gpu_uuid)
+        if view is not None and view.host == sample.host:
+            return  # the common case, one dict look-up per sample
+        with self._lock:
+            self._version += 1
+            self._view(sample.gpu_uuid).host = sample.host
 
     def mark_idle(self, *gpu_uuids: str) -> None:
         """Tell the client these GPUs run nothing (the scheduler knows): they cost 0 until a job starts."""
@@ -490,7 +503,7 @@ class SchedulerClient:
             return {t for v in self._gpus.values() if now - v.ts <= self.max_age_s for t in v.what_if}
 
     def gpus_by_host(self) -> dict[str, list[str]]:
-        """host -> its GPUs (those seen on ``jobs.lifecycle``), in the order first seen."""
+        """host -> its GPUs (those seen on ``jobs.lifecycle`` or ``gpu.metrics``), in the order first seen."""
         with self._lock:
             out: dict[str, list[str]] = {}
             for gpu, view in self._gpus.items():
@@ -532,9 +545,9 @@ class SchedulerClient:
 
     # ------------------------------------------------------------------ Kafka
     def _topics(self) -> list[str]:
-        from events.topics import LIFECYCLE, PREDICTIONS
+        from events.topics import LIFECYCLE, METRICS, PREDICTIONS
 
-        return [PREDICTIONS, LIFECYCLE] if self.track_lifecycle else [PREDICTIONS]
+        return [PREDICTIONS, LIFECYCLE, METRICS] if self.track_lifecycle else [PREDICTIONS]
 
     def connect(self) -> SchedulerClient:
         """Subscribe (direct assignment of every partition, nothing committed)."""
@@ -560,10 +573,13 @@ class SchedulerClient:
                 self.undecodable += 1
                 continue
             self.received += 1
-            if isinstance(item.record, Prediction):
-                self.update(item.record)
-            elif isinstance(item.record, JobEvent):
-                self.on_job_event(item.record)
+            record = item.record  # one record: the consumer reads a host's batch as its records
+            if isinstance(record, Prediction):
+                self.update(record)
+            elif isinstance(record, JobEvent):
+                self.on_job_event(record)
+            elif isinstance(record, MetricSample):
+                self.on_sample(record)
             applied += 1
         return applied
 

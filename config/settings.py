@@ -66,6 +66,21 @@ class Settings:
     job_gpu_uuid: str = _setting("", "job reporter: GPU UUID the job runs on (set by `aip run-job`)")
     job_batch_size: int = _setting(0, "job reporter: batch size (0: unknown)")
     job_wrapped: bool = _setting(False, "job reporter: `aip run-job` emits started/finished, the library only progress")
+    kubernetes: bool = _setting(
+        False,
+        "aip produce nvml: attribute GPUs and processes to the pods of node_name (kubelet PodResources API, Kubernetes "
+        "API, /proc/<pid>/cgroup) and send pods' job events (started when a pod gains a GPU, finished when it loses it)",
+    )
+    podresources_socket: str = _setting(
+        "/var/lib/kubelet/pod-resources/kubelet.sock", "kubernetes: the kubelet's PodResources API socket (gRPC)"
+    )
+    node_name: str = _setting("", "kubernetes: the node whose pods are attributed (the DaemonSet sets it from spec.nodeName)")
+    kubernetes_api: str = _setting(
+        "", "kubernetes: API server URL, e.g. http://127.0.0.1:8001 (default: in-cluster configuration, the service account)"
+    )
+    step_socket: str = _setting(
+        "/var/run/aip/steps.sock", "local socket on which the step hook of training processes sends its step counts"
+    )
     # stream
     window_s: float = _setting(10.0, "tumbling window length in event time")
     lateness_s: float = _setting(5.0, "events this late still go into their window; later ones are dead-lettered")

@@ -14,6 +14,7 @@ from events.codec import (
     metric_samples,
     observation_batches,
     observations,
+    read_records,
     to_dict,
 )
 from events.records import (
@@ -94,5 +95,6 @@ __all__ = [
     "observation_batches",
     "observations",
     "profile_key",
+    "read_records",
     "to_dict",
 ]

@@ -12,11 +12,8 @@ from typing import Annotated, Any, NamedTuple, TypeVar
 
 import msgspec
 import msgspec.inspect
-from msgspec import Meta
 
 from events.records import (
-    MAX_EVENTS_PER_HOST_BATCH,
-    MAX_GPUS_PER_HOST,
     MAX_OBSERVATIONS_PER_BATCH,
     HostJobEvents,
     HostMetrics,
@@ -25,9 +22,6 @@ from events.records import (
     Observation,
     ObservationBatch,
     RecordError,
-    Str,
-    Ts,
-    Version,
 )
 
 T = TypeVar("T")
@@ -51,7 +45,7 @@ def encode(record: Any) -> bytes:
 
     >>> from events.records import GpuProcess
     >>> encode(GpuProcess(pid=7, used_mem_mb=512.0))
-    b'{"pid":7,"used_mem_mb":512.0,"sm_util_pct":null,"mem_util_pct":null}'
+    b'{"pid":7,"used_mem_mb":512.0,"sm_util_pct":null,"mem_util_pct":null,"namespace":null,"pod":null,"container":null}'
     >>> encode(GpuProcess(pid=7, sm_util_pct=101.0))
     Traceback (most recent call last):
     ...
@@ -92,7 +86,7 @@ def decode(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> T
 
     >>> from events.records import GpuProcess
     >>> decode(GpuProcess, b'{"pid": 7}')
-    GpuProcess(pid=7, used_mem_mb=None, sm_util_pct=None, mem_util_pct=None)
+    GpuProcess(pid=7, used_mem_mb=None, sm_util_pct=None, mem_util_pct=None, namespace=None, pod=None, container=None)
     >>> decode(GpuProcess, b'{"pid": -1}')
     Traceback (most recent call last):
     ...
@@ -131,32 +125,15 @@ def _as_bytes(data: bytes | bytearray | memoryview | str | None) -> bytes | byte
     return bytes(data) if isinstance(data, memoryview) else data
 
 
-class _HostMetricsView(msgspec.Struct, frozen=True, gc=False):
-    """:class:`HostMetrics` with each sample left undecoded, to read a batch sample by sample (same fields)."""
-
-    ts: Ts
-    host: Str
-    samples: Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=MAX_GPUS_PER_HOST)]
-    producer_id: Str | None = None
-    schema_version: Version = 1
-
-
-class _HostJobEventsView(msgspec.Struct, frozen=True, gc=False):
-    """:class:`HostJobEvents` with each event left undecoded (same fields)."""
-
-    ts: Ts
-    host: Str
-    events: Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=MAX_EVENTS_PER_HOST_BATCH)]
-    producer_id: Str | None = None
-    schema_version: Version = 1
-
-
-class _ObservationBatchView(msgspec.Struct, frozen=True, gc=False):
-    """:class:`ObservationBatch` with each observation left undecoded (same fields)."""
-
-    environment: Str
-    observations: Annotated[list[msgspec.Raw], Meta(min_length=1, max_length=MAX_OBSERVATIONS_PER_BATCH)]
-    schema_version: Version = 1
+@functools.cache
+def _undecoded(batch: type, field: str) -> Any:
+    """``batch`` with its list ``field`` left undecoded (each item a :class:`msgspec.Raw`, the list under the same
+    constraints), to read a batch item by item: the same fields, declared once, in ``events.records``."""
+    fields: list[Any] = []
+    for f in msgspec.structs.fields(batch):
+        kind: Any = Annotated[list[msgspec.Raw], *f.type.__metadata__] if f.name == field else f.type
+        fields.append((f.name, kind) if f.default is msgspec.NODEFAULT else (f.name, kind, f.default))
+    return msgspec.defstruct(f"_{batch.__name__}View", fields, frozen=True, gc=False)
 
 
 class _Batching(NamedTuple):
@@ -165,9 +142,13 @@ class _Batching(NamedTuple):
 
     item: type
     batch: type
-    view: type
     field: str
     group: str = "host"
+
+    @property
+    def view(self) -> Any:
+        """The batch with its records left undecoded."""
+        return _undecoded(self.batch, self.field)
 
     @property
     def mark(self) -> bytes:
@@ -176,9 +157,9 @@ class _Batching(NamedTuple):
 
 
 _BATCHING: dict[type, _Batching] = {
-    MetricSample: _Batching(MetricSample, HostMetrics, _HostMetricsView, "samples"),
-    JobEvent: _Batching(JobEvent, HostJobEvents, _HostJobEventsView, "events"),
-    Observation: _Batching(Observation, ObservationBatch, _ObservationBatchView, "observations", "environment"),
+    MetricSample: _Batching(MetricSample, HostMetrics, "samples"),
+    JobEvent: _Batching(JobEvent, HostJobEvents, "events"),
+    Observation: _Batching(Observation, ObservationBatch, "observations", "environment"),
 }
 
 
@@ -344,6 +325,25 @@ def decode_on_topic(cls: type[T], data: bytes | bytearray | memoryview | str | N
             except RecordError:
                 raise not_a_batch from None
     return decode(cls, data)
+
+
+def read_records(cls: type[T], data: bytes | bytearray | memoryview | str | None) -> tuple[list[Any], list[Rejected]]:
+    """The single records in one message of a topic whose record is ``cls``: a batch's (:class:`HostMetrics`
+    samples, :class:`HostJobEvents` events, :class:`ObservationBatch` observations, read as :func:`metric_samples`
+    reads them: invalid ones in ``rejected``), or the record itself. Raises :class:`RecordError` where the message
+    is neither.
+
+    >>> e = JobEvent(ts=1.7e9, kind="started", job_id="j1", job_type="r50", gpu_uuid="GPU-1", host="h")
+    >>> read_records(JobEvent, encode(HostJobEvents(ts=1.7e9, host="h", events=[e, e]))) == ([e, e], [])
+    True
+    >>> read_records(JobEvent, encode(e)) == ([e], [])
+    True
+    """
+    b = _BATCHING.get(cls)
+    if b is None:
+        return [decode(cls, data)], []
+    records, rejected, _batched = _read(b, data)
+    return records, rejected
 
 
 def decode_obj(cls: type[T], obj: Any) -> T:

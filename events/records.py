@@ -13,7 +13,7 @@ unsupported by the hardware: never 0.
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any, Final, Literal, get_args
+from typing import Annotated, ClassVar, Final, Literal, get_args
 
 import msgspec
 from msgspec import Meta
@@ -101,12 +101,18 @@ class GpuProcess(Record, frozen=True):
     """One compute process on a GPU.  ``sm_util_pct`` and ``mem_util_pct`` are its own SM and memory
     utilisation over the last sampling interval (``nvmlDeviceGetProcessUtilization``): null when the
     driver had no sample in the interval, or does not support the call (then named in the sample's
-    ``unavailable`` as ``processes.sm_util_pct``, ``processes.mem_util_pct``)."""
+    ``unavailable`` as ``processes.sm_util_pct``, ``processes.mem_util_pct``).
+
+    On Kubernetes (``aip produce nvml --kubernetes``) ``namespace``, ``pod`` and ``container`` name the
+    process's pod and container; null when unknown or outside a pod."""
 
     pid: Count
     used_mem_mb: NonNeg | None = None
     sm_util_pct: Pct | None = None
     mem_util_pct: Pct | None = None
+    namespace: Str | None = None
+    pod: Str | None = None
+    container: Str | None = None
 
 
 class MetricSample(Record, frozen=True):
@@ -160,15 +166,28 @@ MAX_GPUS_PER_HOST = MAX_LIST_LEN
 """Samples in one :class:`HostMetrics` (GPUs and MIG instances of one host)."""
 
 
-def all_of_host(host: str, records: list[Any], field: str) -> None:
-    """Every record of a host's batch (``field``: ``samples``, ``events``) is of its host (the key its
-    partition was chosen by)."""
-    for i, record in enumerate(records):
-        if record.host != host:
-            raise RecordError(f"{field}[{i}]: host {record.host!r} is not the batch's host {host!r} - at `$.host`")
+class HostBatch(Record, frozen=True):
+    """Base of the batches of one host and tick (:class:`HostMetrics`, :class:`HostJobEvents`): ``ts`` and ``host``
+    first, then the list named by ``list_field``, every record of which is of the batch's host (the key its partition
+    was chosen by)."""
+
+    list_field: ClassVar[str]
+    ts: Ts
+    host: Str
+
+    def __post_init__(self) -> None:
+        for i, record in enumerate(getattr(self, self.list_field)):
+            if record.host != self.host:
+                raise RecordError(
+                    f"{self.list_field}[{i}]: host {record.host!r} is not the batch's host {self.host!r} - at `$.host`"
+                )
+
+    @property
+    def key(self) -> str:
+        return self.host
 
 
-class HostMetrics(Record, frozen=True):
+class HostMetrics(HostBatch, frozen=True):
     """The samples of all GPUs of one host at one sampling tick.  Topic ``gpu.metrics``, key ``host``.
 
     One record instead of one per GPU: a consumer pays its per-message cost once per host and
@@ -178,18 +197,10 @@ class HostMetrics(Record, frozen=True):
     the others (stage 1 dead-letters that sample's payload alone, with the reason).
     """
 
-    ts: Ts
-    host: Str
+    list_field = "samples"
     samples: Annotated[list[MetricSample], Meta(min_length=1, max_length=MAX_GPUS_PER_HOST)]
     producer_id: Str | None = None
     schema_version: Version = SCHEMA_VERSION
-
-    def __post_init__(self) -> None:
-        all_of_host(self.host, self.samples, "samples")
-
-    @property
-    def key(self) -> str:
-        return self.host
 
 
 def progress_has_steps(event: JobEvent) -> None:
@@ -238,7 +249,7 @@ MAX_EVENTS_PER_HOST_BATCH = MAX_LIST_LEN
 """Job events in one :class:`HostJobEvents`."""
 
 
-class HostJobEvents(Record, frozen=True):
+class HostJobEvents(HostBatch, frozen=True):
     """Job events of one host sent together (one sampling tick's).  Topic ``jobs.lifecycle``, key ``host``.
 
     As :class:`HostMetrics` for samples: one record instead of one per event, so a consumer pays its
@@ -248,18 +259,10 @@ class HostJobEvents(Record, frozen=True):
     reader that finds one invalid event in a batch keeps the others.
     """
 
-    ts: Ts
-    host: Str
+    list_field = "events"
     events: Annotated[list[JobEvent], Meta(min_length=1, max_length=MAX_EVENTS_PER_HOST_BATCH)]
     producer_id: Str | None = None
     schema_version: Version = SCHEMA_VERSION
-
-    def __post_init__(self) -> None:
-        all_of_host(self.host, self.events, "events")
-
-    @property
-    def key(self) -> str:
-        return self.host
 
 
 class Observation(Record, frozen=True):

@@ -54,6 +54,16 @@ and :class:`HostJobEvents` on ``jobs.lifecycle``; one per environment and stage-
 on ``interference.observations``."""
 
 
+class _Name:
+    """A topic's full name under the prefix of the :class:`Topics` it is read from (its base name on the class)."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+
+    def __get__(self, topics: Topics | None, owner: type | None = None) -> str:
+        return self.base if topics is None else topics.prefix + self.base
+
+
 @dataclass(frozen=True)
 class Topics:
     """The project's topic names under one prefix.
@@ -66,45 +76,16 @@ class Topics:
 
     prefix: str = ""
 
-    @property
-    def metrics(self) -> str:
-        return self.prefix + METRICS
-
-    @property
-    def lifecycle(self) -> str:
-        return self.prefix + LIFECYCLE
-
-    @property
-    def observations(self) -> str:
-        return self.prefix + OBSERVATIONS
-
-    @property
-    def predictions(self) -> str:
-        return self.prefix + PREDICTIONS
-
-    @property
-    def alerts(self) -> str:
-        return self.prefix + ALERTS
-
-    @property
-    def leaderboard(self) -> str:
-        return self.prefix + LEADERBOARD
-
-    @property
-    def deadletter(self) -> str:
-        return self.prefix + DEADLETTER
-
-    @property
-    def profiles(self) -> str:
-        return self.prefix + PROFILES
-
-    @property
-    def stage1_changelog(self) -> str:
-        return self.prefix + STAGE1_CHANGELOG
-
-    @property
-    def snapshots(self) -> str:
-        return self.prefix + SNAPSHOTS
+    metrics = _Name(METRICS)
+    lifecycle = _Name(LIFECYCLE)
+    observations = _Name(OBSERVATIONS)
+    predictions = _Name(PREDICTIONS)
+    alerts = _Name(ALERTS)
+    leaderboard = _Name(LEADERBOARD)
+    deadletter = _Name(DEADLETTER)
+    profiles = _Name(PROFILES)
+    stage1_changelog = _Name(STAGE1_CHANGELOG)
+    snapshots = _Name(SNAPSHOTS)
 
     def all(self) -> tuple[str, ...]:
         return tuple(self.prefix + name for name in ALL)

@@ -87,7 +87,7 @@ def grouped_folds(groups: Sequence[str], k: int, seed: int = 0) -> list[tuple[np
 
 
 HOLDOUTS = ("pair", "family")
-"""Holdout schemes (DESIGN.md): ``pair``, no job set (group) in both training and test; ``family``, every row
+"""Holdout schemes (docs/ARCHITECTURE.md, "Definitions"): ``pair``, no job set (group) in both training and test; ``family``, every row
 that involves a held-out job family is out of training."""
 
 

@@ -1,5 +1,5 @@
 """Dataset loaders for offline evaluation: Gavel's throughput JSON, the observations
-CSV of DESIGN.md ("Dataset formats") and the AIP paper's co-location rows.
+CSV of docs/ARCHITECTURE.md ("Dataset formats") and the AIP paper's co-location rows.
 
 Every loader returns a :class:`Dataset`: one :class:`Sample` per (job, pair or
 window) with its group (the unordered job set; cross-validation never splits a
@@ -196,7 +196,7 @@ def _float(v: str | None) -> float | None:
 
 
 def load_csv(path: Path, gpu: str | None = None) -> Dataset:
-    """The observations CSV of DESIGN.md, or the paper's rows (``gpu, combination, E_pct.., interference_pct``)."""
+    """The observations CSV of docs/ARCHITECTURE.md ("Dataset formats"), or the paper's rows (``gpu, combination, E_pct.., interference_pct``)."""
     try:
         with open(path, newline="") as fh:
             rows = list(csv.DictReader(fh))

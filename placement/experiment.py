@@ -144,7 +144,7 @@ class WhatIfService:
         self.models = models
         self.truth = truth
         self.withhold_novel = withhold_novel
-        """Leave out the entries of job types never measured (regime ``novel``): what was published before issue 25."""
+        """Leave out the entries of job types never measured (regime ``novel``): what a scheduler that ignores them sees."""
         self._cache: dict[tuple[str, ...], list[WhatIf]] = {}
         self.predictions_made = 0
 
@@ -306,7 +306,7 @@ def run_seed(
 ) -> dict[str, dict[str, float]]:
     """One arrival sequence, placed by each policy (``oracle``: guided by the true slowdowns,
     :class:`TruthService`; with ``setup.unseen_families``, also ``guided_withheld``, guided by ``withheld``'s entries,
-    which leave out novel job types as before issue 25, and ``guided_novel_expected``, novel entries ranked by their
+    which leave out novel job types, and ``guided_novel_expected``, novel entries ranked by their
     expected slowdown instead of their upper end; with ``setup.learning``, ``guided_learning`` and ``guided_explore``, whose models
     learn every co-location they make (:class:`LearningService`), the second exploring within
     :data:`EXPLORE_MARGIN_PCT`); per policy the :func:`placement.fleet.summary`, and with

@@ -7,7 +7,7 @@ ground truth, from Gavel's measured pairs).  A job that finds no GPU waits in a
 queue and is placed, by the same policy, when a job finishes.
 
 Job slowdown (percent) is ``run_time / solo_run_time * 100 - 100``: the
-interference rate of DESIGN.md averaged over the job's life; time spent
+interference rate (docs/ARCHITECTURE.md, "Definitions") averaged over the job's life; time spent
 queued is reported separately.
 
 >>> jobs = [Job("j0", "a", 0.0, 10.0), Job("j1", "b", 1.0, 10.0)]

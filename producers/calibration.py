@@ -120,7 +120,7 @@ def speed_fraction(table: dict[str, Any], job: str, others: list[str]) -> float 
 
 
 def interference_pct(solo_throughput: float, colocated_throughput: float) -> float:
-    """DESIGN.md's interference rate: slowdown in percent, 0 means none.
+    """The interference rate (docs/ARCHITECTURE.md, "Definitions"): slowdown in percent, 0 means none.
 
     >>> interference_pct(10.0, 5.0)
     100.0

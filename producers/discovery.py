@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from events import JobEvent, MetricSample
 
 UNKNOWN_TYPE = "unknown"
@@ -40,13 +42,12 @@ class ProcessTracker:
         return out
 
     def _event(self, sample: MetricSample, kind: str, pid: int, job_id: str) -> JobEvent:
-        return JobEvent(
-            ts=sample.ts,
-            kind=kind,
-            job_id=job_id,
-            job_type=UNKNOWN_TYPE,
-            gpu_uuid=sample.gpu_uuid,
-            host=sample.host,
-            pid=pid,
-            producer_id=self.producer_id,
-        )
+        return event_at(sample, kind, job_id, UNKNOWN_TYPE, self.producer_id, pid=pid)
+
+
+def event_at(sample: MetricSample, kind: str, job_id: str, job_type: str, producer_id: str | None, **fields: Any) -> JobEvent:
+    """A job event the producer saw at ``sample`` (its time, GPU and host): a job appearing or going away."""
+    return JobEvent(
+        ts=sample.ts, kind=kind, job_id=job_id, job_type=job_type, gpu_uuid=sample.gpu_uuid, host=sample.host,
+        producer_id=producer_id, **fields,
+    )  # fmt: skip

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 import uuid as uuidlib
 from collections.abc import Callable
@@ -24,6 +25,10 @@ from typing import Any
 
 from events import JobEvent
 from events.topics import LIFECYCLE
+from producers.stephook.aip_stephook import MIN_INTERVAL_S, StepRate
+
+STEP_HOOK_MODULE = "aip_stephook"
+"""The step hook's module name in a training process that ``aip run-job`` or a node's collector set up."""
 
 
 class JobReporter:
@@ -33,7 +38,8 @@ class JobReporter:
     progress goes out at most every ``min_interval_s`` with the cumulative steps
     and the mean step time since the previous progress.  ``publish(topic, record)``
     defaults to a spool-backed Kafka publisher built from ``settings``.
-    With ``wrapped=True`` (under ``aip run-job``) only progress is emitted.
+    With ``wrapped=True`` (under ``aip run-job``) only progress is emitted.  A process with a reporter
+    counts its steps here: the step hook injected into it (``producers/stephook``) stands down.
     """
 
     def __init__(
@@ -46,7 +52,7 @@ class JobReporter:
         settings: Any = None,
         publish: Callable[[str, Any], None] | None = None,
         clock: Callable[[], float] = time.time,
-        min_interval_s: float = 2.0,
+        min_interval_s: float = MIN_INTERVAL_S,
         host: str | None = None,
         pid: int | None = None,
         wrapped: bool | None = None,
@@ -68,6 +74,7 @@ class JobReporter:
         self.pid = os.getpid() if pid is None else pid
         self.clock = clock
         self.min_interval_s = min_interval_s
+        self._rate = StepRate(min_interval_s)
         self.producer_id = f"job-{self.job_id}"
         if publish is None:
             from producers.publisher import Publisher
@@ -75,14 +82,23 @@ class JobReporter:
             self._publisher = Publisher(s, f"job-{self.job_id}-{self.pid}")
             publish = self._publisher.publish
         self._publish = publish
-        self.steps = 0
         self._seq = 0
-        self._last_ts = 0.0
-        self._last_steps = 0
+        hook = sys.modules.get(STEP_HOOK_MODULE)
+        if hook is not None:
+            hook.stand_down()
 
-    def _emit(self, kind: str, **fields: Any) -> None:
+    @property
+    def steps(self) -> int:
+        """Steps counted so far."""
+        return self._rate.steps
+
+    @steps.setter
+    def steps(self, value: int) -> None:
+        self._rate.steps = value
+
+    def _emit(self, kind: str, ts: float | None = None, **fields: Any) -> None:
         record = JobEvent(
-            ts=self.clock(),
+            ts=self.clock() if ts is None else ts,
             kind=kind,
             job_id=self.job_id,
             job_type=self.job_type,
@@ -98,21 +114,23 @@ class JobReporter:
         self._publish(LIFECYCLE, record)
 
     def __enter__(self) -> JobReporter:
-        self._last_ts = self.clock()
+        self._rate.start(self.clock())
         if not self.wrapped:
             self._emit("started", steps=0)
         return self
 
     def step(self, n: int = 1) -> None:
         """Count ``n`` finished steps; emit progress when ``min_interval_s`` has passed."""
-        self.steps += n
-        now = self.clock()
-        if now - self._last_ts >= self.min_interval_s and self.steps > self._last_steps:
-            self._emit("progress", steps=self.steps, step_time_s=(now - self._last_ts) / (self.steps - self._last_steps))
-            self._last_ts = now
-            self._last_steps = self.steps
+        step_time_s = self._rate.step(self.clock(), n)
+        if step_time_s is not None:
+            self._emit("progress", steps=self.steps, step_time_s=step_time_s)
 
     __call__ = step
+
+    def progress(self, steps: int, step_time_s: float, ts: float | None = None) -> None:
+        """Emit progress counted elsewhere (a step collector's): cumulative ``steps``, mean ``step_time_s``."""
+        self.steps = steps
+        self._emit("progress", steps=steps, step_time_s=step_time_s, ts=ts)
 
     def finish(self, exit_code: int | None) -> None:
         """Emit ``finished`` with the exit status (what the context manager does on exit)."""

@@ -1,7 +1,7 @@
 """The NVML sampler: one MetricSample per GPU (and per MIG instance) per interval, published as one HostMetrics.
 
 The NVML module is an argument (``nvml=``); the default is nvidia-ml-py's
-``pynvml``.  Calls (DESIGN.md's mapping): ``nvmlDeviceGetPowerUsage`` (mW),
+``pynvml``.  Calls (docs/ARCHITECTURE.md, "NVML mapping"): ``nvmlDeviceGetPowerUsage`` (mW),
 ``nvmlDeviceGetTotalEnergyConsumption`` (mJ), ``nvmlDeviceGetTemperatureV``
 (falling back to ``nvmlDeviceGetTemperature``), ``nvmlDeviceGetUtilizationRates``
 (.gpu, .memory), ``nvmlDeviceGetMemoryInfo`` (bytes), ``nvmlDeviceGetPcieThroughput``
@@ -115,6 +115,7 @@ class NvmlSampler:
         metrics: ProducerMetrics | None = None,
         rediscover_s: float = 60.0,
         process_lookback_s: float = 2.0,
+        attribution: Any = None,
     ) -> None:
         self.nvml = nvml if nvml is not None else importlib.import_module("pynvml")
         self.host = host or socket.gethostname()
@@ -123,6 +124,8 @@ class NvmlSampler:
         self.metrics = metrics or ProducerMetrics()
         self.rediscover_s = rediscover_s
         self.process_lookback_s = process_lookback_s
+        self.attribution = attribution
+        """Gives each round's processes their pods (``producers.kubernetes.attribution``); None: off."""
         self.devices: list[Device] = []
         self.gpm = GpmReader(self.nvml)
         self._seq: dict[str, int] = {}
@@ -218,6 +221,8 @@ class NvmlSampler:
             self.discover()
         t0 = time.perf_counter()
         out = [self.sample_device(d) for d in self.devices]
+        if self.attribution is not None:
+            out = self.attribution.attribute(out)
         self.metrics.sample_seconds.observe(time.perf_counter() - t0)
         self.metrics.samples_taken.inc(len(out))
         return out

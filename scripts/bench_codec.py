@@ -37,14 +37,14 @@ def payloads(per_kind: int) -> dict[str, list[str]]:
     """The JSON of up to ``per_kind`` records of each kind, from this tree's pipeline."""
     from events import encode
     from producers.sim import Simulator
+    from streams.serving import LearnAndServe
     from streams.stage1 import Stage1
-    from streams.stage2 import Stage2
 
     events = [r for _t, r in Simulator(gpus=2, gpu_model="v100", seed=1, start_ts=START_TS, duration_s=600.0).events()]
     stage1 = Stage1(window_s=10.0, lateness_s=2.0)
     observations = [o for e in events for o in (stage1.on_metric(e) if hasattr(e, "power_w") else stage1.on_job(e))]
     with tempfile.TemporaryDirectory() as state_dir:
-        stage2 = Stage2(clock=lambda: START_TS + 600.0, max_pct=20.0, state_dir=Path(state_dir))
+        stage2 = LearnAndServe.build(clock=lambda: START_TS + 600.0, max_pct=20.0, state_dir=Path(state_dir))
         predictions = [p for o in observations for p in stage2.on_observation(o).predictions]
     records = [*events, *observations, *sorted(predictions, key=lambda p: -len(p.what_if))]  # placement ones first
     out: dict[str, list[str]] = {kind: [] for kind in KINDS}

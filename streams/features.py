@@ -1,4 +1,4 @@
-"""The arithmetic of DESIGN.md's definitions: percent changes, throughput, interference rates.
+"""The arithmetic of the definitions (docs/ARCHITECTURE.md, "Definitions"): percent changes, throughput, interference rates.
 
 Pure functions: no Kafka, no faust, no clock.
 """

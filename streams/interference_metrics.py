@@ -5,6 +5,10 @@ and renders it at scrape time.  Labels are bounded: environment, GPU UUID, job t
 (and the served model, mode and regime where a prediction has them); never a job id,
 so two jobs of one type on one GPU share a series (the larger value is shown).
 
+Per pod (``aip produce nvml --kubernetes``): the SM utilisation of each pod's processes on each GPU, from the
+samples stage 1 reads (:meth:`InterferenceMetrics.observe_samples`); a GPU's pods are those of its latest
+sample, and a GPU without a sample for ``horizon_s`` of wall time loses its series.
+
 A job's series go away when a newer window of its GPU no longer lists it, and a GPU's
 when its last window is more than ``horizon_s`` of event time behind the newest window
 of its environment (it went idle, solo, or away) or was received more than
@@ -21,8 +25,8 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
-from events import Alert, Observation, Prediction
-from streams.stage2 import alert_value
+from events import Alert, MetricSample, Observation, Prediction
+from streams.hysteresis import alert_value
 
 ENV_GPU = ["environment", "gpu_uuid"]
 HORIZON_WINDOWS = 6
@@ -101,6 +105,8 @@ class InterferenceMetrics:
         self.predictions: Counter[tuple[str, str, str]] = Counter()  # (environment, mode, regime)
         self.error_sum: dict[tuple[str, str, str], float] = {}  # |predicted - measured|, points
         self.error_count: Counter[tuple[str, str, str]] = Counter()
+        self.pod_sm: dict[str, tuple[float, dict[tuple[str, str, str], float]]] = {}
+        """GPU -> (received, (namespace, pod, container) -> SM %) of its latest sample with pods."""
 
     # ------------------------------------------------------------------ input
     def observe(self, obs: Observation, predictions: Iterable[Prediction], alerts: Iterable[Alert]) -> None:
@@ -140,6 +146,21 @@ class InterferenceMetrics:
             if p.mode == "placement" and obs.window_start >= g.window_start:
                 g.what_if = {w.job_type: w.newcomer_pct + w.existing_pct for w in p.what_if}
 
+    def observe_samples(self, samples: Iterable[MetricSample]) -> None:
+        """Per-pod SM utilisation of each GPU's latest sample (its processes that name a pod)."""
+        for s in samples:
+            if s.processes is None:
+                continue  # the process list could not be read: keep the last one
+            by_pod: dict[tuple[str, str, str], float] = {}
+            for p in s.processes:
+                if p.pod is not None and p.sm_util_pct is not None:
+                    key = (p.namespace or "", p.pod, p.container or "")
+                    by_pod[key] = min(100.0, by_pod.get(key, 0.0) + p.sm_util_pct)
+            if by_pod:
+                self.pod_sm[s.gpu_uuid] = (self.clock(), by_pod)
+            else:
+                self.pod_sm.pop(s.gpu_uuid, None)
+
     def prune(self) -> None:
         """Forget GPUs gone quiet (event time behind their environment, or nothing received for a while)."""
         now = self.clock()
@@ -153,6 +174,8 @@ class InterferenceMetrics:
             del self.gpus[gpu]
         for key in [k for k in self.jobs if k[0] in gone]:
             del self.jobs[key]
+        for gpu in [g for g, (received, _) in self.pod_sm.items() if now - received > self.horizon_s]:
+            del self.pod_sm[gpu]
 
     def raised_gpus(self) -> set[str]:
         """GPUs with at least one job in raised state (what the interference alert rule fires on)."""
@@ -241,6 +264,13 @@ class InterferenceMetrics:
             for jt, cost in sorted(g.what_if.items()):
                 what_if.add_metric([g.environment, gpu, jt], cost)
         yield what_if
+
+        yield gauge(
+            "aip_pod_sm_util_pct",
+            "SM utilisation of the pod's processes on the GPU in its latest sample (nvmlDeviceGetProcessUtilization), %",
+            ["gpu_uuid", "namespace", "pod", "container"],
+            {(gpu, *pod): pct for gpu, (_, pods) in self.pod_sm.items() for pod, pct in pods.items()},
+        )
 
         count = CounterMetricFamily(
             "aip_predictions", "predictions published, by environment, mode and regime", labels=["environment", "mode", "regime"]

@@ -13,7 +13,7 @@ session expires.  On the embedded broker (Tansu 0.6.0) that is not enough:
 
 So when the leader stops and another worker joins within the leader's session timeout, every live member waits in
 JoinGroup/SyncGroup for a leader that is gone, and no request that would expire it ever comes: the group never forms
-again (reproduced without any load: docs/RELIABILITY.md, History 14).  Apache Kafka completes the rebalance after
+again (reproduced without any load: docs/RELIABILITY.md, "Consumer-group membership").  Apache Kafka completes the rebalance after
 the rebalance timeout without the members that did not rejoin, so it never wedges; but there too a stopped static
 member's partitions wait for its session to expire.
 
@@ -172,7 +172,7 @@ class GroupWatch:
             log.warning(
                 "no partitions assigned for %.0f s: this worker has been out of a stable consumer-group generation "
                 "since its last rebalance started (%s). A group whose leader left without a LeaveGroup can wait for it "
-                "for good on the embedded broker (docs/RELIABILITY.md, History 14)",
+                "for good on the embedded broker (docs/RELIABILITY.md, Known limitations)",
                 out,
                 self.describe(),
             )

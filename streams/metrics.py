@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -133,26 +134,20 @@ class _Collector:
         yield served
 
 
+@dataclass(eq=False)
 class StreamMetrics:
     """Counters the worker bumps, and a registry that renders them with the processors' own state."""
 
-    def __init__(
-        self,
-        stage1: Counter[str],
-        stage2: Counter[str],
-        *,
-        leaderboards: Callable[[], Mapping[str, Leaderboard]] = dict,
-        highwater: Callable[[str, int], int | None] = lambda topic, partition: None,
-        held: Callable[[], int] = lambda: 0,
-        group: Callable[[], tuple[float, int]] = lambda: (0.0, 0),
-    ) -> None:
-        self.stage1 = stage1
-        self.stage2 = stage2
-        self.leaderboards = leaderboards
-        self.highwater = highwater
-        self.held = held
-        self.group = group
-        """(seconds out of a stable consumer-group generation, times stuck beyond the liveness limit)"""
+    stage1: Counter[str]
+    stage2: Counter[str]
+    _: KW_ONLY
+    leaderboards: Callable[[], Mapping[str, Leaderboard]] = dict
+    highwater: Callable[[str, int], int | None] = lambda topic, partition: None
+    held: Callable[[], int] = lambda: 0
+    group: Callable[[], tuple[float, int]] = lambda: (0.0, 0)
+    """(seconds out of a stable consumer-group generation, times stuck beyond the liveness limit)"""
+
+    def __post_init__(self) -> None:
         self.consumed: Counter[str] = Counter()
         self.published: Counter[str] = Counter()
         self.dead_letters: Counter[str] = Counter()

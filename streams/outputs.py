@@ -1,4 +1,5 @@
-"""Every buffered output acknowledged by the broker before the offsets that produced it are committed.
+"""The worker's outputs: put on their topics (:class:`Publisher`), and every buffered one acknowledged by the broker
+before the offsets that produced it are committed (:class:`Deliveries`, :func:`guard`).
 
 The worker buffers its outputs (observations, predictions, alerts, dead letters, the stage-1 changelog and profiles)
 with faust's ``send_soon``, and faust flushes that buffer before it commits offsets.  faust's flush
@@ -24,7 +25,14 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from events import Observation, Prediction, encode, observation_batches
+
+if TYPE_CHECKING:
+    from config import Settings
+    from streams.metrics import StreamMetrics
+    from streams.serving import Output
 
 log = logging.getLogger(__name__)
 
@@ -90,3 +98,59 @@ def guard(producer: Any, deliveries: Deliveries, after: Callable[[], None], time
     producer.send_soon = send_soon
     buffer.flush = flush
     producer.aip_deliveries = deliveries
+
+
+class Publisher:
+    """Sends and buffers the worker's records on its output topics, and counts them (``metrics.published``).
+
+    Buffered sends (``send_soon``) are not awaited: an awaited faust send cost about 1 ms per record here, and faust
+    flushes the buffer before it commits the input offsets (through :func:`guard`), so delivery stays at least once."""
+
+    def __init__(self, settings: Settings, out: dict[str, Any], observations: Any, metrics: StreamMetrics) -> None:
+        self.settings, self.observations, self.metrics = settings, observations, metrics
+        self.out = out
+        """Topic name (predictions, alerts, leaderboard, deadletter) -> faust topic."""
+
+    async def send(self, name: str, key: str | None, record: Any) -> None:
+        await self.out[name].send(key=None if key is None else key.encode(), value=encode(record))
+        self.metrics.published[name] += 1
+
+    def served(self, out: Output) -> None:
+        """Buffer what serving an observation gave, its predictions and alerts (an awaited send each held stage 2 at
+        about 1 ms per record)."""
+        for p in out.predictions:
+            self.prediction(p)
+        for a in out.alerts:
+            self.out["alerts"].send_soon(key=a.gpu_uuid.encode(), value=encode(a))
+        self.metrics.published["alerts"] += len(out.alerts)
+
+    def prediction(self, p: Prediction) -> None:
+        """Buffer one prediction; count it, and its delay from its window's end."""
+        self.out["predictions"].send_soon(key=p.gpu_uuid.encode(), value=encode(p))
+        self.metrics.published["predictions"] += 1
+        if p.window_end is not None:
+            self.metrics.prediction_delay.observe(max(0.0, p.ts - p.window_end))  # a replay's event time may be ahead
+
+    def observations_out(self, observations: list[Observation]) -> None:
+        """Buffer observations and count them (observations, not records): one :class:`events.ObservationBatch` per
+        environment (setting ``observation_batch_bytes``), or one record each (0)."""
+        if not observations:
+            return
+        if self.settings.observation_batch_bytes:
+            self.emit_observations(observations)
+        else:
+            for o in observations:
+                self.emit_observation(o)
+        self.metrics.published["observations"] += len(observations)
+
+    def emit_observations(self, observations: list[Observation]) -> None:
+        """Buffer observations as :class:`events.ObservationBatch` records of one environment each.
+
+        Measured (docs/BENCHMARKS.md, "Host-batched samples"): one record per observation cost the host-batched
+        stage 1 most of its time outside stage 1 itself (faust's and aiokafka's per-message work, and one produce
+        request per few records)."""
+        for env, value, _n in observation_batches(observations, self.settings.observation_batch_bytes):
+            self.observations.send_soon(key=env.encode(), value=value)
+
+    def emit_observation(self, obs: Observation) -> None:
+        self.observations.send_soon(key=obs.environment.encode(), value=encode(obs))

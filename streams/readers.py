@@ -87,12 +87,9 @@ class TopicFollower:
         raw: bool = False,
         idle: Callable[[], None] | None = None,
     ) -> None:
-        self.settings = settings
-        self.topic = topic
-        self.raw = raw
+        self.settings, self.topic, self.deliver, self.raw = settings, topic, deliver, raw
         self.idle = idle
         """Called (in the thread) after a poll that read nothing: the follower has caught up for now."""
-        self.deliver = deliver
         self.stopping = threading.Event()
         self.records = 0
         self.thread = threading.Thread(target=self._run, name=f"follow-{topic}", daemon=True)

@@ -1,22 +1,24 @@
-"""Serving sharded by GPU (setting ``serving`` sharded, issue 23): predictions, what-if entries and alerts of the
-GPUs whose stage 1 runs here, from the latest model snapshot of their environment.  No Kafka, no faust.
+"""Serving: the predictions, what-if entries and alerts of each observation, in both settings of ``serving``.
 
-Learning stays per environment (:class:`streams.stage2.Stage2` with ``serve=False``) and publishes snapshots
-(:mod:`models.snapshot`, :mod:`streams.snapshots`); every worker applies the newest complete one
-(:meth:`Serving.install`) and serves each observation its stage 1 emits (:meth:`Serving.serve`).  What is served
-is a function of the snapshot and the observation only, so any worker serves a GPU as any other would:
+One :class:`Serving` serves what its models say; where they come from is the setting's only difference:
 
-- predictions: :func:`streams.stage2.predictions_of` with the snapshot's models;
-- what-if entries: computed once per snapshot and set of running job types, with the snapshot's solo profiles of
-  the running types (not the first asking window's: that would make the entries depend on which GPU asked first),
-  in sorted order; a set with a type the snapshot does not know is computed for its window, uncached;
-- alerts: the hysteresis state of a GPU's jobs lives in its stage-1 state (``GpuState.raised``), which moves
-  with the GPU's partition through the stage-1 changelog, so a GPU's alerts neither repeat nor get lost when
-  another worker takes it over.
+- ``stage2``: the learner's own models, in process (:class:`LearnAndServe`: each observation is served before its
+  environment's learner, :class:`streams.stage2.Stage2`, learns it);
+- ``sharded``: the latest model snapshot of the environment (:mod:`streams.snapshots` installs them), for the GPUs
+  whose stage 1 runs here.  What is served is then a function of the snapshot and the observation only, so any
+  worker serves a GPU as any other would.  Before the first snapshot of an environment arrives, its GPUs are served
+  by models that learned nothing, as a fresh learner's are: a solo window's prediction without what-if entries, no
+  prediction for a co-located window, alerts from measured rates only.
 
-Before the first snapshot of an environment arrives, its GPUs are served by models that learned nothing, as a
-fresh stage 2 serves them: a solo window's prediction without what-if entries, no prediction for a co-located
-window, alerts from measured rates only.
+What is served:
+
+- predictions: :func:`predictions_of` (both modes) and :func:`solo_prediction` (a lone job);
+- what-if entries: :class:`streams.whatif.WhatIfCache`, once per state of the models and set of running job types,
+  with the known solo profiles of the running types (not the asking window's: that would make the entries depend on
+  which GPU asked first), in sorted order; a set with a type not known is computed for its window, uncached;
+- alerts: :func:`streams.hysteresis.judge` of a GPU's raised jobs.  Sharded, they live in the GPU's stage-1 state
+  (``GpuState.raised``), which moves with the GPU's partition through the stage-1 changelog, so a GPU's alerts
+  neither repeat nor get lost when another worker takes it over; with stage2, here (:attr:`Serving.raised`).
 """
 
 from __future__ import annotations
@@ -24,22 +26,40 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from events import Observation, WhatIf, to_dict
-from models.environment import EnvironmentModels
+from events import Alert, Leaderboard, Observation, Prediction, WhatIf, to_dict
+from events.records import AlertSource, AlertState
+from models.environment import EnvironmentModels, Served
 from models.modelconfig import ModelConfig
-from models.snapshot import ServingSnapshot, serving_models
-from streams.hysteresis import next_state
-from streams.stage2 import Output, WhatIfCache, alert_of, alert_value, predictions_of, solo_prediction, what_if_entries
+from streams.hysteresis import alert_value, judge
+from streams.whatif import Profile, WhatIfCache, what_if_entries
 
-Profile = Mapping[str, float | None]
-MAX_RAISED = 16
-"""Raised alerts a GPU remembers (its latest jobs')."""
+if TYPE_CHECKING:
+    from streams.stage2 import Stage2
+
+SOLO_MODEL = "solo"
+IDLE_MODEL = "idle"
+"""The ``model`` of a prediction for a GPU running one job / none: no model, the answer is known."""
+RAISED_GPUS = 100_000
+"""GPUs whose raised alerts :class:`Serving` keeps itself (setting stage2): the least recently served are forgotten."""
+
+
+@dataclass
+class Output:
+    predictions: list[Prediction] = field(default_factory=list)
+    alerts: list[Alert] = field(default_factory=list)
+    leaderboard: Leaderboard | None = None
+    served: Served | None = None
+    """The models' answers to a co-located observation, which learning it reuses (:meth:`EnvironmentModels.learn`)."""
 
 
 class Serving:
-    """The serving half of stage 2 for the GPUs read here."""
+    """Predictions, what-if entries and alerts of observations, from the models of :meth:`models_for`.
+
+    ``learner``: serve its models and solo profiles as they learn, counting in its counters (setting stage2);
+    None: serve the snapshots :meth:`install` is given (setting sharded)."""
 
     def __init__(
         self,
@@ -48,19 +68,23 @@ class Serving:
         *,
         clock: Callable[[], float] = time.time,
         max_pct: float = ModelConfig.max_pct,
+        learner: Stage2 | None = None,
+        what_if_every: int = 256,
+        what_if_min_s: float = 60.0,
     ) -> None:
-        self.threshold = threshold_pct
-        self.clear_level = clear_pct
-        self.clock = clock
-        self.max_pct = max_pct
+        self.threshold, self.clear_level, self.clock, self.max_pct = threshold_pct, clear_pct, clock, max_pct
+        self.learner = learner
         self.models: dict[str, EnvironmentModels] = {}
         self.known: dict[str, dict[str, Profile]] = {}
         self.versions: dict[str, int] = {}
-        self.what_ifs = WhatIfCache()
+        """Per environment, the snapshot version served (-1: none yet); empty with a learner."""
+        self.what_ifs = WhatIfCache(what_if_every, what_if_min_s)
         self.latest: dict[str, dict[str, dict[str, Any]]] = {}  # gpu -> job -> mode -> prediction dict
-        self.counters: Counter[str] = Counter()
+        self.raised: dict[str, list[str]] = {}
+        """gpu -> its jobs with a raised alert, for the GPUs whose caller keeps no state of them (setting stage2)."""
+        self.counters: Counter[str] = learner.counters if learner is not None else Counter()
 
-    # ------------------------------------------------------------ snapshots
+    # ------------------------------------------------------------ models
     def install(self, environment: str, version: int, models: EnvironmentModels, known: Mapping[str, Profile]) -> bool:
         """Serve ``environment`` from these models (of snapshot ``version``) from now on; False: not newer."""
         if version <= self.versions.get(environment, -1):
@@ -73,11 +97,9 @@ class Serving:
         self.counters["snapshots_applied"] += 1
         return True
 
-    def apply(self, snapshot: ServingSnapshot, key: bytes) -> bool:
-        """Build and :meth:`install` a decoded snapshot (in-process use; a worker builds in its reader's thread)."""
-        return self.install(snapshot.environment, snapshot.version, serving_models(snapshot, key), snapshot.known)
-
     def models_for(self, environment: str) -> EnvironmentModels:
+        if self.learner is not None:
+            return self.learner.models_for(environment)
         m = self.models.get(environment)
         if m is None:  # no snapshot yet: models that learned nothing (see the module's docstring)
             m = self.models[environment] = EnvironmentModels(environment, config=ModelConfig(max_pct=self.max_pct))
@@ -85,45 +107,55 @@ class Serving:
             self.counters["served_before_snapshot_envs"] += 1
         return m
 
+    def known_of(self, environment: str) -> Mapping[str, Profile]:
+        """The job types known in ``environment`` and their solo profiles: every newcomer of a what-if."""
+        source = self.learner.job_types if self.learner is not None else self.known
+        return source.get(environment, {})
+
     # --------------------------------------------------------------- serving
-    def serve(self, obs: Observation, raised: list[str]) -> Output:
-        """Predictions and alerts of one observation of a GPU read here; ``raised``: the job ids of the GPU with a
-        raised alert (its stage-1 state, updated in place)."""
+    def serve(self, obs: Observation, raised: list[str] | None = None) -> Output:
+        """Predictions and alerts of one observation; ``raised``: the job ids of the GPU with a raised alert (its
+        stage-1 state, updated in place; None: kept here)."""
         out = Output()
         models = self.models_for(obs.environment)
-        if self.versions.get(obs.environment, -1) < 0:
+        if self.learner is None and self.versions.get(obs.environment, -1) < 0:
             self.counters["served_before_snapshot"] += 1
         now = self.clock()
         if obs.colocated:
-            out.predictions = predictions_of(models, obs, lambda: self._what_if(models, obs), now, self.counters)
+            out.served = models.serve(obs)
+            out.predictions = predictions_of(models, obs, lambda: self._what_if(models, obs), now, self.counters, out.served)
         elif obs.occupancy == "solo" and not obs.co_job_types:
             out.predictions = [solo_prediction(obs, self._what_if(models, obs), now=now)]
         else:
             self.counters["windows_not_understood"] += 1
             return out
         self.counters["served"] += 1
+        if raised is None:
+            raised = self._raised_of(obs.gpu_uuid)
         value, source = alert_value(obs, out.predictions)
         if value is not None and (obs.colocated or obs.job_id in raised):  # alone: a raised alert clears
-            before = obs.job_id in raised
-            after = next_state(before, value, self.threshold, self.clear_level)
-            if after != before:
-                if after:
-                    raised.append(obs.job_id)
-                    del raised[:-MAX_RAISED]  # jobs that finished raised, long ago
-                else:
-                    raised.remove(obs.job_id)
-                change = "raised" if after else "cleared"
+            change = judge(raised, obs.job_id, value, self.threshold, self.clear_level)
+            if change is not None:
                 out.alerts.append(alert_of(obs, change, value, source, self.threshold, self.clear_level, now))
         for pred in out.predictions:
             self.latest.setdefault(obs.gpu_uuid, {}).setdefault(obs.job_id, {})[pred.mode] = to_dict(pred)
         return out
 
+    def _raised_of(self, gpu: str) -> list[str]:
+        raised = self.raised.pop(gpu, None)
+        if raised is None:
+            raised = []
+            if len(self.raised) >= RAISED_GPUS:
+                del self.raised[next(iter(self.raised))]
+        self.raised[gpu] = raised  # the most recently served last
+        return raised
+
     def _what_if(self, models: EnvironmentModels, obs: Observation) -> list[WhatIf]:
-        known = self.known.get(obs.environment, {})
+        known = self.known_of(obs.environment)
         running = sorted(zip([obs.job_type, *obs.co_job_types], [obs.solo, *obs.co_solo], strict=False), key=lambda r: r[0])
         types = [t for t, _ in running]
         if all(t in known for t in types):
-            return self.what_ifs.entries(models, known, types, [known[t] for t in types])
+            return self.what_ifs.entries(models, known, types, [known[t] for t in types], obs.window_end)
         self.counters["what_if_uncached"] += 1
         return what_if_entries(models, known, types, [s for _, s in running])
 
@@ -131,3 +163,145 @@ class Serving:
         """GPUs now read elsewhere: their latest predictions are that worker's to show."""
         for g in gpus:
             self.latest.pop(g, None)
+
+
+class LearnAndServe:
+    """Setting ``serving`` stage2: every observation served from its environment's learner's own models, then
+    learned by it (a duplicate is neither)."""
+
+    def __init__(self, learner: Stage2, serving: Serving) -> None:
+        self.learner = learner
+        self.serving = serving
+
+    @classmethod
+    def build(cls, threshold_pct: float = 50.0, clear_pct: float = 35.0, *, clock: Callable[[], float] = time.time, **learner: Any) -> LearnAndServe:
+        """A learner (``learner``: :class:`streams.stage2.Stage2`'s settings) and its :class:`Serving`."""
+        from streams.stage2 import Stage2
+
+        stage2 = Stage2(**learner)
+        return cls(stage2, Serving(threshold_pct, clear_pct, clock=clock, max_pct=stage2.max_pct, learner=stage2))
+
+    @property
+    def counters(self) -> Counter[str]:
+        return self.learner.counters
+
+    def on_observation(self, obs: Observation, *, leaderboard: bool = True) -> Output:
+        """Serve, then learn, one observation.  ``leaderboard`` False: ``Output.leaderboard`` stays None and the
+        caller asks :meth:`streams.stage2.Stage2.leaderboard_of` once for a batch."""
+        if not self.learner.admit(obs):
+            return Output()
+        out = self.serving.serve(obs)
+        if obs.colocated:
+            self.learner.learn(obs, out.served)
+            if leaderboard:
+                out.leaderboard = self.learner.leaderboard_of(obs.environment)
+        return out
+
+
+def predictions_of(
+    models: EnvironmentModels,
+    obs: Observation,
+    what_if: Callable[[], list[WhatIf]],
+    now: float,
+    counters: Counter[str],
+    served: Served | None = None,
+) -> list[Prediction]:
+    """The predictions of a co-located observation in both modes (none where ``models`` cannot serve it), the
+    placement one with ``what_if()``'s entries; counts what was served, clipped or withheld in ``counters``.
+    ``served``: ``models.serve(obs)`` already made, else made here."""
+    job_set = sorted([obs.job_type, *obs.co_job_types])
+    served = served or models.serve(obs)
+    if served.withheld:
+        counters["predictions_withheld_novel"] += served.withheld
+    out = []
+    for result in (served.results["observed"], served.results["placement"]):
+        if result is None:
+            continue
+        counters[f"predictions_{result.regime}"] += 1
+        if result.clipped:
+            counters["predictions_clipped"] += 1
+        out.append(
+            Prediction(
+                ts=now,
+                gpu_uuid=obs.gpu_uuid,
+                environment=obs.environment,
+                job_id=obs.job_id,
+                job_type=obs.job_type,
+                job_set=job_set,
+                mode=result.mode,
+                interference_pct=float(result.interference_pct),
+                model=result.model,
+                category=result.category,
+                expected_error_pct=result.expected_error_pct,
+                measured_pct=obs.interference_pct,
+                what_if=what_if() if result.mode == "placement" else [],
+                window_end=obs.window_end,
+                regime=result.regime,
+                interval_pct=None if result.interval_pct is None else list(result.interval_pct),
+            )
+        )
+    return out
+
+
+def alert_of(
+    obs: Observation, change: AlertState, value: float, source: AlertSource, threshold: float, clear_level: float, now: float
+) -> Alert:
+    """The alert record of a change of ``obs``'s job's alert state (``raised`` or ``cleared``)."""
+    return Alert(
+        ts=now,
+        state=change,
+        gpu_uuid=obs.gpu_uuid,
+        job_id=obs.job_id,
+        interference_pct=value,
+        threshold=threshold,
+        source=source,
+        clear_level=clear_level,
+        job_type=obs.job_type,
+        environment=obs.environment,
+    )
+
+
+def solo_prediction(obs: Observation, what_if: list[WhatIf], *, now: float) -> Prediction:
+    """The answer of a GPU whose job ran alone in the window: the job is not slowed (0, interval ``[0, 0]``), and
+    ``what_if`` says what each newcomer would do there."""
+    return Prediction(
+        ts=now,
+        gpu_uuid=obs.gpu_uuid,
+        environment=obs.environment,
+        job_id=obs.job_id,
+        job_type=obs.job_type,
+        job_set=[obs.job_type],
+        mode="placement",
+        interference_pct=0.0,
+        model=SOLO_MODEL,
+        category="all",
+        what_if=what_if,
+        window_end=obs.window_end,
+        interval_pct=[0.0, 0.0],
+        occupancy="solo",
+    )
+
+
+def idle_prediction(gpu_uuid: str, environment: str, window_end: float, job_types: Iterable[str], *, now: float) -> Prediction:
+    """The answer of an idle GPU: every job type would run there alone (0 for the newcomer, no one else slowed).
+
+    >>> p = idle_prediction("GPU-a", "v100", 1e9, ["b", "a"], now=1e9)
+    >>> p.occupancy, p.job_set, [(w.job_type, w.newcomer_pct, w.existing_pct, w.interval_pct) for w in p.what_if]
+    ('idle', [], [('a', 0.0, 0.0, [0.0, 0.0]), ('b', 0.0, 0.0, [0.0, 0.0])])
+    """
+    return Prediction(
+        ts=now,
+        gpu_uuid=gpu_uuid,
+        environment=environment,
+        job_id="",
+        job_type="",
+        job_set=[],
+        mode="placement",
+        interference_pct=0.0,
+        model=IDLE_MODEL,
+        category="all",
+        what_if=[WhatIf(job_type=t, newcomer_pct=0.0, existing_pct=0.0, interval_pct=[0.0, 0.0]) for t in sorted(set(job_types))],
+        window_end=window_end,
+        interval_pct=[0.0, 0.0],
+        occupancy="idle",
+    )

@@ -1,28 +1,84 @@
-"""Model snapshots on ``models.snapshots`` (compacted): chunks out, complete versions in, and when to publish.
+"""Model snapshots (setting ``serving`` sharded): published by an environment's learner, followed by every worker.
 
-A snapshot (:mod:`models.snapshot`, encoded) is larger than Kafka's default 1 MB message (measured: 0.76 MB
-compressed for a v100 environment with an ExtraTrees model served, 2.3 MB of files), so it is sent as
-``count`` chunks keyed ``<environment>/<index>``, each carrying the environment, the version and the count
-(:func:`chunks`).  Compaction keeps the latest chunk per key; a reader (:class:`Assembler`) collects chunks
-per (environment, version) and hands out a version only when all of its chunks are there and it is newer
-than the last one handed out: never a mix of two versions, never an older one.
+A snapshot is what serving needs of an environment's models (:mod:`models.snapshot`, reached only through
+:func:`snapshot_bytes` and :func:`models_of` here), under a **version**: the learner's publication time in ms,
+increasing within one learner (:func:`next_version`), so that a worker that takes an environment over publishes
+later than the one it replaces.  A version is the only thing called so: newer is larger, and a server installs
+only a version newer than the one it serves (:meth:`streams.serving.Serving.install`).
 
-Versions are the learner's publication time in milliseconds, increasing within one learner
-(:func:`next_version`): a worker that takes an environment over publishes later than the one it replaces.
+On ``models.snapshots`` (compacted) a snapshot is larger than Kafka's default 1 MB message (measured: 0.76 MB
+compressed for a v100 environment with an ExtraTrees model served, 2.3 MB of files), so it is sent as ``count``
+chunks keyed ``<environment>/<index>``, each carrying the environment, the version and the count (:func:`chunks`).
+Compaction keeps the latest chunk per key; a reader (:class:`Assembler`) collects chunks per (environment, version)
+and hands out a version only when all of its chunks are there and it is newer than the last one handed out: never
+a mix of two versions, never an older one.
+
+:class:`Snapshots` is a worker's side of both: it publishes the snapshots of the environments this worker learns
+(their observations partition is here) when their :class:`Schedule` says so, and follows ``models.snapshots`` whole
+in a thread, building each newer complete version's models there and installing them in
+:class:`streams.serving.Serving` on the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
 
 import msgspec
 
+from config import Settings
+from events import Observation
+from events.topics import SNAPSHOTS
+from models import snapshot as model_snapshot
 from models.environment import EnvironmentModels
-from streams.stage2 import Version, WhatIfCache
+from streams.readers import TopicFollower
+from streams.serving import Serving
+from streams.stage2 import Stage2
+from streams.whatif import Mark, Profile, WhatIfCache, mark_of
+
+log = logging.getLogger(__name__)
+DumpCache = dict[Any, Any]
+"""The batch models' dumps of an environment, kept from one snapshot to the next (:data:`models.snapshot.DumpCache`)."""
+BUILD_AFTER_S = 5.0
+"""A complete snapshot is built at the latest this long after it was read, caught up or not."""
 
 
+# ------------------------------------------------------------------ the models' side (models.snapshot)
+def snapshot_bytes(
+    models: EnvironmentModels, known: Mapping[str, Profile], key: bytes, version: int, cache: DumpCache | None = None
+) -> bytes:
+    """The encoded snapshot of ``models`` at ``version`` (river learners signed with ``key``; ``cache``: the batch
+    models' dumps, kept from one snapshot to the next)."""
+    return model_snapshot.encode(model_snapshot.snapshot_of(models, known, key, version, cache))
+
+
+def models_of(data: bytes, key: bytes) -> tuple[EnvironmentModels, dict[str, Profile]]:
+    """The models and solo profiles of an encoded snapshot (raises on a damaged one, or one signed with another key)."""
+    snap = model_snapshot.decode(data)
+    return model_snapshot.serving_models(snap, key), dict(snap.known)
+
+
+def apply(serving: Serving, environment: str, version: int, data: bytes, key: bytes) -> bool:
+    """Build and install an encoded snapshot in ``serving`` (in process; a worker builds in its reader's thread)."""
+    models, known = models_of(data, key)
+    return serving.install(environment, version, models, known)
+
+
+async def dump_batch_models(models: EnvironmentModels, key: bytes, cache: DumpCache) -> None:
+    """Put the dumps of the batch models ``models`` serves into ``cache``, each in the executor (skops: 0.2-0.3 s
+    each, measured): the event loop then pays only the rest of a snapshot."""
+    loop = asyncio.get_running_loop()
+    for c, i in model_snapshot.batch_to_dump(models):
+        ck = model_snapshot.dump_key(models, c, i)
+        if ck not in cache:
+            cache[ck] = await loop.run_in_executor(None, model_snapshot.dump_candidate, c, i, key)
+
+
+# ------------------------------------------------------------------ chunks on the topic
 class Chunk(msgspec.Struct, frozen=True):
     environment: str
     version: int
@@ -108,13 +164,13 @@ def next_version(last: int | None, now_s: float | None = None) -> int:
 
 class Schedule:
     """When an environment's learner publishes a snapshot: as often as the what-if entries it would serve itself
-    move on (:meth:`streams.stage2.WhatIfCache.stale`: a refit, a job type measured for the first time, ``every``
+    move on (:meth:`streams.whatif.WhatIfCache.stale`: a refit, a job type measured for the first time, ``every``
     observations and ``min_s`` of event time; more often while the models are young), and when a job type
     becomes known."""
 
     def __init__(self, every: int = 256, min_s: float = 60.0) -> None:
         self.rule = WhatIfCache(every, min_s)
-        self.published: dict[str, tuple[Version, int]] = {}  # environment -> (models version, job types known)
+        self.published: dict[str, tuple[Mark, int]] = {}  # environment -> (the models then, job types known)
 
     def due(self, models: EnvironmentModels, known: int, event_ts: float) -> bool:
         if models.observations == 0:
@@ -123,5 +179,117 @@ class Schedule:
         return last is None or known > last[1] or self.rule.stale(last[0], models, event_ts)
 
     def done(self, models: EnvironmentModels, known: int, event_ts: float) -> None:
-        v = Version(models.refits, len(models.measurements.types), models.observations, event_ts)
-        self.published[models.environment] = (v, known)
+        self.published[models.environment] = (mark_of(models, event_ts), known)
+
+
+# ------------------------------------------------------------------ a worker's side
+class Snapshots:
+    """Publish (the learner's side) and follow (every worker's side) model snapshots."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        stage2: Stage2,
+        serving: Serving,
+        send: Callable[[bytes, bytes], None],
+        published: Counter[str],
+    ) -> None:
+        self.settings, self.stage2, self.serving, self.send, self.published = settings, stage2, serving, send, published
+        self.key = settings.snapshot_key.encode()
+        self.schedule = Schedule()
+        self.versions: dict[str, int] = {}  # environment -> the last version published here
+        self.dump_caches: dict[str, DumpCache] = {}
+        self.event_ts: dict[str, float] = {}  # environment -> the latest window end learned
+        self.follower: TopicFollower | None = None
+        self.warming: set[str] = set()
+        self.partitions: dict[str, int] = {}  # environment -> the observations partition it is learned from
+        self.assigned: set[int] | None = None  # None: not told yet (every environment learned here is published)
+
+    def learned(self, obs: Observation, partition: int) -> None:
+        """Note the event time an environment's learning has reached (the schedule's clock), and the observations
+        partition it is learned from."""
+        if obs.window_end > self.event_ts.get(obs.environment, 0.0):
+            self.event_ts[obs.environment] = obs.window_end
+        self.partitions[obs.environment] = partition
+
+    def assign(self, partitions: set[int]) -> None:
+        """The observations partitions assigned here now: an environment of another one is another worker's to
+        publish (a refit that finishes after its partition moved must not publish models the new learner has
+        moved on from, with a newer version)."""
+        self.assigned = set(partitions)
+
+    def publish(self, envs: Iterable[str]) -> int:
+        """A snapshot of each environment learned here whose models moved on; return how many were sent."""
+        sent = 0
+        for env in envs:
+            models = self.stage2.models.get(env)
+            if models is None or not self.owns(env):
+                continue
+            known = self.stage2.job_types.get(env, {})
+            event_ts = self.event_ts.get(env, 0.0)
+            if env in self.warming or not self.schedule.due(models, len(known), event_ts):
+                continue
+            version = self.versions[env] = next_version(self.versions.get(env))
+            data = snapshot_bytes(models, known, self.key, version, self.dump_caches.setdefault(env, {}))
+            records = chunks(env, version, data, self.settings.snapshot_chunk_bytes)
+            for key, value in records:
+                self.send(key, value)
+            self.schedule.done(models, len(known), event_ts)
+            self.published["snapshots"] += 1
+            self.published["snapshot_chunks"] += len(records)
+            sent += 1
+        return sent
+
+    def owns(self, environment: str) -> bool:
+        partition = self.partitions.get(environment)
+        return self.assigned is None or partition is None or partition in self.assigned
+
+    async def after_refit(self, env: str) -> None:
+        """Dump the refit's served batch models off the event loop (:func:`dump_batch_models`), then publish.  No
+        snapshot of ``env`` goes out meanwhile."""
+        models = self.stage2.models.get(env)
+        if models is None:
+            return
+        self.warming.add(env)
+        try:
+            await dump_batch_models(models, self.key, self.dump_caches.setdefault(env, {}))
+        except Exception:  # publish() dumps what is missing itself
+            log.exception("dumping the batch models of %s failed", env)
+        finally:
+            self.warming.discard(env)
+        self.publish([env])
+
+    def follow(self) -> TopicFollower:
+        """Read every partition of ``models.snapshots`` in a thread (a GlobalKTable: assigned, not group-managed).
+
+        A complete version waits until the reader has caught up (a poll that read nothing) or has waited
+        ``BUILD_AFTER_S``, and only the newest one per environment is built then: a worker that starts reads
+        every version the topic still holds (all of them on a broker that does not compact), and builds one."""
+        loop = asyncio.get_running_loop()
+        assembler = Assembler()
+        pending: dict[str, tuple[float, Complete]] = {}  # environment -> (since, newest complete version)
+
+        def build(due: Callable[[float], bool]) -> None:
+            for env, (since, done) in list(pending.items()):
+                if not due(since):
+                    continue
+                del pending[env]
+                try:
+                    models, known = models_of(done.data, self.key)
+                except Exception as exc:  # a damaged snapshot or one signed with another key: keep the one served
+                    log.warning("model snapshot %s of %s refused: %s", done.version, done.environment, exc)
+                    self.serving.counters["snapshots_refused"] += 1
+                    continue
+                loop.call_soon_threadsafe(self.serving.install, done.environment, done.version, models, known)
+
+        def deliver(pairs: list[tuple[bytes | None, bytes | None]]) -> None:
+            now = time.monotonic()
+            for done in assembler.add(v for _, v in pairs):
+                self.serving.counters["snapshots_complete"] += 1
+                pending[done.environment] = (pending.get(done.environment, (now, done))[0], done)
+            build(lambda since: now - since >= BUILD_AFTER_S)
+
+        self.follower = TopicFollower(
+            self.settings, SNAPSHOTS, deliver, raw=True, idle=lambda: build(lambda _: True)
+        ).start()  # a base name: no record class
+        return self.follower

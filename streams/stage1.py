@@ -79,6 +79,9 @@ class HeldWindow(msgspec.Struct, frozen=True):
         return self.environment, self.job_type
 
 
+WINDOW_FIELDS = tuple(f for f in HeldWindow.__struct_fields__ if f not in ("co_job_types", "co_job_ids", "window_means"))
+"""The fields an observation takes from its job-window as they are."""
+
 
 class SavedStage1(msgspec.Struct):
     """Everything :class:`Stage1` needs to continue after a restart (:meth:`Stage1.to_state`, :meth:`Stage1.restore`)."""
@@ -388,30 +391,14 @@ class Stage1:
         wm = w.window_means
         pct = {p: percent_change(wm[p], solo[p]) for p in KEYS[:6]}
         return Observation(
-            window_start=w.window_start,
-            window_end=w.window_end,
-            gpu_uuid=w.gpu_uuid,
-            environment=w.environment,
-            job_id=w.job_id,
-            job_type=w.job_type,
+            **{name: getattr(w, name) for name in WINDOW_FIELDS},
+            **{f"{p}_pct": pct[p] for p in KEYS[:6]},
             co_job_types=list(w.co_job_types),
             co_job_ids=list(w.co_job_ids),
-            E_pct=pct["E"],
-            T_pct=pct["T"],
-            S_pct=pct["S"],
-            V_pct=pct["V"],
-            R_pct=pct["R"],
-            W_pct=pct["W"],
             window_means=dict(wm),
             solo=solo,
             co_solo=[self.profiles.get(w.environment, t) or {} for t in w.co_job_types],
             interference_pct=None if occupancy == "solo" else interference_rate(solo["throughput"], w.throughput_steps_per_s),
-            throughput_steps_per_s=w.throughput_steps_per_s,
-            samples=w.samples,
-            proc_sm_util_pct=w.proc_sm_util_pct,
-            proc_mem_util_pct=w.proc_mem_util_pct,
-            sm_share_pct=w.sm_share_pct,
-            rw_source=w.rw_source,
             occupancy=occupancy,
         )
 

@@ -16,6 +16,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ class Stage1Checkpoint(msgspec.Struct):
 CHECKPOINT_VERSION = 2
 
 
+@dataclass(eq=False)
 class Stage1State:
     """Which input partition each GPU is read from, the positions applied, the checkpoint and the changelog.
 
@@ -52,27 +54,20 @@ class Stage1State:
     an executor).  Both are I/O boundaries, arguments so that tests can drive the rest without Kafka.
     """
 
-    def __init__(
-        self,
-        stage1: Stage1,
-        checkpoint_path: Path,
-        *,
-        send: Callable[[bytes, bytes, int], Any] | None = None,
-        read: Callable[[int], changelog.PartitionState] | None = None,
-        writer_id: str = "",
-        catch_up_s: float = 15.0,
-        offsets: Checkpoint | None = None,
-        buckets: int = 0,
-    ) -> None:
-        self.stage1 = stage1
-        self.checkpoint_path = checkpoint_path
-        self.send = send
-        self.read = read
-        self.writer_id = writer_id
-        self.catch_up_s = catch_up_s
-        self.buckets = buckets  # changelog records per partition (0: one per GPU; see streams.changelog)
+    stage1: Stage1
+    checkpoint_path: Path
+    _: KW_ONLY
+    send: Callable[[bytes, bytes, int], Any] | None = None
+    read: Callable[[int], changelog.PartitionState] | None = None
+    writer_id: str = ""
+    catch_up_s: float = 15.0
+    offsets: Checkpoint = field(default_factory=Checkpoint)
+    """The input offsets applied to stage 1."""
+    buckets: int = 0
+    """Changelog records per partition (0: one per GPU; see streams.changelog)."""
+
+    def __post_init__(self) -> None:
         self.gpu_partition: dict[str, int] = {}  # GPU -> input partition it was last read from
-        self.offsets = offsets if offsets is not None else Checkpoint()  # the input offsets applied to stage 1
         self.assigned: set[int] = set()  # input partitions assigned to this process
         self.touched: set[str] = set()  # GPUs whose state changed since the last changelog write
         self.enabled = False  # the changelog is used once the worker runs (unit tests drive stage 1 without a broker)

@@ -12,13 +12,12 @@ def register(app: Any, streams: Any) -> None:
 
     @app.page("/predictions/{gpu_uuid}")
     async def predictions(web: Any, request: Any, gpu_uuid: str) -> Any:
-        latest = streams.serving.latest if streams.sharded else streams.stage2.latest
-        return web.json({"gpu_uuid": gpu_uuid, "jobs": latest.get(gpu_uuid, {})})
+        return web.json({"gpu_uuid": gpu_uuid, "jobs": streams.serving.latest.get(gpu_uuid, {})})
 
     @app.page("/serving")
     async def serving(web: Any, request: Any) -> Any:
-        """Serving sharded: the snapshot version served per environment (-1: none yet), the GPUs served here and the
-        input partitions assigned here."""
+        """The snapshot version served per environment (-1: none yet; none with ``serving`` stage2), the GPUs served
+        here and the input partitions assigned here."""
         s = streams.serving
         return web.json(
             {

@@ -3,26 +3,16 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import msgspec.inspect as mi
 from hypothesis import strategies as st
 
-from events import (
-    RECORD_OF,
-    GpuProcess,
-    HostJobEvents,
-    HostMetrics,
-    JobEvent,
-    LeaderboardEntry,
-    MetricSample,
-    Observation,
-    ObservationBatch,
-    Prediction,
-    ProfileSource,
-    WhatIf,
-)
+import events
+from events import RECORD_OF, HostJobEvents, HostMetrics, JobEvent, MetricSample, Observation, ObservationBatch, Prediction
 from events.records import TS_MAX_S, TS_MIN_S
 from events.topics import BATCH_OF
 
@@ -52,6 +42,10 @@ def _value(t: mi.Type) -> st.SearchStrategy[Any]:
     raise AssertionError(t)
 
 
+HOST_BATCHES: dict[type, tuple[str, type]] = {HostMetrics: ("samples", MetricSample), HostJobEvents: ("events", JobEvent)}
+"""A host batch's field of items, and their type."""
+
+
 def records_of(cls: type) -> st.SearchStrategy[Any]:
     """Valid instances of ``cls``: every field drawn within its Struct's constraints, optionals sometimes null."""
     info = mi.type_info(cls)
@@ -61,19 +55,13 @@ def records_of(cls: type) -> st.SearchStrategy[Any]:
         progress = {"kind": st.just("progress"), "steps": st.integers(0, 2**40), "step_time_s": st.floats(0.0, 1e9)}
         others = st.builds(cls, **{**fields, "kind": st.sampled_from(["started", "finished"])})
         return others | st.builds(cls, **{**fields, **progress})
-    if cls is HostMetrics:  # every sample of the batch's host
+    if cls in HOST_BATCHES:  # every sample (job event) of the batch's host
+        items, item_cls = HOST_BATCHES[cls]
         return st.builds(
-            lambda host, ts, samples, producer_id: HostMetrics(
-                ts=ts, host=host, samples=[msgspec.structs.replace(x, host=host) for x in samples], producer_id=producer_id
+            lambda host, ts, xs, producer_id: cls(
+                ts=ts, host=host, producer_id=producer_id, **{items: [msgspec.structs.replace(x, host=host) for x in xs]}
             ),
-            fields["host"], fields["ts"], st.lists(records_of(MetricSample), min_size=1, max_size=3), fields["producer_id"],
-        )  # fmt: skip
-    if cls is HostJobEvents:  # every event of the batch's host
-        return st.builds(
-            lambda host, ts, events, producer_id: HostJobEvents(
-                ts=ts, host=host, events=[msgspec.structs.replace(x, host=host) for x in events], producer_id=producer_id
-            ),
-            fields["host"], fields["ts"], st.lists(records_of(JobEvent), min_size=1, max_size=3), fields["producer_id"],
+            fields["host"], fields["ts"], st.lists(records_of(item_cls), min_size=1, max_size=3), fields["producer_id"],
         )  # fmt: skip
     if cls is ObservationBatch:  # every observation of the batch's environment
         return st.builds(
@@ -86,7 +74,8 @@ def records_of(cls: type) -> st.SearchStrategy[Any]:
 
 
 TOP_LEVEL = [*RECORD_OF.values(), *BATCH_OF.values()]  # a topic's record each, in the topics' order, then the batches
-RECORD_TYPES = [*TOP_LEVEL, GpuProcess, WhatIf, LeaderboardEntry, ProfileSource]  # and those nested in them
+NESTED = (events.GpuProcess, events.WhatIf, events.LeaderboardEntry, events.ProfileSource)  # records inside others
+RECORD_TYPES = [*TOP_LEVEL, *NESTED]  # and those nested in them
 
 
 def now() -> float:
@@ -114,11 +103,41 @@ def job_event(kind: str = "started", **kw: Any) -> JobEvent:
 ts_range = (TS_MIN_S, TS_MAX_S)
 
 
+def trained_on_pairs(models: Any, names: list[str], rounds: int, sample_of: Callable[[str, str], Any]) -> Any:
+    """``models`` (an ``EnvironmentModels``) taught ``sample_of(a, b)`` for every ordered pair of ``names``,
+    ``rounds`` times over, then refitted."""
+    for _ in range(rounds):
+        for a in names:
+            for b in names:
+                models.learn_sample(sample_of(a, b))
+    models.refit_now()
+    return models
+
+
+@dataclass
+class Message:
+    """The part of a faust message that a worker reads."""
+
+    topic: str
+    partition: int
+    offset: int
+    value: bytes = b""
+    key: bytes | None = None
+
+
+@dataclass
+class Event:
+    """A faust event as an agent is handed it."""
+
+    message: Message
+    value: bytes
+
+
 def placement_prediction(gpu: str, cost_pct: float, ts: float, job_id: str | None = None) -> Prediction:
     """A placement prediction of an ``LM`` job on ``gpu`` whose what-if for a newcomer of type ``X`` costs
     ``cost_pct`` in all, half the newcomer's own slowdown and half the existing jobs'."""
     return Prediction(
         ts=ts, gpu_uuid=gpu, environment="v100", job_id=job_id or f"{gpu}-j", job_type="LM", job_set=["LM"],
         mode="placement", interference_pct=1.0, model="m", category="all",
-        what_if=[WhatIf(job_type="X", newcomer_pct=cost_pct / 2, existing_pct=cost_pct / 2)],
+        what_if=[events.WhatIf(job_type="X", newcomer_pct=cost_pct / 2, existing_pct=cost_pct / 2)],
     )  # fmt: skip

@@ -1,13 +1,11 @@
 """Kafka clients for producers and tools (kafka-python), speaking ``events`` records."""
 
 from transport.kafka import (
-    BrokerUnavailable,
     RawConsumer,
     Received,
     RecordConsumer,
     RecordProducer,
     admin,
-    check_reachable,
     decode_message,
     decode_messages,
     ensure_project_topics,
@@ -15,6 +13,7 @@ from transport.kafka import (
     group_offsets,
     kafka_config,
 )
+from transport.probe import BrokerUnavailable, check_reachable
 
 __all__ = [
     "BrokerUnavailable",

@@ -23,9 +23,18 @@ class TlsSettingsError(ValueError):
     """A TLS file in the settings cannot be used; the message names the setting and the file."""
 
 
-def _reason(exc: BaseException) -> str:
+def tls_reason(exc: BaseException) -> str:
+    """What went wrong with a TLS file or handshake, in a word or two: OpenSSL's reason where it gives one.
+
+    The front (a client's handshake it refused) and the clients (a broker's handshake, a file) say it alike.
+
+    >>> tls_reason(TimeoutError()), tls_reason(FileNotFoundError(2, "No such file or directory"))
+    ('no answer in time', 'No such file or directory')
+    """
     if isinstance(exc, ssl.SSLError) and exc.reason:
         return str(exc.reason)
+    if isinstance(exc, TimeoutError | ConnectionAbortedError):  # asyncio's handshake timeout is the latter
+        return "no answer in time"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return str(exc) or type(exc).__name__
@@ -47,13 +56,13 @@ def client_context(settings: Settings) -> ssl.SSLContext:
         else:
             context.load_default_certs()
     except (OSError, ValueError) as exc:
-        raise TlsSettingsError(f"AIP_SSL_CAFILE {settings.ssl_cafile}: {_reason(exc)}") from None
+        raise TlsSettingsError(f"AIP_SSL_CAFILE {settings.ssl_cafile}: {tls_reason(exc)}") from None
     if settings.ssl_certfile:
         try:
             context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile or None)
         except (OSError, ValueError) as exc:
             files = settings.ssl_certfile + (f", AIP_SSL_KEYFILE {settings.ssl_keyfile}" if settings.ssl_keyfile else "")
-            raise TlsSettingsError(f"AIP_SSL_CERTFILE {files}: {_reason(exc)}") from None
+            raise TlsSettingsError(f"AIP_SSL_CERTFILE {files}: {tls_reason(exc)}") from None
     elif settings.ssl_keyfile:
         raise TlsSettingsError("AIP_SSL_KEYFILE is set without AIP_SSL_CERTFILE")
     return context
@@ -63,7 +72,7 @@ def handshake_error(exc: BaseException, server: str, settings: Settings) -> str:
     """One line for a failed TLS handshake with ``server``: what failed and which setting to look at."""
     where = f"the broker at {server}"
     if isinstance(exc, ssl.SSLCertVerificationError):
-        code, detail = exc.verify_code, exc.verify_message or _reason(exc)
+        code, detail = exc.verify_code, exc.verify_message or tls_reason(exc)
         if code == _EXPIRED:
             return f"TLS: the certificate of {where} has expired ({detail}): the broker needs a renewed certificate"
         if code == _NOT_YET_VALID:
@@ -82,7 +91,7 @@ def handshake_error(exc: BaseException, server: str, settings: Settings) -> str:
                 f"TLS: the certificate of {where} is not signed by a trusted CA ({detail}; trusted: {ca}): check AIP_SSL_CAFILE"
             )
         return f"TLS: the certificate of {where} was not accepted ({detail}): check AIP_SSL_CAFILE"
-    reason = _reason(exc)
+    reason = tls_reason(exc)
     if "ALERT" in reason.upper():  # the broker refused us, for example our client certificate
         return (
             f"TLS: {where} refused the connection ({reason}): check AIP_SSL_CERTFILE/AIP_SSL_KEYFILE "

@@ -1,4 +1,4 @@
-"""Recordings (``aip tail --json`` lines) -> observations -> the observations CSV of DESIGN.md.
+"""Recordings (``aip tail --json`` lines) -> observations -> the observations CSV of docs/ARCHITECTURE.md ("Dataset formats").
 
 The arithmetic is stage 1's own (:class:`streams.stage1.Stage1`): the recorded
 ``gpu.metrics`` and ``jobs.lifecycle`` records are fed to it in event-time

@@ -2,7 +2,7 @@
 
     python -m workloads.nvml_probe [--gpu-index 0] [--gpm-interval 1.0] > probe.json
 
-Every call of DESIGN.md's NVML mapping is tried once; each answer is
+Every call of the NVML mapping (docs/ARCHITECTURE.md) is tried once; each answer is
 ``{"supported": true, "value": ...}`` or ``{"supported": false, "error": KIND}``
 (NotSupported, NoPermission, FunctionNotFound, ...; per-process utilisation reads
 NotFound when no process was busy in the last second).  On GPUs with GPM (Hopper
@@ -54,7 +54,7 @@ def attempt(nvml: Any, fn: Callable[[], Any]) -> dict[str, Any]:
 
 
 def field_calls(nvml: Any, h: Any) -> dict[str, Callable[[], Any]]:
-    """The calls behind each MetricSample field (DESIGN.md's NVML mapping), plus context."""
+    """The calls behind each MetricSample field (docs/ARCHITECTURE.md, "NVML mapping"), plus context."""
     return {
         "power_w <- nvmlDeviceGetPowerUsage (mW)": lambda: nvml.nvmlDeviceGetPowerUsage(h),
         "energy_mj <- nvmlDeviceGetTotalEnergyConsumption": lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h),
@@ -79,7 +79,7 @@ def field_calls(nvml: Any, h: Any) -> dict[str, Callable[[], Any]]:
 
 
 def gpm(nvml: Any, h: Any, interval_s: float, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
-    """GPM support and the four metrics DESIGN.md names, from two samples ``interval_s`` apart."""
+    """GPM support and the GPM metrics docs/ARCHITECTURE.md's "NVML mapping" names, from two samples ``interval_s`` apart."""
     support = attempt(nvml, lambda: nvml.nvmlGpmQueryDeviceSupport(h))
     if not support["supported"] or not support["value"].get("isSupportedDevice"):
         return {"supported": False, "query": support}

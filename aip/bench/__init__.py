@@ -1,7 +1,7 @@
 """The benchmark harness: ``aip bench PART``.
 
 Each part is a module ``aip.bench.<part>`` with ``run(quick: bool, progress: Progress) -> dict``
-returning the keys of DESIGN.md's benchmark contract for that part.
+returning the keys docs/BENCHMARKS.md describes for that part.
 """
 
 from __future__ import annotations

@@ -257,7 +257,7 @@ def run(quick: bool, progress: Callable[[str], None], plot_dir: str | None = Non
 
 
 def what_if_floor(what_if: Mapping[str, Any]) -> bool:
-    """Issue 25's floor of the what-if entries: on job sets never measured, ``newcomer_pct`` MAE <= 25 with two jobs
+    """The floor of the what-if entries: on job sets never measured, ``newcomer_pct`` MAE <= 25 with two jobs
     running and <= 60 with three; 90 % intervals covering 0.85-0.95; placement regret <= 0.05 x a random choice's."""
     running = what_if.get("by_running", {})
 

@@ -1,4 +1,4 @@
-"""``aip bench models``: refit + selection speed and online update speed (DESIGN.md benchmark contract).
+"""``aip bench models``: refit + selection speed and online update speed (docs/BENCHMARKS.md, "Models").
 
 * ``refit_seconds_10k``: an :class:`models.environment.EnvironmentModels` with the production :class:`models.environment.Config`
   that has learned 10,000 observations (Gavel pairs, synthetic percent changes) runs one full refit and

@@ -12,7 +12,7 @@ UNSEEN_FAMILIES = ("recommendation", "resnet-50")
 def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
     """The placement experiment, then the same with a training fleet that never ran :data:`UNSEEN_FAMILIES`
     (the evaluated arrivals include them): ``placement.unseen_families`` reports guided against least-loaded
-    and random separately for jobs of seen and unseen families, and (issue 25) guided placement with novel types
+    and random separately for jobs of seen and unseen families, and guided placement with novel types
     predicted (ranked by their upper end) against withholding them, and exploring against not while the models
     learn the run's co-locations."""
     import dataclasses

@@ -2,10 +2,10 @@
 
 The units of ``aip bench stage2`` (:func:`aip.bench.stage2.units`: the same fleet, seed and order) go through
 
-* learning: a :class:`streams.stage2.Stage2` with ``serve=False`` (what the environment's one learner does with
+* learning: a :class:`streams.stage2.Stage2` (what the environment's one learner does with
   every observation: learn co-located ones, note solo profiles), its leaderboard once per ``BATCH`` units and its
   refits inline, as ``aip bench stage2`` times them; after each batch, the snapshots its
-  :class:`streams.snapshots.Schedule` says are due, built and encoded (:func:`models.snapshot.snapshot_of`,
+  :class:`streams.snapshots.Schedule` says are due, built and encoded (:func:`streams.snapshots.snapshot_bytes`,
   the batch models' dumps cached per refit as a worker caches them);
 * serving: a :class:`streams.serving.Serving` that installs every snapshot as it is published (decoded and built:
   what each worker's snapshot reader does, in its thread) and serves every co-located and solo unit (idle windows
@@ -34,14 +34,14 @@ from aip.bench.stage2 import BATCH, GPUS, START_TS, WARMUP_SHARE, units
 
 
 def replay(items: list[tuple[str, Any]], progress: Callable[[str], None]) -> dict[str, Any]:
-    from models import snapshot as snapshots
+    from streams import snapshots
     from streams.serving import Serving
     from streams.snapshots import Schedule
     from streams.stage2 import Stage2
     from streams.windows import GpuState
 
     key = secrets.token_bytes(32)
-    learner, serving, schedule = Stage2(clock=lambda: START_TS, serve=False), Serving(clock=lambda: START_TS), Schedule()
+    learner, serving, schedule = Stage2(), Serving(clock=lambda: START_TS), Schedule()
     caches: dict[str, Any] = {}
     states: dict[str, GpuState] = {}
     warmup = int(len(items) * WARMUP_SHARE)
@@ -81,10 +81,10 @@ def replay(items: list[tuple[str, Any]], progress: Callable[[str], None]) -> dic
                     continue
                 version += 1
                 b0 = time.perf_counter()
-                data = snapshots.encode(snapshots.snapshot_of(models, known, key, version, caches.setdefault(env, {})))
+                data = snapshots.snapshot_bytes(models, known, key, version, caches.setdefault(env, {}))
                 schedule.done(models, len(known), event_ts)
                 b1 = time.perf_counter()
-                serving.apply(snapshots.decode(data), key)
+                snapshots.apply(serving, env, version, data, key)
                 b2 = time.perf_counter()
                 applying += b2 - b1
                 if steady:

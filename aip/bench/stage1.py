@@ -55,23 +55,23 @@ def _child(mode: str, broker: str, prefix: str, n: int, state_dir: str, client_i
     else:
         streams = create_app(settings, web=False, stage2=False)
         app = streams.app
-        real_batch = streams.stage1_batch
+        real_batch = streams.inputs.stage1_batch
 
         async def batch(events: Any) -> None:  # every event goes through it (stage1_event too: a batch of one)
             await real_batch(events)
             count(len(events))
 
-        real_publish = streams.publish_observations
+        real_publish = streams.inputs.publish_observations
 
         def publish(observations: list[Any]) -> None:  # every observation goes through it, batched or not
             emitted.extend(obs.observation_id.encode() for obs in observations)
             real_publish(observations)
 
-        streams.publish_observations = publish  # type: ignore[method-assign]
+        streams.inputs.publish_observations = publish  # type: ignore[method-assign]
         report["published"] = streams.metrics.published
         report["dead_letter_reasons"] = streams.metrics.dead_letters
         report["stage1_counters"] = streams.stage1.counters
-        streams.stage1_batch = batch  # type: ignore[method-assign]
+        streams.inputs.stage1_batch = batch  # type: ignore[method-assign]
     asyncio.set_event_loop(asyncio.new_event_loop())
     faust_worker(app, "error").execute_from_commandline()  # the same worker set-up for both
 

@@ -2,12 +2,13 @@
 
 A :class:`producers.sim.Simulator` fleet (16 GPUs; full 2,900 simulated seconds, quick 1,450) goes through a
 :class:`streams.stage1.Stage1` with the worker's settings and ``every_window`` (as ``aip worker`` runs it).  What
-stage 1 hands stage 2, in order, is replayed through one :class:`streams.stage2.Stage2`, timed unit by unit:
+stage 1 hands stage 2, in order, is replayed through one :class:`streams.serving.LearnAndServe` (setting ``serving``
+stage2: a :class:`streams.stage2.Stage2` and the :class:`streams.serving.Serving` of its models), timed unit by unit:
 
-* a co-located observation: ``Stage2.on_observation(obs, leaderboard=False)`` (both modes, what-if entries,
+* a co-located observation: ``LearnAndServe.on_observation(obs, leaderboard=False)`` (both modes, what-if entries,
   alerts, learning);
-* a solo window: ``Stage2.on_observation`` too (it answers with :func:`streams.stage2.solo_prediction`);
-* an idle window: :func:`streams.stage2.idle_prediction`, as the worker makes it;
+* a solo window: ``LearnAndServe.on_observation`` too (it answers with :func:`streams.serving.solo_prediction`);
+* an idle window: :func:`streams.serving.idle_prediction`, as the worker makes it;
 * after every ``BATCH`` units (the worker's stage-2 batch, ``take_events(200)`` in :mod:`streams.app`, full when
   the worker is saturated, as here): ``Stage2.leaderboard_of`` of the environment, as the worker publishes it.
 
@@ -72,9 +73,10 @@ def units(gpus: int, duration_s: float, seed: int = SEED) -> Iterator[tuple[str,
 
 def replay(items: list[tuple[str, Any]], progress: Callable[[str], None]) -> dict[str, Any]:
     """Time stage 2 on ``items`` (see the module docstring) and return the figures."""
-    from streams.stage2 import Stage2, idle_prediction
+    from streams.serving import LearnAndServe, idle_prediction
 
-    stage2 = Stage2(clock=lambda: START_TS)
+    stage = LearnAndServe.build(clock=lambda: START_TS)
+    stage2 = stage.learner
     warmup = int(len(items) * WARMUP_SHARE)
     per_unit: list[tuple[str, float]] = []  # steady state: (kind, seconds)
     refit_s, refits, refit_s_warmup, board_s = 0.0, 0, 0.0, 0.0
@@ -86,7 +88,7 @@ def replay(items: list[tuple[str, Any]], progress: Callable[[str], None]) -> dic
                 record.gpu_uuid, record.environment, record.window_end, stage2.job_types.get(record.environment, {}), now=START_TS
             )
         else:
-            stage2.on_observation(record, leaderboard=False)
+            stage.on_observation(record, leaderboard=False)
         dt = time.perf_counter() - t0
         if (i + 1) % BATCH == 0 or i + 1 == len(items):
             b0 = time.perf_counter()
@@ -125,8 +127,8 @@ def replay(items: list[tuple[str, Any]], progress: Callable[[str], None]) -> dic
         "refits_steady": refits,
         "refit_ms_per_observation": round(refit_s / n * 1e3, 3),
         "leaderboard_ms_per_observation": round(board_s / n * 1e3, 3),
-        "what_if_hits": stage2.what_ifs.hits,
-        "what_if_misses": stage2.what_ifs.misses,
+        "what_if_hits": stage.serving.what_ifs.hits,
+        "what_if_misses": stage.serving.what_ifs.misses,
         "units_steady": n,
         "units_warmup": warmup,
         **{f"{k}_units_steady": len(v) for k, v in by_kind.items()},

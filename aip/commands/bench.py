@@ -1,4 +1,4 @@
-"""``aip bench``: the performance harness (see DESIGN.md, "The benchmark contract")."""
+"""``aip bench``: the performance harness (docs/BENCHMARKS.md)."""
 
 from __future__ import annotations
 

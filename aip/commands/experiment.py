@@ -11,6 +11,8 @@ from aip.common import add_kafka_args, broker_errors, settings_from, sigterm_as_
 from aip.errors import CliError
 
 DEFAULT_JOBS = "resnet50:32,vgg16:32,alexnet:128,lstm:40,cnn:256"
+CONFIG_ARGS = ("duration_per_run_s", "triples", "size", "device", "window_s", "sample_interval_s", "gpu_index", "max_wall_s")
+"""Options that are :class:`workloads.experiment.ExperimentConfig` fields of the same name (their ``dest``)."""
 
 
 def register(sub: Any) -> None:
@@ -26,22 +28,24 @@ def register(sub: Any) -> None:
         help=f"comma-separated MODEL:BATCH (models: resnet50 vgg16 alexnet lstm cnn); default {DEFAULT_JOBS}",
     )
     p.add_argument(
-        "--duration-per-run", type=float, default=25.0, help="seconds each run trains, rounded to whole windows (default 25)"
+        "--duration-per-run", dest="duration_per_run_s", type=float, default=25.0, help="seconds each run trains, rounded to whole windows (default 25)"
     )
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--triples", type=int, default=0, help="also run the first N triples (default 0)")
     p.add_argument("--size", choices=("full", "tiny"), default="full", help="full networks (GPU) or tiny ones (CPU rehearsal)")
     p.add_argument("--device", default="auto", help="torch device of the jobs: auto, cuda, cpu (default auto)")
-    p.add_argument("--window", type=float, default=5.0, help="stage-1 window length in seconds for the conversion (default 5)")
-    p.add_argument("--interval", type=float, default=0.5, help="NVML sampling interval in seconds, at most 1 (default 0.5)")
+    p.add_argument("--window", dest="window_s", type=float, default=5.0, help="stage-1 window length in seconds for the conversion (default 5)")
+    p.add_argument("--interval", dest="sample_interval_s", type=float, default=0.5, help="NVML sampling interval in seconds, at most 1 (default 0.5)")
     p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the GPU to use (default 0)")
     p.add_argument(
         "--max-wall",
+        dest="max_wall_s",
         type=float,
         help="skip the remaining runs (pairs and triples come last) when the next would end after this many seconds",
     )
     p.add_argument(
         "--job-arg",
+        dest="job_args",
         action="append",
         default=[],
         metavar="ARG",
@@ -62,24 +66,16 @@ def run(args: argparse.Namespace) -> int:
     from workloads.experiment import ExperimentConfig, ExperimentError, convert_outputs, parse_job, run_experiment
 
     settings = settings_from(args)
-    window_s = args.window
     out = Path(args.out)
     try:
         if args.convert_only:
-            print(json.dumps(convert_outputs(out, window_s)))
+            print(json.dumps(convert_outputs(out, args.window_s)))
             return 0
         cfg = ExperimentConfig(
             jobs=[parse_job(t) for t in args.jobs.split(",") if t.strip()],
             out_dir=out,
-            duration_per_run_s=args.duration_per_run,
-            triples=args.triples,
-            size=args.size,
-            device=args.device,
-            window_s=window_s,
-            sample_interval_s=args.interval,
-            gpu_index=args.gpu_index,
-            job_args=list(args.job_arg),
-            max_wall_s=args.max_wall,
+            job_args=list(args.job_args),
+            **{name: getattr(args, name) for name in CONFIG_ARGS},
         )
         cfg.check()
         nvml = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import threading
@@ -12,6 +13,8 @@ from typing import Any
 
 from aip.common import add_kafka_args, broker_errors, settings_from, sigterm_as_interrupt
 from aip.errors import CliError
+
+log = logging.getLogger(__name__)
 
 
 def register(sub: Any) -> None:
@@ -26,6 +29,14 @@ def register(sub: Any) -> None:
     )
     nv.add_argument("--duration", type=float, help="stop after this many seconds (default: run until Ctrl-C)")
     nv.add_argument("--no-discovery", action="store_true", help="do not turn unreported compute processes into job events")
+    nv.add_argument(
+        "--kubernetes",
+        action="store_true",
+        default=None,
+        help="attribute GPUs and processes to the pods of $AIP_NODE_NAME (kubelet PodResources at "
+        "$AIP_PODRESOURCES_SOCKET, the Kubernetes API, /proc/<pid>/cgroup); job events come from pods gaining and "
+        "losing GPUs (default: $AIP_KUBERNETES, off)",
+    )
     _per_gpu_arg(nv)
     add_kafka_args(nv)
 
@@ -191,29 +202,72 @@ def run_sim(args: argparse.Namespace) -> int:
         return _finish(pub, summary)
 
 
-def run_nvml(args: argparse.Namespace) -> int:
+def _kubernetes(settings: Any, producer_id: str, host: str) -> Any:
+    """The attribution of ``aip produce nvml --kubernetes``, its pod watcher started."""
+    from producers.kubernetes.attribution import KubernetesAttribution
+    from producers.kubernetes.podresources import PodResourcesClient
+    from producers.kubernetes.pods import PodWatcher, api_client
+    from producers.publisher import spool_path
+
+    if not settings.node_name:
+        raise CliError("--kubernetes needs the node name: set AIP_NODE_NAME (the DaemonSet sets it from spec.nodeName)")
+    try:
+        client = api_client(settings.kubernetes_api)
+    except ModuleNotFoundError:
+        raise CliError("the kubernetes client is not installed: pip install 'aip[producer]'", code=2) from None
+    except Exception as exc:  # not in a pod and no AIP_KUBERNETES_API
+        raise CliError(f"no Kubernetes API configuration ({exc}): run in a pod with a service account, or set AIP_KUBERNETES_API") from None
+    watcher = PodWatcher(settings.node_name, lambda: client).start()
+    return KubernetesAttribution(
+        PodResourcesClient(settings.podresources_socket),
+        watcher,
+        state_path=spool_path(settings, f"nvml-{host}-kubernetes") / "announced.json",
+        producer_id=producer_id,
+    )
+
+
+def _step_collector(path: str, resolve: Any, publish: Any, host: str) -> Any:
+    """The node's collector of the training pods' step hooks (``producers.stepcollector``), or None, with one log
+    line, where its socket cannot be made: the producer keeps sampling without progress events."""
+    from producers.stepcollector import StepCollector
+
+    try:
+        return StepCollector(path, resolve, publish, host=host).start()
+    except OSError as exc:
+        log.warning("no step collector at %s (%s): pods' step hooks are not heard; mount a writable /var/run/aip", path, exc)
+        return None
+
+
+def run_nvml(args: argparse.Namespace, nvml: Any = None) -> int:
+    """``aip produce nvml``; ``nvml`` is the NVML module (default: pynvml; tests pass producers.fakenvml)."""
     from producers.discovery import ProcessTracker
     from producers.nvml import NvmlSampler, NvmlUnavailable, run_sampler
 
-    settings = settings_from(args)
+    settings = settings_from(args, kubernetes=args.kubernetes)
     interval_s = args.interval or settings.sample_interval_s
     if interval_s <= 0:
         raise CliError("--interval must be positive, e.g. 1s")
     try:
-        sampler = NvmlSampler(host=settings.host).open()
+        sampler = NvmlSampler(nvml, host=settings.host).open()
     except ModuleNotFoundError:
         raise CliError("nvidia-ml-py (module pynvml) is not installed: pip install 'aip[producer]'", code=2) from None
     except NvmlUnavailable as exc:
         raise CliError(str(exc), code=2) from None
     if not sampler.devices:
         raise CliError("NVML found no GPU on this host", code=2)
+    if settings.kubernetes:
+        sampler.attribution = _kubernetes(settings, sampler.producer_id, sampler.host)
     stop = threading.Event()
     with broker_errors(), sigterm_as_interrupt():
         pub = _publisher(settings, f"nvml-{sampler.host}")
         pub.metrics = sampler.metrics = pub.metrics
         if args.duration:
             threading.Timer(args.duration, stop.set).start()
-        tracker = None if args.no_discovery else ProcessTracker(sampler.producer_id)
+        tracker: Any = None if args.no_discovery else ProcessTracker(sampler.producer_id)
+        collector = None
+        if sampler.attribution is not None:  # pods are the jobs; their step hooks report progress here
+            tracker = sampler.attribution
+            collector = _step_collector(settings.step_socket, sampler.attribution.resolve_step, pub.publish, sampler.host)
         print(f"aip produce: sampling {len(sampler.devices)} devices every {interval_s:g} s", file=sys.stderr)
         rounds = 0
         try:
@@ -222,6 +276,10 @@ def run_nvml(args: argparse.Namespace) -> int:
             stop.set()
         finally:
             sampler.close()
+            if collector is not None:
+                collector.close()
+            if sampler.attribution is not None:
+                sampler.attribution.pods.stop()
         return _finish(pub, {"source": "nvml", "devices": len(sampler.devices), "rounds": rounds})
 
 

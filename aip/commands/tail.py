@@ -194,7 +194,8 @@ def run(args: argparse.Namespace) -> int:
             from transport import RecordConsumer, ensure_topics
 
             ensure_topics(settings, [name])
-            consumer = RecordConsumer(settings, [name], from_beginning=args.from_beginning or not args.follow)
+            # the records as on the wire: a host batch is one --json line (render() prints one line per GPU)
+            consumer = RecordConsumer(settings, [name], from_beginning=args.from_beginning or not args.follow, keep_host_batches=True)
             stop = threading.Event()
             with _interrupts_set(stop):
                 try:

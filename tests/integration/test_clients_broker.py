@@ -40,7 +40,7 @@ def test_client_follows_the_predictions_topic(settings: Any) -> None:
 
 
 def test_client_that_subscribes_mid_run_learns_the_job_set_from_the_predictions(settings: Any) -> None:
-    """Jobs started before the client subscribed: one finishing must not make the GPU look idle (issue 16)."""
+    """Jobs started before the client subscribed: one finishing must not make the GPU look idle."""
     from events import JobEvent
     from transport import RecordProducer, ensure_project_topics
 
@@ -161,7 +161,10 @@ def test_client_and_scheduler_example_use_the_workers_what_if(fed_worker: Any) -
                  timeout_s=90, what="predictions with what-if entries")  # fmt: skip
         gpu, view = next((g, v) for g, v in client.snapshot().items() if v.what_if)
         job_type = next(iter(view.what_if))
-        assert client.cost_pct(gpu, job_type) is not None
+        newcomer_pct, existing_pct = view.what_if[job_type]
+        if view.meta[job_type].regime == "novel":  # costed at its interval's upper end (novel_risk "upper")
+            newcomer_pct = view.upper[job_type] if view.upper.get(job_type) is not None else newcomer_pct
+        assert client.cost_pct(gpu, job_type) == max(0.0, newcomer_pct) + max(0.0, existing_pct)
         assert client.best_gpu(job_type, ["GPU-unknown", gpu]) == gpu
     finally:
         client.close()

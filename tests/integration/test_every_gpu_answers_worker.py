@@ -1,4 +1,4 @@
-"""Every GPU answers the scheduler's question (issue 25 item 0), through a real worker on the embedded broker.
+"""Every GPU answers the scheduler's question, through a real worker on the embedded broker.
 
 A fleet whose co-located GPUs teach the worker three job types, two GPUs that only ever run one job at a time, and a
 GPU that runs nothing: the lone GPUs publish what-if entries every window (``occupancy`` ``solo``), the idle one
@@ -39,7 +39,7 @@ def _idle_samples() -> Iterator[tuple[str, MetricSample]]:
 
 
 def _cost(newcomer_pct: float, existing_pct: float) -> float:
-    """The cost DESIGN.md defines: the newcomer's slowdown plus the slowdown it causes, speed-ups counted as 0."""
+    """The placement cost (docs/ARCHITECTURE.md, "Definitions"): the newcomer's slowdown plus the slowdown it causes, speed-ups counted as 0."""
     return max(0.0, newcomer_pct) + max(0.0, existing_pct)
 
 

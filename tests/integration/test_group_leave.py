@@ -1,4 +1,4 @@
-"""A static group whose leader stops while another member joins forms again (docs/RELIABILITY.md, History 14).
+"""A static group whose leader stops while another member joins forms again (docs/RELIABILITY.md).
 
 On the embedded broker (Tansu 0.6.0) a rebalance started by a joining member keeps the last leader, and only a
 Heartbeat expires a member's session; aiokafka neither heartbeats while it joins nor sends LeaveGroup for a static

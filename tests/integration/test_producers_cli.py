@@ -37,7 +37,7 @@ def test_produce_sim_publishes_metrics_and_the_whole_lifecycle(settings, tmp_pat
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["left_in_spool"] == 0 and summary["sent"] == summary["gpu.metrics"] + summary["jobs.lifecycle"]
-    with RecordConsumer(settings, ["gpu.metrics", "jobs.lifecycle"], from_beginning=True) as c:
+    with RecordConsumer(settings, ["gpu.metrics", "jobs.lifecycle"], from_beginning=True, keep_host_batches=True) as c:
         items = c.read(until=lambda xs: len(xs) >= summary["sent"], timeout_s=30)
     assert not [i.error for i in items if i.error]
     assert len(items) == summary["sent"]

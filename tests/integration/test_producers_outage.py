@@ -49,7 +49,7 @@ def test_broker_outage_loses_no_sample(tmp_path) -> None:
     thread.start()
     try:
         wait_for(lambda: pub.connected and metrics.value("aip_producer_records_sent_total") >= 10, 20, what="first deliveries")
-        before_consumer = RecordConsumer(settings, ["gpu.metrics"], from_beginning=True)
+        before_consumer = RecordConsumer(settings, ["gpu.metrics"], from_beginning=True, keep_host_batches=True)
         before: list = []
         # hold the sender (not the sampler) so that everything the broker acknowledged is read before it dies
         pub.pause()
@@ -75,7 +75,7 @@ def test_broker_outage_loses_no_sample(tmp_path) -> None:
         stop.set()
         thread.join(5)
         assert pub.close(timeout_s=20) == 0
-        after_consumer = RecordConsumer(settings, ["gpu.metrics"], from_beginning=True)
+        after_consumer = RecordConsumer(settings, ["gpu.metrics"], from_beginning=True, keep_host_batches=True)
         produced = {
             (f"GPU-fake-{g:04d}", s)
             for g in range(GPUS)

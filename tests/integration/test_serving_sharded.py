@@ -1,4 +1,4 @@
-"""One environment scales out (issue 23, item 2): two ``aip worker`` processes with ``serving`` sharded on one
+"""One environment scales out: two ``aip worker`` processes with ``serving`` sharded on one
 environment, the real broker.  Serving is spread across both (each serves the GPUs of its own input partitions),
 and what they publish equals what one serving of the same snapshot gives for the same observations.
 
@@ -27,6 +27,7 @@ from events.topics import SNAPSHOTS
 from models import snapshot as snapshots
 from models.environment import EnvironmentModels
 from producers.sim import Simulator
+from streams import snapshots as streamed
 from streams.serving import Serving
 from streams.snapshots import chunks
 from streams.windows import GpuState
@@ -137,7 +138,7 @@ def test_two_workers_on_one_environment_spread_serving_and_serve_as_one_does(bro
 
         # one serving of the same snapshot, fed the same observations (in the order they were published)
         one = Serving()
-        assert one.apply(snapshots.decode(data), key.encode())
+        assert streamed.apply(one, ENV, FIXED, data, key.encode())
         states: dict[str, GpuState] = {}
         want: Counter[tuple[str, ...]] = Counter()
         what_ifs = 0
@@ -177,7 +178,7 @@ def test_workers_joining_and_leaving_with_serving_sharded_lose_nothing(settings:
     sharded = settings.replace(
         serving="sharded", snapshot_key=secrets.token_hex(16), models_save_interval_s=2.0, checkpoint_interval_s=2.0
     )
-    result = scenarios.rebalance(sharded, tmp_path, gpus=8, sim_s=600, run_s=24, seed=13, resume_timeout_s=90)
+    result = scenarios.rebalance(sharded, tmp_path, scenarios.Fleet(8, 600, 24, seed=13, resume_timeout_s=90))
     print("rebalance, serving sharded:", result)
     assert result["lost"] == 0 and result["observations_expected"] > 0
     assert result["learned_final"] == result["labelled_observations"] > 0

@@ -38,7 +38,9 @@ def worker(broker: Any, tmp_path_factory: Any) -> Iterator[WorkerProcess]:
         assert w.stop(60) in (0, -15), w.log_tail()
 
 
-def consume(settings: Any, topic: str, until: Any, timeout_s: float = 60.0) -> list[Any]:
+def consume(settings: Any, topic: str, until: Any, timeout_s: float = 60.0, then_quiet_s: float = 0.0) -> list[Any]:
+    """``topic``'s records from the beginning, read until ``until(items)`` holds (or ``timeout_s``); with
+    ``then_quiet_s``, read on until a poll that long brings nothing (what arrives after the count is there too)."""
     from transport import RecordConsumer
 
     with RecordConsumer(settings, [topic], from_beginning=True) as c:
@@ -47,8 +49,21 @@ def consume(settings: Any, topic: str, until: Any, timeout_s: float = 60.0) -> l
         while time.monotonic() < deadline:
             items.extend(c.poll(timeout_s=0.5))
             if until(items):
+                while then_quiet_s and (more := c.poll(timeout_s=then_quiet_s)):
+                    items.extend(more)
                 return items
         return items
+
+
+def consumed(worker: WorkerProcess) -> dict[str, float]:
+    """Records the worker has read from each input topic."""
+    page = worker.get("/metrics")
+    return {t: sum(metric_values(page, "aip_stream_consumed_records_total", topic=t)) for t in ("gpu.metrics", "jobs.lifecycle")}
+
+
+def dead_letters_counted(worker: WorkerProcess) -> float:
+    """Every dead letter the worker has sent, whatever the reason."""
+    return sum(metric_values(worker.get("/metrics"), "aip_stream_deadletters_total"))
 
 
 def test_measured_interference_matches_simulator_ground_truth(worker: WorkerProcess) -> None:
@@ -158,6 +173,8 @@ def test_bad_records_are_dead_lettered_exactly_and_the_worker_keeps_going(worker
         encode(ev).replace(b'"step_time_s":0.1', b'"step_time_s":null'),  # progress without step time
         b"[]",
     ]
+    counted_before = dead_letters_counted(worker)
+    consumed_before = consumed(worker)
     with RecordProducer(s) as p:  # keyed by GPU, as producers before host batches
         p.send("gpu.metrics", good, key=gpu)
         for value in bad_metrics:
@@ -171,23 +188,33 @@ def test_bad_records_are_dead_lettered_exactly_and_the_worker_keeps_going(worker
         p.send("gpu.metrics", sample(ts=START_TS + 5001, gpu_uuid=gpu, gpu_model="p100", seq=2), key=gpu)
         p.flush(10)
     expected = len(bad_metrics) + len(bad_lifecycle) + 1
-    items = consume(s, "aip.deadletter", lambda items: sum(1 for i in items if i.record and i.record.key == gpu) >= expected)
-    assert sum(1 for i in items if i.record is not None and i.record.key == gpu) >= expected
-    # read again for a while: nothing more may arrive (counted exactly)
-    mine = [
-        i.record
-        for i in consume(s, "aip.deadletter", lambda _: False, timeout_s=2)
-        if i.record is not None and i.record.key == gpu
+    # the worker counts each dead letter as it sends it: wait for all of them, then for the topic to hold them
+    wait_for(lambda: dead_letters_counted(worker) >= counted_before + expected, timeout_s=60, what="the dead letters")
+
+    def mine(items: list[Any]) -> list[Any]:
+        return [i.record for i in items if i.record is not None and i.record.key == gpu]
+
+    letters = mine(consume(s, "aip.deadletter", lambda items: len(mine(items)) >= expected, then_quiet_s=1.0))
+    assert dead_letters_counted(worker) == counted_before + expected  # and no more
+    # each rejected record's own reason, in the order sent (one partition of each topic: keyed by the GPU)
+    reasons = [(d.source_topic, d.error) for d in sorted(letters, key=lambda d: (d.source_topic, d.offset))]
+    assert reasons == [
+        ("gpu.metrics", "invalid gpu.metrics record: not valid JSON: JSON is malformed: object keys must be strings (byte 1)"),
+        ("gpu.metrics", "invalid gpu.metrics record: Expected `float` <= 100.0 - at `$.sm_util_pct`"),
+        ("gpu.metrics", "invalid gpu.metrics record: Expected `float` >= 0.0 - at `$.power_w`"),
+        ("gpu.metrics", "invalid gpu.metrics record: Invalid enum value 99 - at `$.schema_version`"),
+        ("gpu.metrics", "invalid gpu.metrics record: empty message (null value)"),
+        ("gpu.metrics", "late: event time 1700005001.000 is 989.000 s before the first open window (lateness 5 s)"),
+        ("jobs.lifecycle", "invalid jobs.lifecycle record: Invalid enum value 'exploded' - at `$.kind`"),
+        ("jobs.lifecycle", "invalid jobs.lifecycle record: progress: steps and step_time_s are required"),
+        ("jobs.lifecycle", "invalid jobs.lifecycle record: Expected `object`, got `array`"),
     ]
-    assert len(mine) == expected, [d.error for d in mine]
-    by_topic = Counter(d.source_topic for d in mine)
-    assert by_topic == {"gpu.metrics": len(bad_metrics) + 1, "jobs.lifecycle": len(bad_lifecycle)}
-    reasons = " | ".join(d.error for d in mine)
-    for word in ("not valid JSON", "sm_util_pct", "power_w", "schema_version", "null value", "kind", "step_time_s", "late"):
-        assert word in reasons, word
-    assert all(d.partition >= 0 and d.offset >= 0 and d.stage == "stage1" for d in mine)
+    assert all(d.partition >= 0 and d.offset >= 0 and d.stage == "stage1" for d in letters)
     assert worker.proc.poll() is None
-    assert isinstance(worker.get("/leaderboard"), dict)
+    # it kept going: every record of both topics read, good and bad
+    assert consumed(worker) == {
+        t: consumed_before[t] + n for t, n in (("gpu.metrics", len(bad_metrics) + 3), ("jobs.lifecycle", len(bad_lifecycle) + 1))
+    }
     metrics = worker.get("/metrics")
     for reason in ("undecodable", "invalid_record", "late"):
         assert metric_values(metrics, "aip_stream_deadletters_total", reason=reason), reason
@@ -231,6 +258,7 @@ def test_host_batches_and_an_older_per_gpu_producer_feed_one_worker(worker: Work
     jobs_body = json.loads(encode(spoilt_jobs))
     bad_event = {**jobs_body["events"][0], "job_id": "job-not-there", "ts": 12.0}
     jobs_body["events"].append(bad_event)
+    counted_before = dead_letters_counted(worker)
     with RecordProducer(s) as p:
         for k, (topic, record) in enumerate(batched):
             if k == i:
@@ -248,11 +276,11 @@ def test_host_batches_and_an_older_per_gpu_producer_feed_one_worker(worker: Work
 
     items = consume(s, "interference.observations", lambda items: mine(items) >= expected, timeout_s=90)
     assert mine(items) == expected
-    letters = [
-        i.record
-        for i in consume(s, "aip.deadletter", lambda _: False, timeout_s=2)
-        if i.record is not None and i.record.key in (spoilt.host, spoilt_jobs.host)
-    ]
+
+    def ours(items: list[Any]) -> list[Any]:
+        return [i.record for i in items if i.record is not None and i.record.key in (spoilt.host, spoilt_jobs.host)]
+
+    letters = ours(consume(s, "aip.deadletter", lambda items: len(ours(items)) >= 2, then_quiet_s=1.0))
     by_source = {d.source_topic: d for d in letters}
     assert len(letters) == 2 and set(by_source) == {"gpu.metrics", "jobs.lifecycle"}, [d.error for d in letters]
     assert json.loads(base64.b64decode(by_source["gpu.metrics"].payload_b64)) == bad
@@ -264,3 +292,4 @@ def test_host_batches_and_an_older_per_gpu_producer_feed_one_worker(worker: Work
     assert by_source["jobs.lifecycle"].error == (
         f"invalid jobs.lifecycle record: events[{n}]: Expected `float` >= 946684800.0 - at `$.ts`"
     )
+    assert dead_letters_counted(worker) == counted_before + 2  # the worker sent these two and no other

@@ -8,11 +8,21 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from records import TOP_LEVEL, records_of, sample
 
-from events import RECORD_OF, ObservationBatch, Topics
+from events import RECORD_OF, HostJobEvents, HostMetrics, ObservationBatch, Topics
 from events.topics import BATCH_OF
 from transport import BrokerUnavailable, RecordConsumer, RecordProducer, ensure_project_topics
 
 pytestmark = pytest.mark.integration
+
+
+def unbatched(record: object) -> list[object]:
+    if isinstance(record, ObservationBatch):
+        return list(record.observations)
+    if isinstance(record, HostMetrics):
+        return list(record.samples)
+    if isinstance(record, HostJobEvents):
+        return list(record.events)
+    return [record]
 
 
 def test_every_record_type_round_trips(settings) -> None:
@@ -35,9 +45,11 @@ def test_every_record_type_round_trips(settings) -> None:
                 key = getattr(record, "key", None) or "k"
                 producer.send(base, record, key=key)
         producer.flush()
-    # a RecordConsumer hands over an ObservationBatch as its observations, one item each (the same offset)
-    read_as = {base: [o for r in records for o in (r.observations if isinstance(r, ObservationBatch) else [r])] for base, records in sent.items()}
+    # a RecordConsumer hands over a batch (ObservationBatch, HostMetrics, HostJobEvents) as its records, one item each
+    read_as = {base: [o for r in records for o in unbatched(r)] for base, records in sent.items()}
     assert any(isinstance(r, ObservationBatch) for r in sent["interference.observations"])
+    assert any(isinstance(r, HostMetrics) for r in sent["gpu.metrics"])
+    assert any(isinstance(r, HostJobEvents) for r in sent["jobs.lifecycle"])
     total = sum(len(v) for v in read_as.values())
     with RecordConsumer(settings, list(sent), from_beginning=True) as consumer:
         got = consumer.read(until=lambda items: len(items) >= total, timeout_s=30)

@@ -69,7 +69,7 @@ def test_summarize_scores_the_second_half_per_mode_and_regime() -> None:
     assert floors(out) == {"observed": False, "placement": True}  # observed MAE 7 > 5
 
 
-# ------------------------------------------------------------------ the scheduler's question (issue 25 item 1)
+# ------------------------------------------------------------------ the scheduler's question
 TABLE = {  # steps/s alone and [this, other] next to one other job, in the simulator's Gavel format
     "a": {"solo": 10.0, "pairs": {"b": [5.0, 8.0], "c": [8.0, 4.0]}},
     "b": {"solo": 10.0, "pairs": {"a": [8.0, 5.0], "c": [10.0, 5.0]}},

@@ -137,7 +137,7 @@ def test_placement_guided_uses_the_client_and_beats_random(quick_jobs: int) -> N
     assert result["guided"]["mean_slowdown_pct"] < result["random"]["mean_slowdown_pct"]
 
 
-# ---------------------------------------------------------------- a client that joins mid-stream (issue 16, item 4)
+# ---------------------------------------------------------------- a client that joins mid-stream
 def at(p: Prediction, window_end: float) -> Prediction:
     import msgspec
 

@@ -256,7 +256,7 @@ def test_observed_mode_uses_everything_and_is_not_worse_than_placement() -> None
     assert all("placement" in c for c in observed.outer_choices)  # a view with the solo profiles, every fold
 
 
-# --------------------------------------------------------------------------- probes (issue 25 item 2)
+# --------------------------------------------------------------------------- probes
 
 
 @pytest.mark.parametrize(("probes", "probe_seed"), [(1, None), (3, None), (1, 7), (3, 7)])

@@ -1,4 +1,4 @@
-"""Every GPU answers the scheduler's question (issue 25 item 0), without Kafka: stage 1 tells stage 2 about solo
+"""Every GPU answers the scheduler's question, without Kafka: stage 1 tells stage 2 about solo
 and idle windows, stage 2 answers a lone job's window with what-if entries and never learns from it, and the
 scheduler client takes an idle GPU's answer."""
 
@@ -7,12 +7,13 @@ from __future__ import annotations
 import msgspec
 import pytest
 from records import sample
-from test_streams import BASE, feed, observations, scenario
+from stub_models import LinearModels
+from test_streams import BASE, alone, feed, observations, scenario
 
 from clients import SchedulerClient
 from events import JobEvent, Prediction, decode, encode
+from streams.serving import LearnAndServe, idle_prediction
 from streams.stage1 import IdleWindow, Stage1
-from streams.stage2 import Stage2, idle_prediction
 
 
 def test_stage1_tells_of_solo_windows_only_when_asked_and_they_are_never_labelled() -> None:
@@ -45,34 +46,38 @@ def test_stage1_tells_of_idle_windows() -> None:
 
 
 def test_stage2_answers_a_lone_job_and_learns_nothing_from_it() -> None:
-    stage = Stage2(clock=lambda: BASE)
+    stage = LearnAndServe.build(clock=lambda: BASE)
     for o in observations():
         stage.on_observation(o)
-    models = stage.models_for("v100")
-    before = (stage.counters["observations"], models.leaderboard().observations, len(stage.seen))
+    models = stage.learner.models_for("v100")
+    before = (stage.counters["observations"], models.leaderboard().observations, len(stage.learner.seen))
     last = observations()[-1]
-    lone = msgspec.structs.replace(
-        last, job_id="j9", co_job_types=[], co_job_ids=[], co_solo=[], interference_pct=None, occupancy="solo",
-        window_start=last.window_start + 100, window_end=last.window_end + 100,
-    )  # fmt: skip
+    lone = alone(last, 100, job_id="j9")
     out = stage.on_observation(lone)
     assert out.alerts == [] and out.leaderboard is None
     [pred] = out.predictions
     assert pred.occupancy == "solo" and pred.job_set == [last.job_type] and pred.job_id == "j9"
     assert pred.interference_pct == 0.0 and pred.model == "solo" and pred.window_end == lone.window_end
-    # every known type as a newcomer, asked of the models exactly as a scheduler would ask them
-    known = stage.job_types["v100"]
-    assert {w.job_type for w in pred.what_if} == set(known) == {"resnet", "lm"}
-    for w in pred.what_if:
-        newcomer = models.predict_placement(w.job_type, known[w.job_type], [last.job_type], [lone.solo])
-        existing = models.predict_placement(last.job_type, lone.solo, [w.job_type], [known[w.job_type]])
-        assert newcomer is not None and existing is not None
-        assert w.newcomer_pct == pytest.approx(newcomer.interference_pct) and w.regime == newcomer.regime
-        assert w.existing_pct == pytest.approx(existing.interference_pct)
-    assert (stage.counters["observations"], models.leaderboard().observations, len(stage.seen)) == before
+    # every known type as a newcomer (their values: test_a_lone_jobs_what_if_entries_worked_out_by_hand)
+    assert [w.job_type for w in pred.what_if] == sorted(stage.learner.job_types["v100"]) == ["lm", "resnet"]
+    assert (stage.counters["observations"], models.leaderboard().observations, len(stage.learner.seen)) == before
     assert stage.counters["solo_windows"] == 1
-    assert stage.replay(lone) is False and models.leaderboard().observations == before[1]  # a rebuild skips it too
+    assert stage.learner.replay(lone) is False and models.leaderboard().observations == before[1]  # a rebuild skips it too
     assert stage.on_observation(lone).predictions  # not deduped: the answer is republished, still nothing learned
+
+
+def test_a_lone_jobs_what_if_entries_worked_out_by_hand() -> None:
+    """Models with fixed answers (:class:`stub_models.LinearModels`: 0.1 x a job's solo power + 0.01 x its
+    co-runners'): resnet (solo power 100) alone, lm (120) and resnet known from the windows before."""
+    stage = LearnAndServe.build(clock=lambda: BASE, models_factory=LinearModels)
+    for o in observations():
+        stage.on_observation(o, leaderboard=False)
+    last = observations()[-1]
+    lone = alone(last, 100, job_id="j9")
+    [pred] = stage.on_observation(lone).predictions
+    # newcomer lm: 0.1 x 120 + 0.01 x 100 = 13, resnet next to it: 10 + 1.2 = 11.2; newcomer resnet: 11, resnet: 11
+    got = [(w.job_type, w.newcomer_pct, w.existing_pct) for w in pred.what_if]
+    assert got == [("lm", pytest.approx(13.0), pytest.approx(11.2)), ("resnet", pytest.approx(11.0), pytest.approx(11.0))]
 
 
 def test_an_idle_prediction_makes_the_gpu_cost_nothing_for_a_client_that_joined_mid_stream() -> None:
@@ -86,15 +91,12 @@ def test_an_idle_prediction_makes_the_gpu_cost_nothing_for_a_client_that_joined_
 
 
 def test_a_raised_alert_clears_when_its_job_is_left_alone() -> None:
-    stage = Stage2(threshold_pct=50.0, clear_pct=35.0, clock=lambda: BASE)
+    stage = LearnAndServe.build(threshold_pct=50.0, clear_pct=35.0, clock=lambda: BASE)
     last = observations()[-1]
     hot = msgspec.structs.replace(last, job_id="j1", interference_pct=80.0)
     [raised] = stage.on_observation(hot).alerts
     assert raised.state == "raised" and raised.job_id == "j1"
-    lone = msgspec.structs.replace(
-        hot, co_job_types=[], co_job_ids=[], co_solo=[], interference_pct=None, occupancy="solo",
-        window_start=hot.window_start + 10, window_end=hot.window_end + 10,
-    )  # fmt: skip
+    lone = alone(hot, 10)
     [cleared] = stage.on_observation(lone).alerts
     assert (cleared.state, cleared.job_id, cleared.interference_pct, cleared.source) == ("cleared", "j1", 0.0, "measured")
     assert stage.on_observation(lone).alerts == []  # cleared once; a lone job never alerts

@@ -263,12 +263,10 @@ def test_aip_extender_full_scale_pct_sets_the_cost_that_scores_0(full_scale: str
 
 @pytest.mark.parametrize("bad", ["0", "-10"])
 def test_a_full_scale_that_is_not_positive_is_refused(bad: str) -> None:
-    from config import Settings, SettingsError
+    from config import Settings
 
-    try:
-        full_scale = Settings.from_env({"AIP_EXTENDER_FULL_SCALE_PCT": bad}).extender_full_scale_pct
-    except SettingsError:
-        return
+    full_scale = Settings.from_env({"AIP_EXTENDER_FULL_SCALE_PCT": bad}).extender_full_scale_pct
+    assert full_scale == float(bad)  # a number the settings take: the scorer is what refuses it
     with pytest.raises(ValueError, match="full_scale_pct"):
         Scorer(SchedulerClient(), full_scale_pct=full_scale)
 
@@ -301,3 +299,50 @@ def test_predictions_older_than_max_age_are_no_longer_used() -> None:
             what_if=[WhatIf(job_type=LM, newcomer_pct=150.0, existing_pct=50.0)],
         ))  # fmt: skip
         assert scores()["node-c"] == 2 and failed() == ["node-c"]  # fresh again
+
+
+def raw_post(srv: ExtenderServer, path: str, headers: dict[str, str], body: bytes = b"") -> tuple[int, str, str | None]:
+    """POST with exactly ``headers`` (no Content-Length unless given): status, body text, its Connection header."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    url = urlsplit(srv.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    try:
+        conn.putrequest("POST", path, skip_accept_encoding=True)
+        for name, value in headers.items():
+            conn.putheader(name, value)
+        conn.endheaders(body or None)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode(), resp.getheader("Connection")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("length", [None, "ten"])
+def test_a_body_without_a_length_gets_411_and_the_connection_closes(server: ExtenderServer, length: str | None) -> None:
+    headers = {"Content-Type": "application/json"} | ({} if length is None else {"Content-Length": length})
+    assert raw_post(server, "/filter", headers) == (411, "a Content-Length header is required\n", "close")
+
+
+def test_a_body_over_the_limit_gets_413_unread(server: ExtenderServer) -> None:
+    from clients.extender import MAX_BODY_BYTES
+
+    too_big = MAX_BODY_BYTES + 1
+    code, text, connection = raw_post(server, "/prioritize", {"Content-Length": str(too_big)}, b"{")  # the rest never sent
+    assert (code, text, connection) == (413, f"the body is {too_big} bytes; at most {MAX_BODY_BYTES} are read\n", "close")
+    assert metric(server, "aip_extender_requests_total", verb="prioritize", code="413") == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"", "bad request: the body is not JSON: Expecting value: line 1 column 1 (char 0)\n"),
+        (
+            b'{"Pod": "\xff"}',
+            "bad request: the body is not JSON: 'utf-8' codec can't decode byte 0xff in position 9: invalid start byte\n",
+        ),
+    ],
+)
+def test_an_empty_or_non_utf8_body_gets_400_with_one_line(server: ExtenderServer, body: bytes, says: str) -> None:
+    assert raw_post(server, "/filter", {"Content-Length": str(len(body))}, body)[:2] == (400, says)

@@ -32,7 +32,7 @@ def test_kube_scheduler_configuration_calls_the_extenders_routes() -> None:
 
 
 def test_extender_manifest_runs_the_command_on_the_port_it_exposes() -> None:
-    docs = list(yaml.safe_load_all((DEPLOY / "kube-scheduler" / "aip-extender.yaml").read_text()))
+    docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "base" / "extender.yaml").read_text()))
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     service = next(d for d in docs if d["kind"] == "Service")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]

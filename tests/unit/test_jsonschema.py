@@ -89,8 +89,8 @@ def _published(tmp_path) -> dict[type, list[object]]:
     from producers.batching import host_batches
     from producers.sim import Simulator
     from streams.deadletters import dead_letter
+    from streams.serving import LearnAndServe
     from streams.stage1 import Stage1
-    from streams.stage2 import Stage2
 
     start_ts = 1_700_000_000.0
     stream = list(Simulator(gpus=2, gpu_model="v100", seed=1, start_ts=start_ts, duration_s=400.0).events())
@@ -98,7 +98,7 @@ def _published(tmp_path) -> dict[type, list[object]]:
     batches = [r for _t, r in host_batches(stream) if isinstance(r, HostMetrics | HostJobEvents)]
     stage1 = Stage1(window_s=10.0, lateness_s=2.0)
     observations = [o for e in events for o in (stage1.on_metric(e) if hasattr(e, "power_w") else stage1.on_job(e))]
-    stage2 = Stage2(clock=lambda: start_ts + 400.0, max_pct=20.0, state_dir=tmp_path)
+    stage2 = LearnAndServe.build(clock=lambda: start_ts + 400.0, max_pct=20.0, state_dir=tmp_path)
     outputs = [stage2.on_observation(o) for o in observations]
     out: dict[type, list[object]] = {}
     for record in [

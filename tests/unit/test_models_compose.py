@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from records import trained_on_pairs
 
 from models.datasets import Sample
 from models.environment import EnvironmentModels
@@ -58,13 +59,13 @@ def test_a_three_job_set_never_measured_is_composed_from_its_pairs_better_than_t
 
 def test_the_composition_is_not_served_where_its_prequential_error_is_worse_and_the_interval_learns_that_error() -> None:
     rng = np.random.default_rng(0)
-    em = EnvironmentModels("v100", config=FAST)
     names = sorted(SENS)
-    for _ in range(8):
-        for a in names:
-            for b in names:
-                em.learn_sample(_sample(a, [b], _pair_pct(a, b) + float(rng.normal(0, 0.5))))
-    em.refit_now()
+    em = trained_on_pairs(
+        EnvironmentModels("v100", config=FAST),
+        names,
+        8,
+        lambda a, b: _sample(a, [b], _pair_pct(a, b) + float(rng.normal(0, 0.5))),
+    )
     # a stream where a third job adds nothing: the pairs' composition over-predicts every job set of three
     for a in names[:-1]:  # net4 never the job of a set of three
         for b in names:

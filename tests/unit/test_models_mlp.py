@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pytest
+import torch
 
 from models import mlp
 from models.zoo.torchmlp import TorchMLP
-
-torch = pytest.importorskip("torch")
 
 SHAPES = [(5, 8), (8, 8), (8, 1)]
 

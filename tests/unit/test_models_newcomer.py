@@ -1,4 +1,4 @@
-"""models.newcomer and the live ``Newcomer`` candidate (issue 25 item 3): what was measured of a job type, as the
+"""models.newcomer and the live ``Newcomer`` candidate: what was measured of a job type, as the
 job and as a co-runner, carried to its job sets never measured."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from records import trained_on_pairs
 
 from models.candidates import NewcomerCandidate
 from models.environment import EnvironmentModels
@@ -43,13 +44,7 @@ def _sample(job: str, co: str, rng: np.random.Generator):  # type: ignore[no-unt
 
 def _trained(config: ModelConfig) -> EnvironmentModels:
     rng = np.random.default_rng(0)
-    em = EnvironmentModels("v100", config=config)
-    names = sorted(KNOWN)
-    for _ in range(12):
-        for a in names:
-            for b in names:
-                em.learn_sample(_sample(a, b, rng))
-    em.refit_now()
+    em = trained_on_pairs(EnvironmentModels("v100", config=config), sorted(KNOWN), 12, lambda a, b: _sample(a, b, rng))
     # the newcomer's first measurements, after the refit: as the job next to two co-runners
     for _ in range(4):
         for co in ("net0 (batch size 8)", "net5 (batch size 8)"):

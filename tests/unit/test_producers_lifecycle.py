@@ -41,7 +41,8 @@ def test_missing_gpu_is_a_clear_error() -> None:
 
 
 def test_torch_helper_counts_optimizer_steps() -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     events: list = []
     now = [1_700_000_000.0]
     model = torch.nn.Linear(2, 1)

@@ -1,4 +1,4 @@
-"""Ranking rules of the scheduler client and the extender (issue 25 items 4 and 5): a novel entry by its
+"""Ranking rules of the scheduler client and the extender: a novel entry by its
 interval's upper end unless told otherwise; an exploration bonus within a margin, off by default."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from aip.authfront import (
     rewrite_api_versions,
 )
 from config import Settings
-from transport.kafka import _scram_steps
+from transport.probe import sasl_client
 
 SECRET = "s3cr3t-Pa55-do-not-print"
 
@@ -105,16 +105,19 @@ def test_plain_accepts_only_the_right_password() -> None:
 )
 def test_scram_server_against_the_probes_client(mechanism: str, user: str, password: str, ok: bool) -> None:
     server = _ScramServer(mechanism, {"alice": SECRET}, {})
-    client = _scram_steps(
+    client = sasl_client(
         Settings(security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism, sasl_username=user, sasl_password=password)
     )
-    server_first, done = server.respond(next(client))
+    server_first, done = server.respond(client.auth_bytes())
     assert not done and b"i=4096" in server_first
-    final = client.send(server_first)
+    client.receive(server_first)
+    final = client.auth_bytes()
     if ok:
         verifier, done = server.respond(final)
         assert done and verifier.startswith(b"v=")
         assert server.user == "alice"
+        client.receive(verifier)  # the client checks the server's signature: it knew the password too
+        assert client.is_done()
     else:
         with pytest.raises(AuthFailed):
             server.respond(final)
@@ -125,6 +128,35 @@ def test_scram_server_rejects_a_replayed_nonce() -> None:
     server.respond(b"n,,n=alice,r=abc")
     with pytest.raises(AuthFailed):
         server.respond(b"c=biws,r=abc-not-the-servers-nonce,p=AAAA")
+
+
+def test_scram_server_rejects_a_malformed_first_message() -> None:
+    server = _ScramServer("SCRAM-SHA-256", {"alice": SECRET}, {})
+    with pytest.raises(AuthFailed, match="client-first"):
+        server.respond(b"x,,n=alice")
+
+
+def test_api_versions_newer_than_the_protocol_classes_is_answered_unsupported() -> None:
+    import asyncio
+
+    from aip.authfront import _api_versions
+    from transport import wire
+
+    class Writer:
+        data = b""
+
+        def write(self, data: bytes) -> None:
+            self.data += bytes(data)
+
+        async def drain(self) -> None:
+            pass
+
+    writer = Writer()
+    newest = wire.ApiVersionsResponse.max_version
+    asyncio.run(_api_versions(writer, None, newest + 1, 7, b""))  # type: ignore[arg-type]  # never reaches the broker
+    answer = wire.ApiVersionsResponse[0].decode(writer.data[4:], header=True)
+    assert answer.header.correlation_id == 7 and answer.error_code == wire.UNSUPPORTED_VERSION
+    assert [(e.api_key, e.min_version, e.max_version) for e in answer.api_keys] == [(18, 0, newest)]
 
 
 def test_reprs_never_show_passwords() -> None:

@@ -1,4 +1,4 @@
-"""Serving sharded by GPU (issue 23, item 2), without Kafka: a model snapshot serves what the learner's models
+"""Serving sharded by GPU, without Kafka: a model snapshot serves what the learner's models
 serve; its chunks assemble into complete, newer versions only; any worker serves a GPU as any other would; a
 GPU's alert state moves with its stage-1 state."""
 
@@ -21,9 +21,11 @@ from models.synthetic import gavel_observations
 from models.zoo.online import RiverState
 from models.zoo.scikit import SklearnState
 from models.zoo.torchmlp import MlpState
-from streams.serving import Serving
+from streams import snapshots as streamed
+from streams.serving import LearnAndServe, Serving
 from streams.snapshots import Assembler, Schedule, chunks, next_version
-from streams.stage2 import Stage2, what_if_entries
+from streams.stage2 import Stage2
+from streams.whatif import what_if_entries
 from streams.windows import GpuState
 
 KEY = secrets.token_bytes(32)
@@ -161,7 +163,7 @@ def test_two_workers_serve_their_gpus_as_one_worker_does_given_the_same_snapshot
 
     def worker() -> Serving:
         s = Serving(clock=lambda: 0.0)
-        assert s.apply(snapshots.decode(data), KEY)
+        assert streamed.apply(s, "v100", 1, data, KEY)
         return s
 
     one = _served(worker(), observations, {})
@@ -172,7 +174,7 @@ def test_two_workers_serve_their_gpus_as_one_worker_does_given_the_same_snapshot
     assert by_a and by_b and a.counters["served"] and b.counters["served"]
     assert sorted(by_a + by_b, key=_order) == sorted(one, key=_order)
     assert any(r["what_if"] for r in one if "what_if" in r)
-    assert not a.install("v100", 1, snapshots.serving_models(snapshots.decode(data), KEY), known)  # not newer
+    assert not a.install("v100", 1, *streamed.models_of(data, KEY))  # not newer
 
 
 def test_a_gpus_alerts_continue_where_its_last_server_left_them() -> None:
@@ -192,7 +194,7 @@ def test_a_gpus_alerts_continue_where_its_last_server_left_them() -> None:
 
 def test_before_a_snapshot_a_gpu_is_served_as_by_a_fresh_stage2() -> None:
     observations = _fleet_observations()[:12]
-    fresh = Stage2(clock=lambda: 0.0)
+    fresh = LearnAndServe.build(clock=lambda: 0.0)
     want = [to_dict(p) for o in observations[:1] for p in fresh.on_observation(o).predictions]
     serving = Serving(clock=lambda: 0.0)
     got = _served(serving, observations[:1], {})
@@ -227,9 +229,9 @@ def test_a_refit_is_published_as_a_snapshot_with_its_batch_models_dumped_off_the
     import asyncio
     from collections import Counter
 
-    from streams.sharded import Snapshots
+    from streams.snapshots import Snapshots
 
-    stage2 = Stage2(serve=False)
+    stage2 = Stage2()
     for o in gavel_observations(300, seed=3):
         stage2.on_observation(o)
     models = stage2.models["v100"]
@@ -255,5 +257,5 @@ def test_a_refit_is_published_as_a_snapshot_with_its_batch_models_dumped_off_the
     asyncio.run(snaps.after_refit("v100"))
     assert published["snapshots"] == 3
     [done] = Assembler().add(v for _, v in sent)  # the last one
-    served = snapshots.serving_models(snapshots.decode(done.data), settings.snapshot_key.encode())
+    served, _ = streamed.models_of(done.data, settings.snapshot_key.encode())
     _same_answers(models, served, stage2.job_types["v100"], gavel_observations(40, seed=8))

@@ -1,15 +1,15 @@
 """Stage 1 fed host batches publishes what it publishes fed the same fleet as per-GPU records, through the
-worker's own input path (``Streams.stage1_batch``, no broker), and what a plain :class:`Stage1` finds."""
+worker's own input path (``Inputs.stage1_batch``, no broker), and what a plain :class:`Stage1` finds."""
 
 from __future__ import annotations
 
 import asyncio
 import zlib
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import pytest
+from records import Event, Message
 
 from config import Settings
 from events import encode
@@ -21,20 +21,6 @@ from streams.features import FIELDS, KEYS
 from streams.stage1 import Stage1
 
 TS = 1_700_000_000.0
-
-
-@dataclass
-class Message:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None = None
-
-
-@dataclass
-class Event:
-    message: Message
-    value: bytes
 
 
 def _fleet() -> list[tuple[str, Any]]:
@@ -61,18 +47,18 @@ def _through_the_worker(records: list[tuple[str, Any]], tmp_path: Any, name: str
     """The observations and stage-1 counters of a worker's stage 1 fed ``records`` in batches of 200 events."""
     streams = create_app(Settings(topic_prefix="unit.", partitions=4, state_dir=str(tmp_path / name)), web=False)
     emitted: list[Any] = []
-    streams.emit_observations = emitted.extend  # type: ignore[method-assign]
+    streams.publisher.emit_observations = emitted.extend  # type: ignore[method-assign]
     streams.out["predictions"].send_soon = lambda **_: None  # type: ignore[method-assign,assignment]
     offsets: dict[tuple[str, int], int] = {}
     events = []
     for topic, record in records:
         partition = zlib.crc32(record.host.encode()) % 4
         offset = offsets[topic, partition] = offsets.get((topic, partition), -1) + 1
-        events.append(Event(Message(streams.topics.name(topic), partition, offset, record.host.encode()), encode(record)))
+        events.append(Event(Message(streams.topics.name(topic), partition, offset, key=record.host.encode()), encode(record)))
 
     async def go() -> None:
         for i in range(0, len(events), 200):
-            await streams.stage1_batch(events[i : i + 200])
+            await streams.inputs.stage1_batch(events[i : i + 200])
 
     asyncio.run(go())
     assert streams.metrics.dead_letters == {}

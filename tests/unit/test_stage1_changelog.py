@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ def _events() -> list[tuple[str, Any]]:
 
 
 def _apply(state: Stage1State, offset: int, topic: str, record: Any) -> list[Any]:
-    """What the worker does per event (Streams.handle_input), all GPUs in input partition 0."""
+    """What the worker does per event (Inputs.handle_input), all GPUs in input partition 0."""
     state.read_from(record.gpu_uuid, 0)
     assert state.offsets.store(TopicPartition(topic, 0), offset)
     stage1 = state.stage1
@@ -175,13 +174,17 @@ def test_a_thousand_gpus_are_a_few_records_a_checkpoint(tmp_path: Path) -> None:
     """The cost the buckets are for: records per checkpoint, not per GPU (four input partitions)."""
     events = list(Simulator(gpus=1000, gpu_model="v100", seed=4, start_ts=1_700_000_000.0, duration_s=12).events())
     state, log = _writing(tmp_path, "many", buckets=32)
+    # GPUs dealt to the four partitions in turn (the same in every run, unlike the salted ``hash``)
+    partition_of = {g: n % 4 for n, g in enumerate(sorted({r.gpu_uuid for _t, r in events}))}
     for i, (topic, record) in enumerate(events):
-        p = int(hashlib.sha256(record.gpu_uuid.encode()).hexdigest(), 16) % 4  # the same every run: no bucket empty
+        p = partition_of[record.gpu_uuid]
         state.read_from(record.gpu_uuid, p)
         state.offsets.store(TopicPartition(topic, p), i)
         state.stage1.on_metric(record) if topic == METRICS else state.stage1.on_job(record)
     sent = state.publish_changelog()
-    assert sent == 4 * 32 + 4  # every bucket of every partition, then each partition's positions
+    filled = {(p, changelog.bucket_of(g, 32)) for g, p in partition_of.items()}
+    assert len(filled) == 4 * 32  # 250 GPUs a partition fill its 32 buckets
+    assert sent == len(filled) + 4  # every bucket of every partition, then each partition's positions
     folded = {p: changelog.fold([(k, v) for k, v, q in log if q == p]) for p in range(4)}
     assert sum(len(f.gpus) for f in folded.values()) == len(state.stage1.gpus) == 1000
     assert all(len(v) < 900 * 1024 for _k, v, _p in log)  # each under Kafka's 1 MB message limit

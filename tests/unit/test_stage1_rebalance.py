@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from records import sample
+from records import Event, Message, sample
 
 from config import Settings
 from events import encode
@@ -20,21 +19,6 @@ from streams.stage1 import HeldWindow, Stage1
 from streams.state import Stage1State
 
 TS = 1_700_000_000.0
-
-
-@dataclass
-class Message:
-    topic: str
-    partition: int
-    offset: int
-    value: bytes
-    key: bytes | None = None
-
-
-@dataclass
-class Event:
-    message: Message
-    value: bytes
 
 
 def _held(job_id: str) -> HeldWindow:
@@ -64,7 +48,7 @@ def test_held_windows_taken_over_are_published_at_the_next_batch(tmp_path: Path,
     log = _last_owner_log(tmp_path)
     streams = create_app(Settings(topic_prefix="unit.", state_dir=str(tmp_path / "new"), stage1_batch=batch), web=False)
     emitted: list[Any] = []
-    streams.emit_observations = emitted.extend  # type: ignore[method-assign]
+    streams.publisher.emit_observations = emitted.extend  # type: ignore[method-assign]
     streams.state.read = lambda p: changelog.fold([(k, v) for k, v, q in log if q == p])
     # this worker knows new-type's solo profile (interference.profiles carries every worker's shares)
     streams.stage1.profiles.add("v100", "new-type", {**{k: 50.0 for k in KEYS}, "throughput": 2.0}, source="1", ts=TS)
@@ -77,9 +61,9 @@ def test_held_windows_taken_over_are_published_at_the_next_batch(tmp_path: Path,
         await asyncio.sleep(0)  # the restore runs; nothing is published before the partition's first batch
         assert emitted == []
         if batch == 1:
-            await streams.stage1_event(event)
+            await streams.inputs.stage1_event(event)
         else:
-            await streams.stage1_batch([event])
+            await streams.inputs.stage1_batch([event])
 
     asyncio.run(go())
     released = [o for o in emitted if o.job_type == "new-type"]
@@ -89,4 +73,4 @@ def test_held_windows_taken_over_are_published_at_the_next_batch(tmp_path: Path,
     c = streams.stage1.counters
     assert c["changelog_restored_gpus"] == 1 and c["changelog_adopted_held"] == 2 and c["held_released"] == 2
     assert streams.stage1.held_count() == 0 and streams.state.released == []
-    assert streams.positions == {TopicPartition("gpu.metrics", 0): 42}  # the last owner's 41, then this event
+    assert streams.state.positions == {TopicPartition("gpu.metrics", 0): 42}  # the last owner's 41, then this event

@@ -1,4 +1,4 @@
-"""Stage 2's cost per observation (issue 23, item 4): the what-if cache, the online learners' sample, the refits'
+"""Stage 2's cost per observation: the what-if cache, the online learners' sample, the refits'
 share of the time, and ``aip bench stage2``'s keys (counts only: timing is the bench's, never a test's)."""
 
 from __future__ import annotations
@@ -6,13 +6,15 @@ from __future__ import annotations
 import dataclasses
 
 import msgspec
-from test_streams import BASE, observations
+from test_streams import BASE, alone, observations
 
 from aip.bench import stage2 as bench
 from models.environment import EnvironmentModels, draw
 from models.modelconfig import ModelConfig
 from models.synthetic import gavel_observations
-from streams.stage2 import Stage2, WhatIfCache, what_if_entries
+from streams.serving import LearnAndServe
+from streams.stage2 import Stage2
+from streams.whatif import WhatIfCache, what_if_entries
 
 
 def _learned(n: int, seed: int = 3) -> tuple[EnvironmentModels, dict]:
@@ -50,21 +52,18 @@ def test_the_what_if_cache_serves_what_recomputing_gives_until_the_models_change
 
 
 def test_stage2_serves_a_lone_job_from_the_cache_and_recomputes_after_a_refit() -> None:
-    stage = Stage2(clock=lambda: BASE)
+    stage = LearnAndServe.build(clock=lambda: BASE)
     for o in observations():
         stage.on_observation(o)
     last = observations()[-1]
-    lone = msgspec.structs.replace(
-        last, job_id="j9", co_job_types=[], co_job_ids=[], co_solo=[], interference_pct=None, occupancy="solo",
-        window_start=last.window_start + 100, window_end=last.window_end + 100,
-    )  # fmt: skip
+    lone = alone(last, 100, job_id="j9")
     [a] = stage.on_observation(lone).predictions
     [b] = stage.on_observation(msgspec.structs.replace(lone, gpu_uuid="GPU-B", job_id="j10")).predictions
-    assert a.what_if == b.what_if and stage.what_ifs.hits >= 1
-    models = stage.models_for("v100")
+    assert a.what_if == b.what_if and stage.serving.what_ifs.hits >= 1
+    models = stage.learner.models_for("v100")
     models.refit_now()
     [c] = stage.on_observation(lone).predictions
-    known = stage.job_types["v100"]
+    known = stage.learner.job_types["v100"]
     assert c.what_if == what_if_entries(models, known, [lone.job_type], [lone.solo])
 
 
@@ -97,7 +96,7 @@ def test_online_learners_take_a_deterministic_sample_and_the_baselines_every_obs
 
 def test_a_refit_holds_the_next_one_back_for_its_share_of_the_time() -> None:
     now = [1000.0]
-    stage = Stage2(clock=lambda: BASE, refit_share=0.25, refit_clock=lambda: now[0])
+    stage = Stage2(refit_share=0.25, refit_clock=lambda: now[0])
     for o in gavel_observations(40, seed=6):
         stage.on_observation(o)
     [(env, task)] = stage.refits_due()

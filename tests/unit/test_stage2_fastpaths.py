@@ -1,4 +1,4 @@
-"""Stage 2's cheaper paths (issue 23, item 4) answer what the paths they replaced answer, on fitted models.
+"""Stage 2's cheaper paths answer what the paths they replaced answer, on fitted models.
 
 * learning an observation with what :meth:`EnvironmentModels.serve` computed for it (features, uncomposed
   predictions) equals learning it afresh;
@@ -97,7 +97,7 @@ def test_a_what_if_batch_equals_the_per_row_path(composed_served: bool) -> None:
     types = sorted(known)
     running = [types[0], types[3]]
     asks = []
-    for jt in types:  # what streams.stage2.what_if_entries asks for a GPU running two jobs
+    for jt in types:  # what streams.whatif.what_if_entries asks for a GPU running two jobs
         asks.append((jt, known[jt], running, [known[t] for t in running]))
         asks.append((running[0], known[running[0]], [running[1], jt], [known[running[1]], known[jt]]))
     batch = em.predict_placements(asks)

@@ -11,7 +11,14 @@ from test_streams import observations, scenario
 from config import Settings
 from events import Observation, encode, observation_batches, to_dict
 from streams.app import create_app
-from streams.stage2 import Stage2
+
+
+async def settle(condition: Any, timeout_s: float = 30.0) -> None:
+    """Let the agent run until ``condition()`` holds (its buffers flushed); fail after ``timeout_s``."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "the agent did not finish in time"
+        await asyncio.sleep(0.01)
 
 
 def make(tmp_path: Any) -> Any:
@@ -27,11 +34,10 @@ def make(tmp_path: Any) -> Any:
     def publish_served(out: Any) -> None:  # predictions and alerts are buffered (send_soon), not sent one by one
         sent.extend([("predictions", p) for p in out.predictions] + [("alerts", a) for a in out.alerts])
 
-    streams.send = send  # type: ignore[method-assign]
-    streams.publish_served = publish_served  # type: ignore[method-assign]
+    streams.publisher.send = send  # type: ignore[method-assign]
+    streams.publisher.served = publish_served  # type: ignore[method-assign]
     streams.observations.send = send_observation  # type: ignore[method-assign]
-    streams.emit_observations = lambda obs: sent.extend(("observations", o) for o in obs)  # type: ignore[method-assign]
-    streams.checkpoint = lambda: streams.stage1.dirty.clear()  # type: ignore[method-assign]
+    streams.publisher.emit_observations = lambda obs: sent.extend(("observations", o) for o in obs)  # type: ignore[method-assign]
 
     def dead_letter_soon(key: bytes | None, value: bytes) -> None:  # a batch's invalid observation: buffered
         from events import DeadLetter, decode
@@ -45,6 +51,7 @@ def make(tmp_path: Any) -> Any:
 def test_stage2_agent_publishes_predictions_and_dead_letters(tmp_path: Any) -> None:
     streams, sent = make(tmp_path)
     stage2 = streams.agents[1]
+    expected = 2 * (25 - 1)  # the first observation finds nothing learned, each later one is predicted in both modes
 
     async def go() -> None:
         async with stage2.test_context() as agent:
@@ -52,25 +59,26 @@ def test_stage2_agent_publishes_predictions_and_dead_letters(tmp_path: Any) -> N
                 await agent.put(encode(o), key=b"v100")
             await agent.put(b"not json", key=b"v100")
             await agent.put(encode(observations(1)[0]), key=b"v100")  # duplicate
-            await asyncio.sleep(0.2)  # let take_events flush its buffer
+            # the last record read, and take_events' buffer flushed
+            await settle(
+                lambda: streams.stage2.counters["duplicates"] == 1 and [n for n, _ in sent].count("predictions") >= expected
+            )
 
     asyncio.run(go())
     names = [n for n, _ in sent]
-    reference = Stage2(clock=lambda: 0.0)
-    expected = sum(len(reference.on_observation(o).predictions) for o in observations(25))
-    assert expected > 0 and names.count("predictions") == expected
+    assert names.count("predictions") == expected
     assert names.count("deadletter") == 1 and "leaderboard" in names
     dl = next(r for n, r in sent if n == "deadletter")
     assert dl.stage == "stage2" and "not valid JSON" in dl.error
     assert streams.stage2.counters["duplicates"] == 1
 
 
-def _stage2_through_agent(streams: Any, values: list[bytes]) -> None:
+def _stage2_through_agent(streams: Any, values: list[bytes], until: Any) -> None:
     async def go() -> None:
         async with streams.agents[1].test_context() as agent:
             for value in values:
                 await agent.put(value, key=b"v100")
-            await asyncio.sleep(0.2)  # let take_events flush its buffer
+            await settle(until)  # take_events' buffer flushed
 
     asyncio.run(go())
 
@@ -80,7 +88,11 @@ def test_stage2_learns_and_serves_a_batch_as_the_same_observations_one_by_one(tm
     predictions as the same observations one per record; an invalid observation of a batch is dead-lettered alone."""
     obs = observations(40)
     singles, sent_singles = make(tmp_path / "singles")
-    _stage2_through_agent(singles, [encode(o) for o in obs])
+
+    def learned_all(sent: list[tuple[str, Any]]) -> bool:  # the leaderboard after the last observation is out
+        return any(n == "leaderboard" and r.observations == len(obs) for n, r in sent)
+
+    _stage2_through_agent(singles, [encode(o) for o in obs], lambda: learned_all(sent_singles))
 
     batches = [value for _env, value, _n in observation_batches(obs, max_bytes=4096)]
     assert len(batches) > 3 and all(b'"observations":[' in b for b in batches)
@@ -88,13 +100,18 @@ def test_stage2_learns_and_serves_a_batch_as_the_same_observations_one_by_one(tm
     head, tail = batches[0].split(b"[", 1)
     batches[0] = head + b"[" + stray + b"," + tail  # another environment's observation, inside a v100 batch
     batched, sent_batched = make(tmp_path / "batched")
-    _stage2_through_agent(batched, batches)
+    _stage2_through_agent(
+        batched,
+        batches,
+        lambda: learned_all(sent_batched) and any(n == "deadletter" for n, _ in sent_batched),
+    )
 
     def served(sent: list[tuple[str, Any]]) -> list[dict[str, Any]]:
         return [{k: v for k, v in to_dict(r).items() if k != "ts"} for n, r in sent if n == "predictions"]
 
     assert served(sent_batched) == served(sent_singles) and len(served(sent_singles)) > 0
     assert batched.stage2.models["v100"].observations == singles.stage2.models["v100"].observations == len(obs)
+
     def board(sent: list[tuple[str, Any]]) -> dict[str, Any]:  # the last leaderboard published, less its timings
         last = [r for n, r in sent if n == "leaderboard"][-1]
         return {k: v for k, v in to_dict(last).items() if k not in ("ts", "selection_seconds", "last_refit")}
@@ -117,7 +134,7 @@ def test_stage1_agent_emits_observations(tmp_path: Any) -> None:
     streams, sent = make(tmp_path)
     stage1 = streams.agents[0]
     seen: list[str] = []
-    real = streams.handle_input
+    real = streams.inputs.handle_input
 
     def handle(event: Any) -> Any:
         # test_context delivers on its own channel: route by record shape as the topics would
@@ -126,7 +143,7 @@ def test_stage1_agent_emits_observations(tmp_path: Any) -> None:
         event.message.topic = streams.topics.metrics if b"power_w" in value else streams.topics.lifecycle
         return real(event)
 
-    streams.handle_input = handle  # type: ignore[method-assign]
+    streams.inputs.handle_input = handle  # type: ignore[method-assign]
 
     async def go() -> None:
         async with stage1.test_context() as agent:
@@ -138,7 +155,7 @@ def test_stage1_agent_emits_observations(tmp_path: Any) -> None:
             await agent.put(
                 encode(job_event("started", gpu_uuid="GPU-A", ts=1_700_000_001.0)).replace(b'"started"', b'"exploded"')
             )
-            await asyncio.sleep(0.3)
+            await settle(lambda: sum(n == "deadletter" for n, _ in sent) == 2)  # the last record read
 
     asyncio.run(go())
     obs = [v for n, v in sent if n == "observations"]

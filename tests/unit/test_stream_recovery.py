@@ -117,7 +117,7 @@ def test_worker_marks_lifecycle_partitions_with_unapplied_records(tmp_path: Path
     streams.app._consumer = Consumer()  # type: ignore[assignment]
     for topic, partition, offset in (("jobs.lifecycle", 0, 9), ("jobs.lifecycle", 1, 4), ("gpu.metrics", 2, 100)):
         streams.state.offsets.store(TopicPartition(topic, partition), offset)
-    pending = [p for p in range(4) if streams.lifecycle_pending(p)]
+    pending = [p for p in range(4) if streams.inputs.lifecycle_pending(p)]
     assert pending == [1, 3]  # 0 caught up, 1 behind, 2 empty, 3 unknown
 
 
@@ -168,19 +168,19 @@ def test_events_already_in_the_checkpoint_are_replays_not_dead_letters(tmp_path:
     settings = Settings(topic_prefix="unit.", window_s=10.0, lateness_s=2.0, state_dir=str(tmp_path))
     one = create_app(settings, web=False)
     events = _events(one, scenario())
-    expected = [o for e in events for o in one.handle_input(e)[0]]
+    expected = [o for e in events for o in one.inputs.handle_input(e)[0]]
     reference = Stage1(window_s=10.0, lateness_s=2.0, every_window=True)  # the worker tells stage 2 of solo windows
     assert sorted(expected, key=lambda o: o.observation_id) == sorted(feed(reference, scenario()), key=lambda o: o.observation_id)
-    one.checkpoint()  # every event applied; suppose the commit covered only the first half
+    one.state.checkpoint()  # every event applied; suppose the commit covered only the first half
     two = create_app(settings, web=False)
-    again = [two.handle_input(e) for e in events[len(events) // 2 :]]
+    again = [two.inputs.handle_input(e) for e in events[len(events) // 2 :]]
     assert all(error is None for _obs, error in again), [error for _obs, error in again if error][:3]
     assert not [o for obs, _ in again for o in obs]  # nothing emitted twice
     c = two.stage1.counters
     assert c["duplicate_metrics"] > 0 and c["duplicate_lifecycle"] + c["replayed_late"] > 0
     # past the replayed offsets, a late event is a dead letter again
     late = _Event(two.topics.lifecycle, 10**6, encode(job_event("progress", ts=BASE + 1.0, job_id="GPU-A-a", gpu_uuid="GPU-A")))
-    assert "late" in (two.handle_input(late)[1] or "")
+    assert "late" in (two.inputs.handle_input(late)[1] or "")
 
 
 def test_worker_checkpoint_file_restores_windows_and_profiles(tmp_path: Path) -> None:
@@ -188,12 +188,12 @@ def test_worker_checkpoint_file_restores_windows_and_profiles(tmp_path: Path) ->
     one = create_app(settings, web=False)
     evs = scenario()
     feed(one.stage1, evs[: len(evs) // 2])
-    one.gpu_partition["GPU-A"] = 2
-    one.checkpoint()
+    one.state.gpu_partition["GPU-A"] = 2
+    one.state.checkpoint()
     assert (tmp_path / "stage1.json").exists() and not (tmp_path / "stage1.json.tmp").exists()
     two = create_app(settings, web=False)
     assert two.stage1.to_state() == one.stage1.to_state()
-    assert len(two.stage1.profiles) == 1 and two.gpu_partition == {"GPU-A": 2}
+    assert len(two.stage1.profiles) == 1 and two.state.gpu_partition == {"GPU-A": 2}
     # a partition moved to another worker: its GPUs start afresh there and are forgotten here
 
     class TP:
@@ -218,11 +218,11 @@ def test_a_damaged_checkpoint_starts_afresh(tmp_path: Path) -> None:
 
 def test_stage2_does_not_learn_a_replayed_observation_twice_after_a_restart(tmp_path: Path) -> None:
     obs = observations(10)
-    one = Stage2(state_dir=tmp_path, clock=lambda: 0.0)
+    one = Stage2(state_dir=tmp_path)
     for o in obs:
         one.on_observation(o)
     one.save()
-    two = Stage2(state_dir=tmp_path, clock=lambda: 0.0)
+    two = Stage2(state_dir=tmp_path)
     for o in obs:  # the observations topic read again from an older committed offset
         two.on_observation(o)
     assert two.counters["duplicates"] == len(obs) and two.counters["observations"] == 0

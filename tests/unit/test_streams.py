@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from typing import Any
 
 import msgspec
 import pytest
@@ -13,8 +14,9 @@ from events import Observation, decode, encode
 from models.compose import compose_pct
 from streams.dedupe import SeenSet
 from streams.features import interference_rate, percent_change, throughput
-from streams.hysteresis import AlertStates, next_state
+from streams.hysteresis import judge, next_state
 from streams.profiles import SoloProfiles
+from streams.serving import LearnAndServe
 from streams.stage1 import LateEvent, SavedStage1, Stage1
 from streams.stage2 import Stage2
 from streams.windows import GpuState, watermark, window_index
@@ -102,9 +104,9 @@ def test_profiles_round_trip() -> None:
 
 
 def test_hysteresis_never_flaps() -> None:
-    states = AlertStates(threshold=50.0, clear_level=35.0)
+    raised: list[str] = []
     values = [10, 49, 50, 49, 40, 36, 51, 34, 36, 49, 50]
-    changes = [states.update(("g", "j"), v) for v in values]
+    changes = [judge(raised, "j", v, 50.0, 35.0) for v in values]
     assert [c for c in changes if c] == ["raised", "cleared", "raised"]
     assert changes[2] == "raised" and changes[7] == "cleared" and changes[10] == "raised"
     assert next_state(False, 49.9, 50, 35) is False
@@ -261,8 +263,16 @@ def observations(n: int = 30, env: str = "v100") -> list[Observation]:
     return out
 
 
+def alone(o: Observation, later_s: float, **changes: Any) -> Observation:
+    """``o``'s job alone on its GPU (a solo window) ``later_s`` seconds later."""
+    return msgspec.structs.replace(
+        o, co_job_types=[], co_job_ids=[], co_solo=[], interference_pct=None, occupancy="solo",
+        window_start=o.window_start + later_s, window_end=o.window_end + later_s, **changes,
+    )  # fmt: skip
+
+
 def test_stage2_dedupes_predicts_and_alerts() -> None:
-    stage = Stage2(threshold_pct=50.0, clear_pct=35.0, clock=lambda: BASE)
+    stage = LearnAndServe.build(threshold_pct=50.0, clear_pct=35.0, clock=lambda: BASE)
     outs = [stage.on_observation(o) for o in observations()]
     again = stage.on_observation(observations()[0])
     assert again.predictions == [] and again.leaderboard is None and stage.counters["duplicates"] == 1
@@ -276,12 +286,13 @@ def test_stage2_dedupes_predicts_and_alerts() -> None:
     assert alerts and alerts[0].state == "raised" and all(a.source == "measured" for a in alerts)
     states = [a.state for a in alerts]
     assert all(x != y for x, y in itertools.pairwise(states))  # alternates: no repeats
-    assert outs[0].leaderboard is not None and stage.leaderboards["v100"].observations >= 1
-    assert stage.latest["GPU-A"]["j1"].keys() == {"observed", "placement"}
+    assert outs[0].leaderboard is not None and outs[0].leaderboard.observations == 1
+    assert stage.learner.leaderboards["v100"].observations == 30  # every labelled observation learned once
+    assert stage.serving.latest["GPU-A"]["j1"].keys() == {"observed", "placement"}
 
 
 def test_stage2_predictions_say_their_regime_and_stay_in_range(tmp_path) -> None:
-    stage = Stage2(clock=lambda: BASE, max_pct=20.0, state_dir=tmp_path)
+    stage = LearnAndServe.build(clock=lambda: BASE, max_pct=20.0, state_dir=tmp_path)
     outs = [stage.on_observation(o) for o in observations()]
     preds = [p for out in outs for p in out.predictions]
     assert {p.regime for p in preds} == {"seen"}  # one job set, measured from the first observation on
@@ -317,24 +328,27 @@ def test_stage2_predictions_say_their_regime_and_stay_in_range(tmp_path) -> None
     # (what-if entries are new job sets: no interval before a refit's out-of-fold residuals, as here)
     spans = [(p.interference_pct, *p.interval_pct) for p in preds if p.interval_pct is not None]
     assert spans and all(-100.0 <= lo <= value <= hi <= 20.0 for value, lo, hi in spans)
-    stage.save()
+    stage.learner.save()
     again = Stage2(state_dir=tmp_path, max_pct=500.0)  # the setting in force wins over the saved one
     assert again.models_for("v100").config.max_pct == 500.0
 
 
-def test_stage2_without_persistence_still_runs(tmp_path) -> None:
+def test_stage2_models_saved_come_back_with_what_they_learned(tmp_path) -> None:
     stage = Stage2(state_dir=tmp_path)
     stage.on_observation(observations(1)[0])
-    stage.save()  # NotImplementedError or a real save: neither stops the worker
+    assert stage.save() == 1  # one environment's models saved
     stage2 = Stage2(state_dir=tmp_path)
-    assert stage2.models_for("v100") is not None
+    assert stage2.models_for("v100").observations == 1
+    assert stage2.counters["models_restored_observations"] == 1
+    assert stage2.on_observation(observations(1)[0]) is None  # learned before the restart: not again
+    assert stage2.counters["duplicates"] == 1 and stage2.models_for("v100").observations == 1
 
 
-def test_what_if_entries_of_a_window_equal_the_questions_asked_one_by_one() -> None:
-    from events import WhatIf
+def test_what_if_entries_of_a_window_carry_their_newcomers_interval_after_a_refit() -> None:
+    """(The entries' values: tests/unit/test_serving_what_if.py, worked out by hand from models with fixed answers.)"""
     from models.environment import EnvironmentModels
     from models.synthetic import gavel_observations
-    from streams.stage2 import what_if_entries
+    from streams.whatif import what_if_entries
 
     em = EnvironmentModels("v100")
     known: dict = {}
@@ -344,19 +358,7 @@ def test_what_if_entries_of_a_window_equal_the_questions_asked_one_by_one() -> N
     em.refit_now()  # batch candidates serve too (one matrix each below)
     assert any(k.mode == "placement" and c.kind == "batch" and c.servable for k, c in em.candidates.items())
     running = sorted(known)[:2]
-    solos = [known[t] for t in running]
-    entries = what_if_entries(em, known, running, solos)
-    want = []
-    for jt in sorted(known):
-        new = em.predict_placement(jt, known[jt], running, solos)
-        others = [em.predict_placement(running[i], solos[i], [running[1 - i], jt], [solos[1 - i], known[jt]]) for i in (0, 1)]
-        if new is not None:
-            interval = None if new.interval_pct is None else list(new.interval_pct)
-            existing = sum(r.interference_pct for r in others if r is not None)
-            want.append(
-                WhatIf(job_type=jt, newcomer_pct=new.interference_pct, existing_pct=existing, interval_pct=interval,
-                       regime=new.regime)
-            )  # fmt: skip
-    assert entries == want and len(entries) == len(known) > 2
+    entries = what_if_entries(em, known, running, [known[t] for t in running])
+    assert [w.job_type for w in entries] == sorted(known) and len(entries) > 2
     # after a refit every entry carries its newcomer's 90 % interval (the out-of-fold residuals), around it
     assert all(w.interval_pct is not None and w.interval_pct[0] <= w.newcomer_pct <= w.interval_pct[1] for w in entries)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from producers.fakenvml import FakeGpu, FakeNvml
 from workloads.nvml_probe import main, probe
 
@@ -19,19 +21,23 @@ def test_probe_names_supported_and_unsupported_fields() -> None:
     assert report["gpm"]["supported"] is False
 
 
-def test_probe_without_a_driver_is_one_line(capsys) -> None:  # type: ignore[no-untyped-def]
-    import importlib.util
-
-    if importlib.util.find_spec("pynvml") is None:
-        return
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        pynvml.nvmlShutdown()
-        return  # a real GPU here: nothing to check
-    except pynvml.NVMLError:
-        pass
+def test_probe_without_a_driver_is_one_line(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([FakeGpu("GPU-p")], library_missing=True))
     assert main([]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("nvml_probe: error: NVML unavailable")
+    assert err.count("\n") == 1 and err.startswith("nvml_probe: error: NVML unavailable: NVMLError_LibraryNotFound")
+
+
+def test_probe_without_nvidia_ml_py_is_one_line(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # an import of it raises ModuleNotFoundError
+    assert main([]) == 2
+    assert capsys.readouterr().err == "nvml_probe: error: nvidia-ml-py (module pynvml) is not installed\n"
+
+
+def test_probe_prints_the_report_of_the_fake_gpu(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([FakeGpu("GPU-p")]))
+    assert main(["--gpm-interval", "0"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["uuid"] == "GPU-p" and report["gpu_index"] == 0

@@ -1,0 +1,127 @@
+"""What-if entries: for each known job type as a newcomer to a GPU's running set, its predicted slowdown and the
+summed slowdown of the jobs already there (:func:`what_if_entries`), served from a cache per state of the models
+(:class:`WhatIfCache`).  The one computation of both serving settings (:class:`streams.serving.Serving`)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from events import WhatIf
+from models.environment import EnvironmentModels, PlacementAsk
+
+Profile = Mapping[str, float | None]
+
+
+def what_if_entries(
+    models: EnvironmentModels,
+    known: Mapping[str, Profile],
+    running_types: Sequence[str],
+    running_solos: Sequence[Profile],
+) -> list[WhatIf]:
+    """For each known job type (sorted) as a newcomer: its predicted slowdown and the summed slowdown of the jobs
+    already there.  Every question of the window is asked in one :meth:`EnvironmentModels.predict_placements`."""
+    asks: list[PlacementAsk] = []
+    for jt in sorted(known):
+        asks.append((jt, known[jt], list(running_types), list(running_solos)))
+        for i, (rt, rs) in enumerate(zip(running_types, running_solos, strict=True)):
+            others = [j for j in range(len(running_types)) if j != i]
+            asks.append((rt, rs, [running_types[j] for j in others] + [jt], [running_solos[j] for j in others] + [known[jt]]))
+    results = iter(models.predict_placements(asks))
+    entries = []
+    for jt in sorted(known):
+        newcomer = next(results)
+        existing = sum(float(r.interference_pct) for r in itertools.islice(results, len(running_types)) if r is not None)
+        if newcomer is not None:
+            interval = None if newcomer.interval_pct is None else list(newcomer.interval_pct)
+            entries.append(
+                WhatIf(
+                    job_type=jt, newcomer_pct=float(newcomer.interference_pct), existing_pct=existing,
+                    interval_pct=interval, regime=newcomer.regime,
+                )
+            )  # fmt: skip
+    return entries
+
+
+class Mark(NamedTuple):
+    """Where the models were when the entries served now were first computed."""
+
+    refits: int
+    measured_types: int
+    observations: int
+    event_ts: float
+
+
+def mark_of(models: EnvironmentModels, event_ts: float) -> Mark:
+    return Mark(models.refits, len(models.measurements.types), models.observations, event_ts)
+
+
+class WhatIfCache:
+    """What-if entries by (environment, running job types, known job types), per state of the models.
+
+    An entry of a set of running job types is computed once per state, and served to every window of that set (any
+    GPU, any job of it) until the models move on (:meth:`stale`): at a refit, when a job type is measured for the
+    first time, and once the models have learned ``every`` more observations (1, 2, 4, ... while they are younger
+    than that) and, past that age, ``min_s`` more seconds of event time have gone by; or when they are replaced
+    (:meth:`forget`: a new snapshot).  The models change a little with every observation; the entries served
+    are at most that old.  The count bounds a small fleet's staleness, the time a large one's cost: 10,000 GPUs
+    learn 256 observations in about a second, while every distinct job set of an environment asks its own
+    entries.  Without the cache every window paid its own (docs/BENCHMARKS.md, "Stage 2 per observation")."""
+
+    def __init__(self, every: int = 256, min_s: float = 60.0, capacity: int = 50_000) -> None:
+        self.every = max(1, every)
+        self.min_s = min_s
+        self.capacity = capacity
+        self.entries_by_key: dict[tuple[Any, ...], list[WhatIf]] = {}
+        self.marks: dict[str, Mark] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def stale(self, m: Mark, models: EnvironmentModels, event_ts: float) -> bool:
+        """Whether entries computed at ``m`` are no longer served by ``models`` at ``event_ts``.
+
+        >>> from models.environment import EnvironmentModels
+        >>> em, c = EnvironmentModels("v100"), WhatIfCache(every=256, min_s=60.0)
+        >>> em.observations = 300
+        >>> c.stale(Mark(0, 0, 100, 0.0), em, 10.0), c.stale(Mark(0, 0, 256, 0.0), em, 10.0)
+        (True, False)
+        >>> em.observations = 600; c.stale(Mark(0, 0, 256, 0.0), em, 10.0), c.stale(Mark(0, 0, 256, 0.0), em, 70.0)
+        (False, True)
+        """
+        if m.refits != models.refits or m.measured_types != len(models.measurements.types):
+            return True
+        learned = models.observations - m.observations
+        if m.observations < self.every:  # young models: again after as many as they had
+            return learned >= max(1, m.observations)
+        return learned >= self.every and event_ts - m.event_ts >= self.min_s
+
+    def entries(
+        self,
+        models: EnvironmentModels,
+        known: Mapping[str, Profile],
+        running_types: Sequence[str],
+        running_solos: Sequence[Profile],
+        event_ts: float = 0.0,
+    ) -> list[WhatIf]:
+        """The entries of ``running_types`` (``event_ts``: the window's end, event time)."""
+        env = models.environment
+        m = self.marks.get(env)
+        if m is None or self.stale(m, models, event_ts):  # entries of older models are never served again
+            self.forget(env)
+            self.marks[env] = mark_of(models, event_ts)
+        key = (env, tuple(sorted(running_types)), tuple(sorted(known)))
+        hit = self.entries_by_key.get(key)
+        if hit is not None:
+            self.hits += 1
+            return hit
+        self.misses += 1
+        if len(self.entries_by_key) >= self.capacity:
+            self.entries_by_key.clear()
+        entries = self.entries_by_key[key] = what_if_entries(models, known, running_types, running_solos)
+        return entries
+
+    def forget(self, environment: str) -> None:
+        """Drop the entries of ``environment`` (its models were replaced: a new snapshot, see :mod:`streams.serving`)."""
+        self.marks.pop(environment, None)
+        self.entries_by_key = {k: e for k, e in self.entries_by_key.items() if k[0] != environment}
