@@ -154,6 +154,28 @@ def reveal_probes(
     return out
 
 
+def with_families(samples: Sequence[Sample]) -> list[Sample] | None:
+    """``samples`` with each job's family (its type without the batch size, :func:`models.features.parse_job_type`)
+    where a row does not carry one, or None when that makes fewer than two families (nothing to hold out): what the
+    stream's observations, which carry job types only, give :func:`family_folds`.
+
+    >>> rows = [Sample("a (batch size 8)", ("b (batch size 4)",), 0.0, "g"), Sample("c", ("a (batch size 16)",), 0.0, "h")]
+    >>> [sorted(s.families) for s in with_families(rows)]
+    [['a', 'b'], ['a', 'c']]
+    """
+    from dataclasses import replace
+
+    from models.features import parse_job_type
+
+    out = [
+        s if s.job_family else replace(
+            s, job_family=parse_job_type(s.job_type)[0], co_job_families=tuple(parse_job_type(c)[0] for c in s.co_job_types)
+        )
+        for s in samples
+    ]  # fmt: skip
+    return out if len(set().union(*(s.families for s in out))) >= 2 else None
+
+
 def holdout_folds(
     samples: Sequence[Sample], k: int, seed: int = 0, holdout: str = "pair", probes: int = 0, probe_seed: int | None = None
 ) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from events import CATEGORIES
 from models.crossval import Score, best_score, cross_validate, holdout_folds, mae, relative_error, score_of
 from models.datasets import Dataset, Sample
 from models.features import restrict
@@ -52,6 +53,20 @@ THIN_WEIGHT = 8
 best at K = 2 and 4; the residual model of :mod:`models.newcomer` over the same feature model was worse there."""
 IDENTITY = "baseline.identity"
 AVERAGE = "Average"
+BLEND = "Blend"
+BLEND_STEPS = 10
+"""Greedy steps of :func:`blend` (each adds one candidate, with replacement, to the blend's mean)."""
+
+
+def _single(name: str) -> bool:
+    """A candidate that is one fitted model (a batch model, an upweighted one, a baseline), not a combination."""
+    return not name.startswith((AVERAGE + "[", BLEND + "["))
+
+
+def _key(name: str, category: str) -> str:
+    """A candidate's key in :attr:`Evaluation.candidate_pred`: ``model:category``; every fold's average is one
+    candidate, ``Average:all`` (its members differ by fold)."""
+    return f"{AVERAGE}:all" if name.startswith(AVERAGE + "[") else f"{name}:{category}"
 
 
 @dataclass
@@ -84,6 +99,24 @@ class Evaluation:
     interval_hi: np.ndarray = field(default_factory=lambda: np.zeros(0))
     fold_picks: list[tuple[np.ndarray, np.ndarray, str, str]] = field(default_factory=list, repr=False)
     """Per outer fold: (train rows, test rows, chosen model, category)."""
+    candidate_pred: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    """Per candidate (``model:category``; ``Average:all`` for the average of each fold's three best), its held-out
+    predictions on the scored rows: each outer fold's candidate fitted on that fold's training rows."""
+    fold_inner: list[tuple[np.ndarray, np.ndarray, list[Score]]] = field(default_factory=list, repr=False)
+    """Per outer fold: (train rows, test rows, the inner scores the selection was made on)."""
+
+    @property
+    def candidate_mae(self) -> dict[str, float]:
+        """Every candidate's held-out MAE over the scored rows (the same rows as :attr:`mae`), smallest first."""
+        out = {k: mae(p, self.actual) for k, p in self.candidate_pred.items() if np.isfinite(p).all()}
+        return dict(sorted(out.items(), key=lambda kv: (kv[1], kv[0])))
+
+    @property
+    def best_single(self) -> tuple[str, float] | None:
+        """The single candidate (a batch model of one category or view, not a blend or an average, not a baseline)
+        with the smallest held-out MAE: the best choice in hindsight, for comparison only (no fold could know it)."""
+        singles = [(k, v) for k, v in self.candidate_mae.items() if _single(k.rsplit(":", 1)[0]) and k != f"{AVERAGE}:all"]
+        return min(singles, key=lambda kv: (kv[1], kv[0])) if singles else None
 
     @property
     def interval_coverage(self) -> float | None:
@@ -123,6 +156,9 @@ class Evaluation:
             "scored_rows": self.scored_rows,
             "groups": self.groups,
             "outer_choices": self.outer_choices,
+            "best_single": None if self.best_single is None else self.best_single[0],
+            "best_single_mae": None if self.best_single is None else round(self.best_single[1], 3),
+            "candidate_mae": {k: round(v, 3) for k, v in self.candidate_mae.items()},
         }
 
 
@@ -156,6 +192,9 @@ def fit_candidate(name: str, category: str, train: Sequence[Sample], mode: str, 
     if name.startswith(AVERAGE + "["):
         parts = [fit_candidate(m, c, train, mode, seed) for m, c in _members(name)]
         return lambda test: np.mean([p(test) for p in parts], axis=0)
+    if name.startswith(BLEND + "["):
+        weighted = [(fit_candidate(m, c, train, mode, seed), w) for m, c, w in blend_members(name)]
+        return lambda test: np.sum([w * p(test) for p, w in weighted], axis=0)
     model = make_batch(name, seed).fit(pd.DataFrame([view(s, mode, category) for s in train]), y)
     return lambda test: np.asarray(model.predict(pd.DataFrame([view(s, mode, category) for s in test])))
 
@@ -204,6 +243,64 @@ def view(sample: Sample, mode: str, category: str) -> dict[str, float]:
     if mode == "observed" and category == "placement":
         return sample.features("placement", "all")
     return restrict(sample.features(mode, "all"), category)
+
+
+def blend_members(name: str) -> list[tuple[str, str, float]]:
+    """(model, category, weight) of a ``Blend[model:category=weight,...]`` candidate.
+
+    >>> blend_members("Blend[ExtraTrees:3=0.75,baseline.identity:all=0.25]")
+    [('ExtraTrees', '3', 0.75), ('baseline.identity', 'all', 0.25)]
+    """
+    out = []
+    for part in name[len(BLEND) + 1 : -1].split(","):
+        member, weight = part.rsplit("=", 1)
+        model, category = member.rsplit(":", 1)
+        out.append((model, category, float(weight)))
+    return out
+
+
+def blend_weights(oof: np.ndarray, y: np.ndarray, steps: int = BLEND_STEPS) -> np.ndarray:
+    """Weights of a blend of candidates (rows of ``oof``, their out-of-fold predictions of ``y``), by greedy
+    forward selection with replacement (Caruana et al., 2004): start from the candidate with the smallest MAE, and
+    ``steps`` times add to the mean the candidate (again or another) that makes its MAE smallest.  The weights are
+    whole counts over ``steps + 1``: a few candidates that err differently, not a fit of one weight per candidate
+    (which the few families of an inner fold could not support).
+
+    >>> oof = np.array([[0.0, 2.0, 0.0, 2.0], [2.0, 0.0, 2.0, 0.0], [3.0, 3.0, 3.0, 3.0]])
+    >>> blend_weights(oof, np.ones(4), steps=3).tolist()
+    [0.5, 0.5, 0.0]
+    """
+    errors = np.mean(np.abs(oof - y), axis=1)
+    counts = np.zeros(len(oof))
+    first = int(np.argmin(errors))
+    counts[first], total = 1, oof[first].copy()
+    for _ in range(steps):
+        n = counts.sum()
+        j = int(np.argmin(np.mean(np.abs((total + oof) / (n + 1) - y), axis=1)))
+        counts[j] += 1
+        total += oof[j]
+    return counts / counts.sum()
+
+
+def blend(inner: Sequence[Score], y: np.ndarray, mode: str, steps: int = BLEND_STEPS) -> Score | None:
+    """The selection: a blend of the single candidates of ``inner`` (every batch model x category, the upweighted
+    model, the job-identity baseline; not the median, not an average) weighted by :func:`blend_weights` over their
+    out-of-fold predictions of ``y``, as a :class:`Score` named ``Blend[model:category=weight,...]``; None when no
+    candidate was scored on every row some fold tested.  Its ``mae`` is that of the blended out-of-fold
+    predictions (in sample for the weights: optimistic, never compared with the candidates')."""
+    singles = [c for c in inner if _single(c.model) and c.model != MEDIAN and math.isfinite(c.mae) and len(c.oof) == len(y)]
+    if not singles:
+        return None
+    tested = np.all([np.isfinite(c.oof) for c in singles], axis=0)
+    if not tested.any():
+        return None
+    singles.sort(key=lambda c: (c.mae, c.model, c.category))
+    oof = np.array([c.oof for c in singles])
+    w = blend_weights(oof[:, tested], y[tested], steps)
+    used = [(c, float(wi)) for c, wi in zip(singles, w, strict=True) if wi > 0]
+    name = f"{BLEND}[{','.join(f'{c.model}:{c.category}={wi:.4g}' for c, wi in used)}]"
+    o = np.sum([wi * c.oof for c, wi in used], axis=0)
+    return score_of(name, "all", mode, o, y)
 
 
 def _members(name: str, kind: str = AVERAGE) -> list[tuple[str, str]]:
@@ -324,6 +421,37 @@ def candidate_scores(
     return scores
 
 
+def report_candidates(models: Sequence[str], mode: str, views: Sequence[str], sample: Sample) -> list[Score]:
+    """The single candidates :func:`candidate_scores` would score, unscored (MAE 0): what an outer fold fits for the
+    report when its training rows are too few to select among them (``sample``: a row, for the categories with
+    features)."""
+    cats = [c for c in (*CATEGORIES, *views) if view(sample, mode, c)]
+    names = [(m, c) for m in models for c in cats]
+    if mode == "placement":
+        names.append((upweighted_name(), "all"))
+    names += [(MEDIAN, "all"), (IDENTITY, "all")]
+    return [Score(m, c, mode, 0.0, None, 0, 0.0) for m, c in names]
+
+
+def outer_predictions(
+    inner: Sequence[Score], train: Sequence[Sample], test: Sequence[Sample], mode: str, seed: int = 0
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """Every candidate of ``inner`` with a finite score, fitted on ``train``, predicting ``test``, by :func:`_key`:
+    each fitted once (an average is the mean of its members' predictions)."""
+    out: dict[str, np.ndarray] = {}
+    for c in inner:
+        if math.isfinite(c.mae) and _single(c.model):
+            out[_key(c.model, c.category)] = fit_candidate(c.model, c.category, train, mode, seed)(test)
+    for c in inner:
+        if math.isfinite(c.mae) and not _single(c.model):
+            parts = [out.get(f"{m}:{k}") for m, k in _members(c.model, c.model.split("[", 1)[0])]
+            if all(p is not None for p in parts):
+                out[_key(c.model, c.category)] = np.mean(parts, axis=0)
+            else:
+                out[_key(c.model, c.category)] = fit_candidate(c.model, c.category, train, mode, seed)(test)
+    return out
+
+
 def baseline_onehot(samples: Sequence[Sample], k: int = 5, seed: int = 0, holdout: str = "pair") -> float | None:
     """The job-identity baseline alone: :data:`IDENTITY`'s held-out MAE on the scheme's folds."""
     folds = holdout_folds(samples, k, seed, holdout)
@@ -389,6 +517,8 @@ def evaluate(
     med_pred, id_pred = np.full(len(y), np.nan), np.full(len(y), np.nan)
     outer_choices: list[str] = []
     picks: list[tuple[np.ndarray, np.ndarray, str, str]] = []
+    cand_pred: dict[str, np.ndarray] = {}
+    fold_inner: list[tuple[np.ndarray, np.ndarray, list[Score]]] = []
     for i, (train, test) in enumerate(folds):
         tr, te = [samples[j] for j in train], [samples[j] for j in test]
         scored[test] = True
@@ -396,9 +526,16 @@ def evaluate(
             tr, mode, models=models, k=inner_k, seed=seed + 1, holdout=holdout, views=views, probes=probes, weighted=probes > 0,
             probe_seed=None if probe_seed is None else probe_seed + 1,
         )  # fmt: skip
-        pick = best_score(inner, mode)
+        pick = blend(inner, np.array([s.target for s in tr], dtype=float), mode)
         name, cat = (MEDIAN, "all") if pick is None else (pick.model, pick.category)  # None: too few groups inside
-        heldout[test] = fit_candidate(name, cat, tr, mode, seed)(te)
+        outer = outer_predictions(inner if inner else report_candidates(models, mode, views, tr[0]), tr, te, mode, seed)
+        for key, p in outer.items():
+            cand_pred.setdefault(key, np.full(len(y), np.nan))[test] = p
+        fold_inner.append((train, test, inner))
+        if pick is not None:
+            heldout[test] = np.sum([w * outer[f"{m}:{c}"] for m, c, w in blend_members(name)], axis=0)
+        else:
+            heldout[test] = outer[_key(name, cat)] if _key(name, cat) in outer else fit_candidate(name, cat, tr, mode, seed)(te)
         lo[test], hi[test] = interval(pick, inner, tr, te, heldout[test], mode, holdout, seed=seed, coverage=coverage)
         med_pred[test] = fit_candidate(MEDIAN, "all", tr, mode, seed)(te)
         if baseline:
@@ -406,18 +543,18 @@ def evaluate(
         outer_choices.append(f"{name}:{cat}")
         picks.append((train, test, name, cat))
         say(f"outer fold {i + 1}/{len(folds)}: chose {name}:{cat}, fold MAE {mae(heldout[test], y[test]):.2f}")
-    chosen = best_score(scores, mode) if scores else None
+    chosen = (blend(scores, y, mode) or best_score(scores, mode)) if scores else None
     if chosen is None:  # no report table: the most frequent outer choice stands for "the selected model"
         top = max(set(outer_choices), key=outer_choices.count)
         chosen = Score(top.rsplit(":", 1)[0], top.rsplit(":", 1)[1], mode, math.nan, None, 0, 0.0)
     # the revealed probes are trained on, never scored: the figures are over the rows each fold tested
     heldout, lo, hi, med_pred, id_pred, ys = (a[scored] for a in (heldout, lo, hi, med_pred, id_pred, y))
+    cand_pred = {k: p[scored] for k, p in cand_pred.items()}
     return Evaluation(
         dataset=dataset.name, target=dataset.target_name, mode=mode, rows=len(samples), groups=len(set(dataset.groups)),
         scores=scores, selected=chosen, heldout_pred=heldout, mae=mae(heldout, ys), relative_error=relative_error(heldout, ys),
         baseline_mae=mae(id_pred, ys) if baseline else None, selection_seconds=selection_seconds,
         seconds=time.perf_counter() - t0, outer_choices=outer_choices, actual=ys, holdout=holdout, folds=len(folds),
         median_baseline_mae=mae(med_pred, ys), interval_lo=lo, interval_hi=hi, fold_picks=picks, probes=probes,
-        scored_rows=int(scored.sum()), probe_seed=probe_seed,
+        scored_rows=int(scored.sum()), probe_seed=probe_seed, candidate_pred=cand_pred, fold_inner=fold_inner,
     )  # fmt: skip
-
