@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from events import CATEGORIES
+from models.blend import AVERAGE, BLEND, blend, blend_members, is_single
 from models.crossval import Score, best_score, cross_validate, holdout_folds, mae, relative_error, score_of
 from models.datasets import Dataset, Sample
 from models.features import restrict
@@ -52,15 +53,6 @@ THIN_WEIGHT = 8
 """The weight (copies) of a row that involves a thin family.  Measured on Gavel (docs/MODELS.md): 6-10 were
 best at K = 2 and 4; the residual model of :mod:`models.newcomer` over the same feature model was worse there."""
 IDENTITY = "baseline.identity"
-AVERAGE = "Average"
-BLEND = "Blend"
-BLEND_STEPS = 10
-"""Greedy steps of :func:`blend` (each adds one candidate, with replacement, to the blend's mean)."""
-
-
-def _single(name: str) -> bool:
-    """A candidate that is one fitted model (a batch model, an upweighted one, a baseline), not a combination."""
-    return not name.startswith((AVERAGE + "[", BLEND + "["))
 
 
 def _key(name: str, category: str) -> str:
@@ -112,10 +104,10 @@ class Evaluation:
         return dict(sorted(out.items(), key=lambda kv: (kv[1], kv[0])))
 
     @property
-    def best_single(self) -> tuple[str, float] | None:
+    def bestis_single(self) -> tuple[str, float] | None:
         """The single candidate (a batch model of one category or view, not a blend or an average, not a baseline)
         with the smallest held-out MAE: the best choice in hindsight, for comparison only (no fold could know it)."""
-        singles = [(k, v) for k, v in self.candidate_mae.items() if _single(k.rsplit(":", 1)[0]) and k != f"{AVERAGE}:all"]
+        singles = [(k, v) for k, v in self.candidate_mae.items() if is_single(k.rsplit(":", 1)[0]) and k != f"{AVERAGE}:all"]
         return min(singles, key=lambda kv: (kv[1], kv[0])) if singles else None
 
     @property
@@ -243,64 +235,6 @@ def view(sample: Sample, mode: str, category: str) -> dict[str, float]:
     if mode == "observed" and category == "placement":
         return sample.features("placement", "all")
     return restrict(sample.features(mode, "all"), category)
-
-
-def blend_members(name: str) -> list[tuple[str, str, float]]:
-    """(model, category, weight) of a ``Blend[model:category=weight,...]`` candidate.
-
-    >>> blend_members("Blend[ExtraTrees:3=0.75,baseline.identity:all=0.25]")
-    [('ExtraTrees', '3', 0.75), ('baseline.identity', 'all', 0.25)]
-    """
-    out = []
-    for part in name[len(BLEND) + 1 : -1].split(","):
-        member, weight = part.rsplit("=", 1)
-        model, category = member.rsplit(":", 1)
-        out.append((model, category, float(weight)))
-    return out
-
-
-def blend_weights(oof: np.ndarray, y: np.ndarray, steps: int = BLEND_STEPS) -> np.ndarray:
-    """Weights of a blend of candidates (rows of ``oof``, their out-of-fold predictions of ``y``), by greedy
-    forward selection with replacement (Caruana et al., 2004): start from the candidate with the smallest MAE, and
-    ``steps`` times add to the mean the candidate (again or another) that makes its MAE smallest.  The weights are
-    whole counts over ``steps + 1``: a few candidates that err differently, not a fit of one weight per candidate
-    (which the few families of an inner fold could not support).
-
-    >>> oof = np.array([[0.0, 2.0, 0.0, 2.0], [2.0, 0.0, 2.0, 0.0], [3.0, 3.0, 3.0, 3.0]])
-    >>> blend_weights(oof, np.ones(4), steps=3).tolist()
-    [0.5, 0.5, 0.0]
-    """
-    errors = np.mean(np.abs(oof - y), axis=1)
-    counts = np.zeros(len(oof))
-    first = int(np.argmin(errors))
-    counts[first], total = 1, oof[first].copy()
-    for _ in range(steps):
-        n = counts.sum()
-        j = int(np.argmin(np.mean(np.abs((total + oof) / (n + 1) - y), axis=1)))
-        counts[j] += 1
-        total += oof[j]
-    return counts / counts.sum()
-
-
-def blend(inner: Sequence[Score], y: np.ndarray, mode: str, steps: int = BLEND_STEPS) -> Score | None:
-    """The selection: a blend of the single candidates of ``inner`` (every batch model x category, the upweighted
-    model, the job-identity baseline; not the median, not an average) weighted by :func:`blend_weights` over their
-    out-of-fold predictions of ``y``, as a :class:`Score` named ``Blend[model:category=weight,...]``; None when no
-    candidate was scored on every row some fold tested.  Its ``mae`` is that of the blended out-of-fold
-    predictions (in sample for the weights: optimistic, never compared with the candidates')."""
-    singles = [c for c in inner if _single(c.model) and c.model != MEDIAN and math.isfinite(c.mae) and len(c.oof) == len(y)]
-    if not singles:
-        return None
-    tested = np.all([np.isfinite(c.oof) for c in singles], axis=0)
-    if not tested.any():
-        return None
-    singles.sort(key=lambda c: (c.mae, c.model, c.category))
-    oof = np.array([c.oof for c in singles])
-    w = blend_weights(oof[:, tested], y[tested], steps)
-    used = [(c, float(wi)) for c, wi in zip(singles, w, strict=True) if wi > 0]
-    name = f"{BLEND}[{','.join(f'{c.model}:{c.category}={wi:.4g}' for c, wi in used)}]"
-    o = np.sum([wi * c.oof for c, wi in used], axis=0)
-    return score_of(name, "all", mode, o, y)
 
 
 def _members(name: str, kind: str = AVERAGE) -> list[tuple[str, str]]:
@@ -440,10 +374,10 @@ def outer_predictions(
     each fitted once (an average is the mean of its members' predictions)."""
     out: dict[str, np.ndarray] = {}
     for c in inner:
-        if math.isfinite(c.mae) and _single(c.model):
+        if math.isfinite(c.mae) and is_single(c.model):
             out[_key(c.model, c.category)] = fit_candidate(c.model, c.category, train, mode, seed)(test)
     for c in inner:
-        if math.isfinite(c.mae) and not _single(c.model):
+        if math.isfinite(c.mae) and not is_single(c.model):
             parts = [out.get(f"{m}:{k}") for m, k in _members(c.model, c.model.split("[", 1)[0])]
             if all(p is not None for p in parts):
                 out[_key(c.model, c.category)] = np.mean(parts, axis=0)

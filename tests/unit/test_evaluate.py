@@ -52,7 +52,7 @@ def test_cli_json_last_line_and_report(tmp_path, capsys) -> None:  # type: ignor
     out = capsys.readouterr()
     last = json.loads(out.out.strip().splitlines()[-1])
     assert {"selected", "mae", "relative_error", "seconds", "rows"} <= set(last)
-    from models.evaluate import blend_members
+    from models.blend import blend_members
 
     assert last["rows"] == 40 and {m for m, _, _ in blend_members(last["selected"])} <= {"LinearRegression", "DecisionTree"}
     assert last["mae"] < 20  # the target is linear in the features

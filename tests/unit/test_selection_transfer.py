@@ -1,5 +1,5 @@
 """The selection that holds on job families never seen: a family-grouped criterion picks the candidate that
-transfers in ``aip evaluate`` (:func:`models.evaluate.blend`), and ``aip evaluate --json`` reports every candidate's held-out MAE beside it."""
+transfers in ``aip evaluate`` (:func:`models.blend.blend`), and ``aip evaluate --json`` reports every candidate's held-out MAE beside it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from aip.cli import main
+from models.blend import blend, blend_members
 from models.crossval import best_score, holdout_folds, with_families
 from models.datasets import Dataset, Sample
-from models.evaluate import blend, blend_members, candidate_scores, evaluate, fit_candidate
+from models.evaluate import candidate_scores, evaluate, fit_candidate
 
 MODELS = ("LinearRegression", "DecisionTree", "KNN")
 
