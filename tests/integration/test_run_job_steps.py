@@ -120,14 +120,15 @@ def test_two_unmodified_jobs_on_one_gpu_make_a_colocated_observation(broker: Any
     try:
         worker.wait_ready(120)
         with MetricFeeder(settings, host, gpu, env_name):
-            first = run_job(settings, host, "j-first", tmp_path / "first.json", steps=2000, gpu=gpu)
+            # 35 s of steps: it outlasts the wait below, the second's start (a torch import) and its 10 s of steps
+            first = run_job(settings, host, "j-first", tmp_path / "first.json", steps=3500, gpu=gpu)
             # the first job runs alone for a few progress reports (solo windows with a step rate), then the second joins
             wait_for(
                 lambda: sum(e.kind == "progress" for e in lifecycle(settings, lambda es: False, timeout_s=1.0)) >= 4,
                 timeout_s=120,
                 what="the first job's progress",
             )
-            second = run_job(settings, host, "j-second", tmp_path / "second.json", steps=400, gpu=gpu)
+            second = run_job(settings, host, "j-second", tmp_path / "second.json", steps=1000, gpu=gpu)
             for p in (second, first):
                 output, _ = p.communicate(timeout=240)
                 assert p.returncode == 0, output
