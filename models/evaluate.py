@@ -104,7 +104,7 @@ class Evaluation:
         return dict(sorted(out.items(), key=lambda kv: (kv[1], kv[0])))
 
     @property
-    def bestis_single(self) -> tuple[str, float] | None:
+    def best_single(self) -> tuple[str, float] | None:
         """The single candidate (a batch model of one category or view, not a blend or an average, not a baseline)
         with the smallest held-out MAE: the best choice in hindsight, for comparison only (no fold could know it)."""
         singles = [(k, v) for k, v in self.candidate_mae.items() if is_single(k.rsplit(":", 1)[0]) and k != f"{AVERAGE}:all"]
