@@ -148,6 +148,7 @@ class InterferenceMetrics:
 
     def observe_samples(self, samples: Iterable[MetricSample]) -> None:
         """Per-pod SM utilisation of each GPU's latest sample (its processes that name a pod)."""
+        now = self.clock()
         for s in samples:
             if s.processes is None:
                 continue  # the process list could not be read: keep the last one
@@ -157,7 +158,7 @@ class InterferenceMetrics:
                     key = (p.namespace or "", p.pod, p.container or "")
                     by_pod[key] = min(100.0, by_pod.get(key, 0.0) + p.sm_util_pct)
             if by_pod:
-                self.pod_sm[s.gpu_uuid] = (self.clock(), by_pod)
+                self.pod_sm[s.gpu_uuid] = (now, by_pod)
             else:
                 self.pod_sm.pop(s.gpu_uuid, None)
 

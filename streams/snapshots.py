@@ -26,7 +26,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import msgspec
 
@@ -35,14 +35,13 @@ from events import Observation
 from events.topics import SNAPSHOTS
 from models import snapshot as model_snapshot
 from models.environment import EnvironmentModels
+from models.snapshot import DumpCache
 from streams.readers import TopicFollower
 from streams.serving import Serving
 from streams.stage2 import Stage2
 from streams.whatif import Mark, Profile, WhatIfCache, mark_of
 
 log = logging.getLogger(__name__)
-DumpCache = dict[Any, Any]
-"""The batch models' dumps of an environment, kept from one snapshot to the next (:data:`models.snapshot.DumpCache`)."""
 BUILD_AFTER_S = 5.0
 """A complete snapshot is built at the latest this long after it was read, caught up or not."""
 

@@ -2,7 +2,7 @@
 
 :class:`Stage1` is fed decoded records of ``gpu.metrics`` and ``jobs.lifecycle``
 (in any interleaving of the two topics) and returns the observations of the
-windows each record lets close.  The faust agent in :mod:`streams.app` is a
+windows each record lets close.  The stage-1 loop of :mod:`streams.inputs` is a
 thin loop around it.
 """
 

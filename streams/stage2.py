@@ -169,7 +169,7 @@ class Stage2:
         return True
 
     def leaderboard_of(self, env: str) -> Leaderboard | None:
-        """The environment's leaderboard when it changed (after a rebuild)."""
+        """The environment's leaderboard when it changed since the last one published."""
         return self._leaderboard(env) if env in self.models else None
 
     def _save_models(self) -> int:

@@ -133,10 +133,13 @@ class Stage2Loop:
 
     async def on_refit(self, env: str, board: Any) -> None:
         """A refit was applied (no await since): its leaderboard, and with serving sharded its snapshot."""
-        if self.sharded:
-            self.snapshots.warming.add(env)  # before the first await: no snapshot with the batch models dumped here
-        await self.publisher.send("leaderboard", env, board)
-        if self.sharded:
+        if not self.sharded:
+            await self.publisher.send("leaderboard", env, board)
+            return
+        self.snapshots.warming.add(env)  # before the first await: no snapshot with the batch models dumped here
+        try:
+            await self.publisher.send("leaderboard", env, board)
+        finally:  # a failed send must not leave the environment warming (no snapshot ever again)
             await self.snapshots.after_refit(env)
 
     def serve(self, observations: Iterable[Observation]) -> None:

@@ -36,12 +36,11 @@ from aip.bench.stage2 import BATCH, GPUS, START_TS, WARMUP_SHARE, units
 def replay(items: list[tuple[str, Any]], progress: Callable[[str], None]) -> dict[str, Any]:
     from streams import snapshots
     from streams.serving import Serving
-    from streams.snapshots import Schedule
     from streams.stage2 import Stage2
     from streams.windows import GpuState
 
     key = secrets.token_bytes(32)
-    learner, serving, schedule = Stage2(), Serving(clock=lambda: START_TS), Schedule()
+    learner, serving, schedule = Stage2(), Serving(clock=lambda: START_TS), snapshots.Schedule()
     caches: dict[str, Any] = {}
     states: dict[str, GpuState] = {}
     warmup = int(len(items) * WARMUP_SHARE)

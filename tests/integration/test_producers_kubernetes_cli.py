@@ -35,17 +35,17 @@ def run(settings: Any, capsys: Any, nvml: FakeNvml, duration_s: float) -> dict[s
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-def step_hook(path: Path, pod_uid: str, within_s: float) -> None:
+def step_hook(path: Path, pod_uid: str, stop: threading.Event) -> None:
     """A training pod's step hook: a report of 10 more steps every 0.2 s while the node producer runs (those sent
-    before its collector listens, or before it knows the pod, are lost, as the hook's are)."""
-    deadline, steps = time.monotonic() + within_s, 0
+    before its collector listens, or before it knows the pod, are lost, as the hook's are), until ``stop``."""
+    steps = 0
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-        while time.monotonic() < deadline:
+        while not stop.is_set():
             steps += 10
             with contextlib.suppress(OSError):  # not bound yet
                 s.sendto(json.dumps({"v": 1, "pid": 7, "steps": steps, "step_time_s": 0.02, "ts": time.time(),
                                      "pod_uid": pod_uid}).encode(), str(path))  # fmt: skip
-            time.sleep(0.2)
+            stop.wait(0.2)
 
 
 def test_produce_nvml_kubernetes_publishes_pods_jobs_and_a_restart_repeats_no_started(
@@ -76,14 +76,17 @@ def test_produce_nvml_kubernetes_publishes_pods_jobs_and_a_restart_repeats_no_st
         monkeypatch.setenv(name, value)
     steps_sock = tmp_path / "aip" / "steps.sock"
     monkeypatch.setenv("AIP_STEP_SOCKET", str(steps_sock))
-    hook = threading.Thread(target=step_hook, args=(steps_sock, pods[0].uid, 3.0), daemon=True)
+    hook_done = threading.Event()
+    hook = threading.Thread(target=step_hook, args=(steps_sock, pods[0].uid, hook_done), daemon=True)
     hook.start()
     try:
         first = run(settings, capsys, FakeNvml(gpus), 3.0)
+        hook_done.set()
         second = run(settings, capsys, FakeNvml(gpus), 2.0)  # a restart
     finally:
         api.stop()
         kubelet.stop(0)
+        hook_done.set()
         hook.join(5)
     assert first["left_in_spool"] == second["left_in_spool"] == 0 and first["rounds"] > 5 and second["rounds"] > 3
     with RecordConsumer(settings, ["gpu.metrics", "jobs.lifecycle"], from_beginning=True, keep_host_batches=True) as c:
@@ -94,7 +97,7 @@ def test_produce_nvml_kubernetes_publishes_pods_jobs_and_a_restart_repeats_no_st
     started = Counter((e.job_id, e.job_type, e.gpu_uuid) for e in events if e.kind == "started")
     want = {(p.uid, p.job_type or "unknown", ids[0].split("::")[0]) for p in pods for ids in p.gpus.values()}
     assert set(started) == want and set(started.values()) == {1}  # each once, the restart included
-    progress = [e for r in records if isinstance(r, JobEvent) and r.kind == "progress" for e in [r]]
+    progress = [r for r in records if isinstance(r, JobEvent) and r.kind == "progress"]
     assert progress and {(e.job_id, e.job_type, e.gpu_uuid) for e in progress} == {(pods[0].uid, "bert", gpus[0].uuid)}
     assert all(e.steps and e.step_time_s == 0.02 for e in progress)  # the pod's step hook, heard by the node's collector
     last = {s.gpu_uuid: s for r in records if isinstance(r, HostMetrics) for s in r.samples}
