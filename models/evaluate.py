@@ -105,7 +105,7 @@ class Evaluation:
 
     @property
     def best_single(self) -> tuple[str, float] | None:
-        """The single candidate (a batch model of one category or view, not a blend or an average, not a baseline)
+        """The single candidate (a batch model of one category or view or a baseline; not a blend or an average)
         with the smallest held-out MAE: the best choice in hindsight, for comparison only (no fold could know it)."""
         singles = [(k, v) for k, v in self.candidate_mae.items() if is_single(k.rsplit(":", 1)[0]) and k != f"{AVERAGE}:all"]
         return min(singles, key=lambda kv: (kv[1], kv[0])) if singles else None
@@ -125,6 +125,7 @@ class Evaluation:
         def r(v: float | None, n: int = 3) -> float | None:  # JSON has no infinity: an unbounded interval is null
             return None if v is None or not math.isfinite(v) else round(v, n)
 
+        best = self.best_single
         return {
             "dataset": self.dataset,
             "target": self.target,
@@ -148,8 +149,8 @@ class Evaluation:
             "scored_rows": self.scored_rows,
             "groups": self.groups,
             "outer_choices": self.outer_choices,
-            "best_single": None if self.best_single is None else self.best_single[0],
-            "best_single_mae": None if self.best_single is None else round(self.best_single[1], 3),
+            "best_single": None if best is None else best[0],
+            "best_single_mae": None if best is None else round(best[1], 3),
             "candidate_mae": {k: round(v, 3) for k, v in self.candidate_mae.items()},
         }
 
@@ -471,9 +472,10 @@ def evaluate(
         else:
             heldout[test] = outer[_key(name, cat)] if _key(name, cat) in outer else fit_candidate(name, cat, tr, mode, seed)(te)
         lo[test], hi[test] = interval(pick, inner, tr, te, heldout[test], mode, holdout, seed=seed, coverage=coverage)
-        med_pred[test] = fit_candidate(MEDIAN, "all", tr, mode, seed)(te)
+        # the baselines as every candidate was fitted on this fold (outer_predictions), else fitted here
+        med_pred[test] = outer[f"{MEDIAN}:all"] if f"{MEDIAN}:all" in outer else fit_candidate(MEDIAN, "all", tr, mode, seed)(te)
         if baseline:
-            id_pred[test] = fit_candidate(IDENTITY, "all", tr, mode, seed)(te)
+            id_pred[test] = outer[f"{IDENTITY}:all"] if f"{IDENTITY}:all" in outer else fit_candidate(IDENTITY, "all", tr, mode, seed)(te)
         outer_choices.append(f"{name}:{cat}")
         picks.append((train, test, name, cat))
         say(f"outer fold {i + 1}/{len(folds)}: chose {name}:{cat}, fold MAE {mae(heldout[test], y[test]):.2f}")

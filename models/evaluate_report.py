@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from events import CATEGORIES
+from models.blend import BLEND, blend_members
 from models.crossval import mae
 from models.datasets import Sample
 from models.evaluate import Evaluation, fit_candidate
@@ -25,6 +26,10 @@ def table(ev: Evaluation) -> str:
     models = sorted({s.model for s in ev.scores}, key=lambda m: min(by[(m, c)].mae for c in cats if (m, c) in by))
     head = f"{'model':18}" + "".join(f"{'cat ' + c:>18}" for c in cats)
     lines = [head, "-" * len(head)]
+    sel = ev.selected
+    chosen = set() if sel is None else (
+        {(m, c) for m, c, _ in blend_members(sel.model)} if sel.model.startswith(BLEND + "[") else {(sel.model, sel.category)}
+    )  # the selection, or every member of its blend, is starred
     for m in models:
         cells = []
         for c in cats:
@@ -33,7 +38,7 @@ def table(ev: Evaluation) -> str:
                 cells.append(f"{'-':>18}")
                 continue
             rel = "" if s.relative_error is None else f" ({s.relative_error:.2f})"
-            mark = "*" if s is ev.selected else " "
+            mark = "*" if (m, c) in chosen else " "
             cells.append(f"{s.mae:>10.2f}{rel:>7}{mark}")
         lines.append(f"{m:18}" + "".join(cells))
     return "\n".join(lines)
@@ -127,7 +132,7 @@ def write_report(ev: Evaluation, samples: Sequence[Sample], directory: Path) -> 
         f"# AIP evaluation: {ev.dataset}",
         "",
         f"- mode: {ev.mode}; target: {ev.target}; rows: {ev.rows}; groups: {ev.groups} (cross-validation never splits a group)",
-        f"- selected: **{s['selected']}**, category {s['category']} (grouped-CV MAE {s['cv_mae']})",
+        f"- selected: **{s['selected']}**, category {s['category']} (grouped-CV MAE {s['cv_mae']}; a blend's in sample, not comparable with the table's)",
         f"- holdout: {ev.holdout} ({ev.folds} outer folds; selection inside each by the same scheme)",
         f"- nested held-out MAE of the AIP choice: **{s['mae']}** points; relative error {s['relative_error']}",
         f"- baselines on the same folds: training median {s['median_baseline_mae']}, "
