@@ -112,7 +112,7 @@ def answers_kafka(host: str, port: int, client_id: str = "aip-probe", timeout_s:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             _api_versions(sock, client_id)
             return True
-    except (OSError, ValueError, struct.error, _Inconclusive):
+    except (OSError, ValueError, IndexError, struct.error, _Inconclusive):  # what the probes leave to the client
         return False
 
 

@@ -268,6 +268,8 @@ def run_nvml(args: argparse.Namespace, nvml: Any = None) -> int:
         if sampler.attribution is not None:  # pods are the jobs; their step hooks report progress here
             tracker = sampler.attribution
             collector = _step_collector(settings.step_socket, sampler.attribution.resolve_step, pub.publish, sampler.host)
+            if collector is not None:
+                sampler.attribution.on_finished = collector.forget
         print(f"aip produce: sampling {len(sampler.devices)} devices every {interval_s:g} s", file=sys.stderr)
         rounds = 0
         try:

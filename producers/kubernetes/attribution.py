@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -66,6 +66,8 @@ class KubernetesAttribution:
         self.procs = procs or ProcPods()
         self.state_path = Path(state_path) if state_path else None
         self.producer_id = producer_id
+        self.on_finished: Callable[[str], None] | None = None
+        """Called with a pod's UID once it holds no GPU any more (the node's step collector forgets its job)."""
         self.assigned: list[Assignment] | None = None
         """The last PodResources answer that could be read (None: none yet)."""
         self.error = ""
@@ -186,6 +188,8 @@ class KubernetesAttribution:
             if (v["namespace"], v["pod"]) not in now or (current is not None and current.uid != uid):
                 out.append(self._event(sample, "finished", uid, v["job_type"]))
                 del self.announced[(uid, g)]
+                if self.on_finished is not None and all(u != uid for u, _ in self.announced):
+                    self.on_finished(uid)
         for namespace, name in sorted(now):
             pod = self.pods.by_name(namespace, name)
             if pod is None:  # not (or no longer) known to the API: nothing to start
@@ -232,7 +236,3 @@ class KubernetesAttribution:
         if gpu is None or gpu not in gpus:
             gpu = gpus[0] if len(gpus) == 1 else None
         return (pod.uid, pod.job_type, gpu) if gpu is not None else None
-
-    def announced_jobs(self) -> Iterable[tuple[str, str]]:
-        """(pod UID, GPU UUID) of every job started and not finished."""
-        return sorted(self.announced)

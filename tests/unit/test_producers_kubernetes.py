@@ -297,12 +297,15 @@ def test_floor_8_gpus_3_time_sliced_every_process_and_pod_attributed_and_a_resta
 
         # a pod goes, another comes on the free GPU
         gone, new = node.pods[1], FakePod("ml", "e7", NODE, {"train": [node.gpus[7].uuid]}, job_type="gan")
+        forgotten: list[str] = []
+        producer.attribution.on_finished = forgotten.append  # the node's step collector forgets the pod's job
         node.remove(gone)
         node.add(new)
         wait_for(lambda: producer.watcher.by_uid(new.uid) and not producer.watcher.by_uid(gone.uid), 10, what="the watch")
         samples, events = producer.rounds()
         all_events += events
         assert finished(events) == node.jobs(gone) and started(events) == node.jobs(new)
+        assert forgotten == [gone.uid]  # once, when it holds no GPU any more
         assert attributed(samples) == {pid: v for pid, v in node.expected.items() if not v or v[1] != gone.name}
     finally:
         producer.stop()
