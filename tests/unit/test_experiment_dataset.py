@@ -132,3 +132,18 @@ def test_paper_table_averages_each_job_of_each_combination(recordings: list[Path
     assert t[0]["E_pct"] == pytest.approx(200.0) and t[1]["interference_pct"] == pytest.approx(25.0)
     md = table.to_markdown(t)
     assert md.count("\n") == 4 and "| cnn-bs8 + lstm-bs4 | cnn-bs8 | 3 | 200.0 |" in md
+
+
+def test_the_shipped_h200_measurement_loads_by_name_from_its_gzip_csv() -> None:
+    """`aip evaluate h200` reads data/h200/observations.csv.gz: all ten pairs of the five jobs, both jobs of each."""
+    from models.datasets import load
+
+    ds = load("h200")
+    jobs = ("alexnet-bs128", "cnn-bs256", "lstm-bs40", "resnet50-bs32", "vgg16-bs32")
+    assert len(ds.samples) == 40
+    assert {frozenset((s.job_type, *s.co_job_types)) for s in ds.samples} == {
+        frozenset((a, b)) for i, a in enumerate(jobs) for b in jobs[i + 1 :]
+    }
+    assert {s.environment for s in ds.samples} == {"NVIDIA H200"}
+    assert {s.job_type for s in ds.samples} == set(jobs)
+    assert all(0 < s.target < 200 for s in ds.samples)  # measured interference rates, 20.8-120.8 % per job
