@@ -333,28 +333,36 @@ def run_sampler(
 ) -> int:
     """Sample every ``interval_s`` until ``stop`` is set; publish each round's samples as one :class:`HostMetrics`,
     then the job events discovered in it as one :class:`HostJobEvents` (with ``per_gpu``: one record each, for
-    consumers older than batches). Returns rounds."""
+    consumers older than batches). Returns rounds, also when interrupted (Ctrl-C, or SIGTERM made an interrupt)."""
     rounds = 0
     next_t = clock()
-    while not stop.is_set() and (max_rounds is None or rounds < max_rounds):
-        samples = sampler.sample()
-        if samples and not per_gpu:
-            publish(METRICS, host_metrics(samples))
-        events = []
-        for s in samples:
-            if per_gpu:
-                publish(METRICS, s)
-            if tracker is not None:
-                events.extend(tracker.update(s))
-        if per_gpu:
-            for ev in events:
-                publish(LIFECYCLE, ev)
-        elif events:
-            publish(LIFECYCLE, host_job_events(events))
-        rounds += 1
-        next_t += interval_s
-        now = clock()
-        if next_t < now:  # fell behind (slow NVML): skip, do not burst
-            next_t = now
-        stop.wait(next_t - now)
+    try:
+        while not stop.is_set() and (max_rounds is None or rounds < max_rounds):
+            _sample_round(sampler, publish, tracker, per_gpu)
+            rounds += 1
+            next_t += interval_s
+            now = clock()
+            if next_t < now:  # fell behind (slow NVML): skip, do not burst
+                next_t = now
+            stop.wait(next_t - now)
+    except KeyboardInterrupt:
+        stop.set()
     return rounds
+
+
+def _sample_round(sampler: NvmlSampler, publish: Callable[[str, Any], None], tracker: Any, per_gpu: bool) -> None:
+    """One round: sample every device, publish the samples and the job events they reveal."""
+    samples = sampler.sample()
+    if samples and not per_gpu:
+        publish(METRICS, host_metrics(samples))
+    events = []
+    for s in samples:
+        if per_gpu:
+            publish(METRICS, s)
+        if tracker is not None:
+            events.extend(tracker.update(s))
+    if per_gpu:
+        for ev in events:
+            publish(LIFECYCLE, ev)
+    elif events:
+        publish(LIFECYCLE, host_job_events(events))

@@ -271,11 +271,8 @@ def run_nvml(args: argparse.Namespace, nvml: Any = None) -> int:
             if collector is not None:
                 sampler.attribution.on_finished = collector.forget
         print(f"aip produce: sampling {len(sampler.devices)} devices every {interval_s:g} s", file=sys.stderr)
-        rounds = 0
         try:
             rounds = run_sampler(sampler, pub.publish, interval_s, stop, tracker=tracker, per_gpu=args.per_gpu)
-        except KeyboardInterrupt:
-            stop.set()
         finally:
             sampler.close()
             if collector is not None:

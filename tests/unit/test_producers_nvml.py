@@ -295,3 +295,17 @@ def test_a_rounds_job_events_are_one_host_batch_unless_per_gpu() -> None:
         assert [type(r) for r in life] == expected
         events = life[0].events if not per_gpu else life
         assert [(e.kind, e.pid) for e in events] == [("started", 7), ("started", 8)]
+
+
+def test_an_interrupted_sampler_stops_and_counts_the_rounds_it_finished() -> None:
+    """SIGTERM reaches `aip produce nvml` as KeyboardInterrupt; its summary must still say how many rounds ran."""
+    published: list = []
+    stop = threading.Event()
+
+    def publish(topic: str, record: object) -> None:
+        if len(published) == 3:
+            raise KeyboardInterrupt
+        published.append(record)
+
+    assert run_sampler(sampler(fleet(2)), publish, 0.0, stop) == 3
+    assert stop.is_set() and len(published) == 3
