@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ BEHIND_S = 30.0
 """A run ends this long after its duration even when the sender is behind (a fleet this machine cannot simulate
 at real time: it did not keep up, and what it sent is what its costs are divided by)."""
 GPUS_PER_HOST = 8
+READ_METRICS = ("aip_stream_consumer_lag_records", "aip_stream_consumed_records_total", "aip_stream_published_records_total")
+"""The worker's series the harness reads (the rest of each page is left unparsed)."""
 STAGES = {"stage1": ("gpu.metrics", "jobs.lifecycle"), "stage2": ("interference.observations",)}
 
 
@@ -62,12 +65,13 @@ def _snapshot(workers: list[Any]) -> dict[str, Any]:
     """Lag per stage (records, summed over workers), consumed and published counts, CPU seconds and RSS per worker."""
     import psutil
 
+    from aip.bench import fleet_harness as harness
     from aip.faults.worker import metric_values
 
     out: dict[str, Any] = {"lag": dict.fromkeys(STAGES, 0.0), "consumed": {}, "observations": 0.0, "cpu_s": [], "rss_mb": []}
     for w in workers:
         try:
-            text = w.get("/metrics", timeout_s=5.0)
+            text = harness.only_metrics(w.get("/metrics", timeout_s=5.0), READ_METRICS)
         except OSError:
             text = ""
         for stage, topics in STAGES.items():
@@ -142,7 +146,12 @@ def run_fleet(
                 daemon=True,
             )
             sender.start()
-            pids = {"broker": broker.process.pid if broker.process else None, "sender": sender.pid, "reader": reader.pid}
+            pids = {
+                "broker": broker.process.pid if broker.process else None,
+                "sender": sender.pid,
+                "reader": reader.pid,
+                "bench": os.getpid(),
+            }
             base = _snapshot(procs) | {"harness_cpu_s": {k: harness.cpu_s(pid) for k, pid in pids.items()}}
             profilers = harness.start_profilers({f"w{i}": w.pid for i, w in enumerate(procs)} | pids, duration_s)
             t0 = time.monotonic()
@@ -268,12 +277,41 @@ def curve_point(fleet: dict[str, Any]) -> dict[str, Any]:
     return {k: fleet[k] for k in keys}
 
 
+def plot_curve(points: list[dict[str, Any]], path: Any) -> None:
+    """The cost curve: the workers' CPU per GPU sample against the fleet's size (a size without figures is left out)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [p for p in points if p.get("cpu_ms_per_gpu_sample") is not None]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([p["gpus"] for p in done], [p["cpu_ms_per_gpu_sample"] for p in done], marker="o")
+    for p in done:
+        label = f"{p['cpu_ms_per_gpu_sample']:.3f}" + ("" if p["kept_up"] else " (behind)")
+        ax.annotate(label, (p["gpus"], p["cpu_ms_per_gpu_sample"]), textcoords="offset points", xytext=(4, 6), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("GPUs at 1 Hz (one environment, 8 per host)")
+    ax.set_ylabel("workers' CPU per GPU sample (ms)")
+    ax.set_title("aip bench fleet: cost curve")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def run(
-    quick: bool, progress: Any, gpus: int | None = None, workers: int | None = None, serving: str = "sharded"
+    quick: bool,
+    progress: Any,
+    gpus: int | None = None,
+    workers: int | None = None,
+    serving: str = "sharded",
+    plot_dir: str | None = None,
 ) -> dict[str, Any]:
     """The main run (``--gpus``, default 10,000; ``--quick`` 2,000), then, unless ``--gpus`` was given, shorter
-    runs at the other sizes of :data:`CURVE_GPUS`: ``cost_curve`` lists every size's CPU per unit.  ``serving``
-    (default sharded: the design for one environment over several workers, docs/ARCHITECTURE.md)."""
+    runs at the other sizes of :data:`CURVE_GPUS`: ``cost_curve`` lists every size's CPU per unit, drawn to
+    ``<plot_dir>/fleet_cost_curve.png`` with ``plot_dir``.  ``serving`` (default sharded: the design for one
+    environment over several workers, docs/ARCHITECTURE.md)."""
     import tempfile
 
     n = gpus or (2000 if quick else 10_000)
@@ -289,4 +327,11 @@ def run(
                 )
             except Exception as exc:  # one size this machine cannot run is a point without figures, not a lost curve
                 points[size] = {"gpus": size, "error": f"{type(exc).__name__}: {exc}"}
-    return {"fleet": main | {"cost_curve": [points[g] for g in sorted(points)]}}
+    curve = [points[g] for g in sorted(points)]
+    out = main | {"cost_curve": curve}
+    if plot_dir:
+        path = Path(plot_dir) / "fleet_cost_curve.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        plot_curve(curve, path)
+        out["plot"] = str(path)
+    return {"fleet": out}
