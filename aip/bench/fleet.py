@@ -205,6 +205,9 @@ def run_fleet(
     observations = end["observations"] - base["observations"]
     cpu_s = [max(0.0, e - b) for e, b in zip(end["cpu_s"], base["cpu_s"], strict=True)]  # a refit child may have exited
     harness_cpu_s = {k: max(0.0, end["harness_cpu_s"][k] - base["harness_cpu_s"][k]) for k in base["harness_cpu_s"]}
+    for k, stats in (("sender", sent_stats), ("reader", preds)):  # a child's own count at its exit (psutil: gone)
+        if "cpu_s" in stats:
+            harness_cpu_s[k] = stats["cpu_s"]
     lag: dict[str, Any] = {}
     rates = {"stage1": (sent_stats["batches"] + sent_stats["job_batches"]) / elapsed, "stage2": observations / elapsed}
     for stage in STAGES:

@@ -58,6 +58,7 @@ def send(settings: Any, gpus: int, gpus_per_host: int, start_ts: float, duration
         if not stop.is_set():
             out["error"] = f"{type(exc).__name__}: {exc}"
         # stopped behind real time: the producer's backlog cannot be flushed in time, and is not counted as sent
+    out["cpu_s"] = time.process_time()  # every thread of this process, from its start (the parent reads it at exit)
     Path(out_path).write_text(json.dumps(out))
 
 
@@ -79,7 +80,8 @@ def read_predictions(settings: Any, stop: Any, counts: Any, out_path: str) -> No
                     read_latencies_s.append(time.time() - item.record.window_end)
                     by_occupancy.setdefault(item.record.occupancy or "colocated", []).append(latency_s)
             counts[0] = len(latencies_s)
-    out = {"latencies_s": latencies_s, "read_latencies_s": read_latencies_s, "by_occupancy": by_occupancy}
+    out = {"latencies_s": latencies_s, "read_latencies_s": read_latencies_s, "by_occupancy": by_occupancy,
+           "cpu_s": time.process_time()}  # fmt: skip
     Path(out_path).write_text(json.dumps(out))
 
 
