@@ -39,5 +39,5 @@ def register(app: Any, streams: Any) -> None:
 
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:
-        body, content_type = streams.metrics.render()
+        body, content_type = streams.metrics.render(request.query.getall("name[]", []))
         return web.bytes(body, content_type=content_type)

@@ -102,7 +102,8 @@ def only_metrics(page: str, names: tuple[str, ...]) -> str:
 
 
 def cpu_s(pid: int | None) -> float:
-    """CPU seconds (user + system) of a process and its children so far; 0 when it is gone."""
+    """CPU seconds (user + system) of a process and its children so far (this process: its own only, its children
+    are the ones measured); 0 when it is gone."""
     import psutil
 
     if pid is None:
@@ -110,7 +111,8 @@ def cpu_s(pid: int | None) -> float:
     try:
         proc = psutil.Process(pid)
         times = proc.cpu_times()
-        return times.user + times.system + sum(c.cpu_times().user + c.cpu_times().system for c in proc.children())
+        children = proc.children() if pid != os.getpid() else []
+        return times.user + times.system + sum(c.cpu_times().user + c.cpu_times().system for c in children)
     except psutil.Error:
         return 0.0
 
