@@ -39,3 +39,26 @@ def test_the_series_read_from_a_workers_page_are_those_of_the_whole_page() -> No
     assert "aip_gpu_colocated_jobs" not in kept
     for name in ("aip_stream_consumer_lag_records", "aip_stream_consumed_records_total"):
         assert metric_values(kept, name, topic="gpu.metrics") == metric_values(page, name, topic="gpu.metrics") != []
+
+
+def test_a_worker_asked_for_named_series_renders_only_those_with_the_whole_pages_values() -> None:
+    from collections import Counter
+
+    from prometheus_client.core import GaugeMetricFamily
+
+    from streams.metrics import StreamMetrics
+
+    m = StreamMetrics(Counter(), Counter(), highwater=lambda topic, partition: 10)
+    m.consumed_message("gpu.metrics", 0, 3)
+    m.published["observations"] += 5
+
+    class PerGpu:  # stands for the per-GPU series (InterferenceMetrics)
+        def collect(self):  # type: ignore[no-untyped-def]
+            yield GaugeMetricFamily("aip_gpu_colocated_jobs", "jobs", value=2.0)
+
+    m.registry.register(PerGpu())  # type: ignore[arg-type]
+    full, named = m.render()[0].decode(), m.render(READ_METRICS)[0].decode()
+    assert "aip_gpu_colocated_jobs" in full and "aip_gpu_colocated_jobs" not in named
+    assert "aip_stream_prediction_delay" in full and "aip_stream_prediction_delay" not in named
+    for name in READ_METRICS:
+        assert metric_values(named, name) == metric_values(full, name) != []
