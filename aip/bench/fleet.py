@@ -147,14 +147,15 @@ def run_fleet(
                 daemon=True,
             )
             sender.start()
-            pids = {
+            pids: dict[str, int | None] = {
                 "broker": broker.process.pid if broker.process else None,
                 "sender": sender.pid,
                 "reader": reader.pid,
                 "bench": os.getpid(),
             }
             base = _snapshot(procs) | {"harness_cpu_s": {k: harness.cpu_s(pid) for k, pid in pids.items()}}
-            profilers = harness.start_profilers({f"w{i}": w.pid for i, w in enumerate(procs)} | pids, duration_s)
+            workers_pids: dict[str, int | None] = {f"w{i}": w.pid for i, w in enumerate(procs)}
+            profilers = harness.start_profilers(workers_pids | pids, duration_s)
             t0 = time.monotonic()
             series: list[tuple[float, dict[str, Any]]] = []
             while sender.is_alive():
@@ -172,7 +173,9 @@ def run_fleet(
                 )
             elapsed = time.monotonic() - t0
             behind = stop.is_set()
-            sent_stats = json.loads(sender_out.read_text()) if sender_out.exists() else {"error": "the sender exited"}
+            sent_stats: dict[str, Any] = (
+                json.loads(sender_out.read_text()) if sender_out.exists() else {"error": "the sender exited"}
+            )
             if sent_stats.get("error"):
                 raise RuntimeError(f"the fleet's sender failed: {sent_stats['error']}")
             end = series[-1][1] if series else _snapshot(procs) | {"harness_cpu_s": base["harness_cpu_s"]}
@@ -191,7 +194,7 @@ def run_fleet(
             drained = _snapshot(procs)
             stop.set()
             reader.join(30)
-            preds = json.loads(reader_out.read_text()) if reader_out.exists() else {}
+            preds: dict[str, Any] = json.loads(reader_out.read_text()) if reader_out.exists() else {}
             for p in profilers:
                 p.wait(60)
         finally:
@@ -282,7 +285,9 @@ def curve_point(fleet: dict[str, Any]) -> dict[str, Any]:
 
 
 def plot_curve(points: list[dict[str, Any]], path: Any) -> None:
-    """The cost curve: the workers' CPU per GPU sample against the fleet's size (a size without figures is left out)."""
+    """The cost curve: the workers' CPU per GPU sample against the fleet's size, each point with its run's length (the
+    main run is longer than the others, and stage 2's refits weigh less in a shorter one); a size without figures is
+    left out."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -292,9 +297,10 @@ def plot_curve(points: list[dict[str, Any]], path: Any) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot([p["gpus"] for p in done], [p["cpu_ms_per_gpu_sample"] for p in done], marker="o")
     for p in done:
-        label = f"{p['cpu_ms_per_gpu_sample']:.3f}" + ("" if p["kept_up"] else " (behind)")
+        label = f"{p['cpu_ms_per_gpu_sample']:.3f} ms, {p.get('duration_s', 0):.0f} s run" + ("" if p["kept_up"] else ", behind")
         ax.annotate(label, (p["gpus"], p["cpu_ms_per_gpu_sample"]), textcoords="offset points", xytext=(4, 6), fontsize=8)
     ax.set_xscale("log")
+    ax.margins(x=0.35, y=0.2)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("GPUs at 1 Hz (one environment, 8 per host)")
     ax.set_ylabel("workers' CPU per GPU sample (ms)")

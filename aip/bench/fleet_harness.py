@@ -112,7 +112,7 @@ def cpu_s(pid: int | None) -> float:
         proc = psutil.Process(pid)
         times = proc.cpu_times()
         children = proc.children() if pid != os.getpid() else []
-        return times.user + times.system + sum(c.cpu_times().user + c.cpu_times().system for c in children)
+        return float(times.user + times.system + sum(c.cpu_times().user + c.cpu_times().system for c in children))
     except psutil.Error:
         return 0.0
 
@@ -122,7 +122,7 @@ def pyspy() -> str | None:
     return os.environ.get("AIP_PYSPY") or shutil.which("py-spy")
 
 
-def start_profilers(pids: dict[str, int], duration_s: float) -> list[subprocess.Popen[bytes]]:
+def start_profilers(pids: dict[str, int | None], duration_s: float) -> list[subprocess.Popen[bytes]]:
     """With ``AIP_BENCH_FLEET_PROFILE`` set and py-spy found: one ``py-spy record`` per process (collapsed stacks,
     :data:`PROFILE_RATE_HZ`, idle frames left out) for ``duration_s``; else none."""
     folder, exe = os.environ.get(PROFILE_ENV), pyspy()
@@ -150,4 +150,5 @@ def start_profilers(pids: dict[str, int], duration_s: float) -> list[subprocess.
             stderr=subprocess.DEVNULL,
         )
         for name, pid in pids.items()
+        if pid is not None
     ]
