@@ -358,9 +358,29 @@ def faust_worker(app: faust.App, loglevel: str = "warn", stop_within_s: float = 
     return worker
 
 
+def warm_models(serving: str) -> None:
+    """Import what serving an environment needs before the worker starts reading: its online learners' library
+    and, with ``serving`` sharded, the snapshots' codec of batch models (skops, about 3.5 s of CPU here).
+
+    Lazily, the first observation served and the first snapshot installed imported them while the worker read:
+    measured in ``aip bench fleet`` (2,000 GPUs, two workers sharing two cores), about a fifth of the workers'
+    samples in the first 90 s were imports, and the loop's stall at the fleet's first window close put that window's
+    predictions past the p99 bound (docs/BENCHMARKS.md, "Where a GPU sample's CPU goes")."""
+    from models.environment import EnvironmentModels
+    from models.modelconfig import ModelConfig
+
+    try:
+        EnvironmentModels("warm-up", config=ModelConfig())
+        if serving == "sharded":
+            import skops.io  # noqa: F401
+    except Exception:  # a missing optional library fails where it is used, as before
+        log.warning("warming the model libraries failed", exc_info=True)
+
+
 def run_worker(settings: Settings, *, loglevel: str = "warn", web_port: int | None = None) -> None:
     """Run one worker in this process until SIGINT or SIGTERM (faust's Worker stops cleanly on both)."""
     streams = create_app(settings, web_port=web_port)
+    warm_models(settings.serving)
     worker = faust_worker(streams.app, loglevel, settings.worker_stop_within_s)
     try:
         worker.execute_from_commandline()

@@ -75,9 +75,10 @@ class FenceRecord(msgspec.Struct):
     nonce: str
 
 
-def gpu_record(gpu_uuid: str, state: GpuState, held: Iterable[HeldWindow] = ()) -> tuple[bytes, bytes]:
-    """One GPU's state and the job-windows held for a solo profile that has not arrived yet."""
-    return (GPU_PREFIX + gpu_uuid).encode(), msgspec.json.encode(GpuEntry(state, list(held)))
+def gpu_record(gpu_uuid: str, state: GpuState | msgspec.Raw, held: Iterable[HeldWindow] = ()) -> tuple[bytes, bytes]:
+    """One GPU's state (or its JSON, written as it is) and the job-windows held for a solo profile that has not
+    arrived yet."""
+    return (GPU_PREFIX + gpu_uuid).encode(), msgspec.json.encode(GpuEntry(state, list(held)))  # type: ignore[arg-type]
 
 
 def bucket_of(gpu_uuid: str, buckets: int) -> int:
@@ -89,9 +90,11 @@ def bucket_of(gpu_uuid: str, buckets: int) -> int:
     return zlib.crc32(gpu_uuid.encode()) % buckets
 
 
-def bucket_record(bucket: int, buckets: int, gpus: Mapping[str, tuple[GpuState, Iterable[HeldWindow]]]) -> tuple[bytes, bytes]:
-    """Every GPU of one bucket of a partition: ``{uuid: (state, held job-windows)}``, all of them in ``bucket``."""
-    body = BucketRecord({g: GpuEntry(state, list(held)) for g, (state, held) in gpus.items()})
+def bucket_record(
+    bucket: int, buckets: int, gpus: Mapping[str, tuple[GpuState | msgspec.Raw, Iterable[HeldWindow]]]
+) -> tuple[bytes, bytes]:
+    """Every GPU of one bucket of a partition: ``{uuid: (state or its JSON, held job-windows)}``, all in ``bucket``."""
+    body = BucketRecord({g: GpuEntry(state, list(held)) for g, (state, held) in gpus.items()})  # type: ignore[arg-type]
     return f"{BUCKET_PREFIX}{buckets}:{bucket}".encode(), msgspec.json.encode(body)
 
 

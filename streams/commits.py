@@ -75,8 +75,9 @@ class Commits:
         output is acknowledged and only then writes the stage-1 checkpoint taken here (:mod:`streams.outputs`)."""
         self.guard_outputs()
         self.publish_profiles()
-        self.publish_changelog()
-        self.state.prepare_checkpoint()
+        with self.state.encoding_once():  # each GPU's state encoded once for both
+            self.publish_changelog()
+            self.state.prepare_checkpoint()
         if not self._own_commit:  # a commit of every topic: observations too
             self.stage2.save()
 

@@ -100,6 +100,7 @@ class InterferenceMetrics:
         self.stale_after_s = stale_after_s
         self.clock = clock
         self.jobs: dict[tuple[str, str], JobState] = {}  # (gpu, job id) -> latest
+        self.job_ids: dict[str, set[str]] = {}  # gpu -> its job ids in ``jobs`` (a GPU's jobs without a scan of all)
         self.gpus: dict[str, GpuState] = {}
         self.newest_end: dict[str, float] = {}  # environment -> newest window end seen
         self.predictions: Counter[tuple[str, str, str]] = Counter()  # (environment, mode, regime)
@@ -122,8 +123,10 @@ class InterferenceMetrics:
         g = self.gpus.get(gpu)
         if g is None or obs.window_start > g.window_start or g.environment != env:
             current = {obs.job_id, *obs.co_job_ids}
-            for gone in [k for k in self.jobs if k[0] == gpu and k[1] not in current]:
-                del self.jobs[gone]
+            ids = self.job_ids.get(gpu, set())
+            for gone in [j for j in ids if j not in current]:
+                del self.jobs[(gpu, gone)]
+                ids.discard(gone)
             g = self.gpus[gpu] = GpuState(env, obs.window_start, obs.window_end, self.clock())
         else:
             g.received_s = self.clock()
@@ -131,6 +134,7 @@ class InterferenceMetrics:
         job = self.jobs.get((gpu, obs.job_id))
         if job is None:
             job = self.jobs[(gpu, obs.job_id)] = JobState(env, obs.job_type, tuple(sorted(obs.co_job_types)), obs.window_start)
+            self.job_ids.setdefault(gpu, set()).add(obs.job_id)
         for a in alerts:  # the hysteresis state, exactly as on the alerts topic
             job.raised = a.state == "raised"
         if obs.window_start < job.window_start:
@@ -173,8 +177,8 @@ class InterferenceMetrics:
         }
         for gpu in gone:
             del self.gpus[gpu]
-        for key in [k for k in self.jobs if k[0] in gone]:
-            del self.jobs[key]
+            for job_id in self.job_ids.pop(gpu, ()):
+                del self.jobs[(gpu, job_id)]
         for gpu in [g for g, (received, _) in self.pod_sm.items() if now - received > self.horizon_s]:
             del self.pod_sm[gpu]
 

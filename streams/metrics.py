@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from events import Leaderboard
@@ -178,5 +178,24 @@ class StreamMetrics:
                 out[(topic, partition)] = max(0, high - offset - 1)
         return out
 
-    def render(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST.split(";")[0]
+    def render(self, names: Collection[str] = ()) -> tuple[bytes, str]:
+        """The page: every series, or with ``names`` (``/metrics?name[]=...``, as prometheus_client's own exporter
+        reads it) only the worker's stream series of those sample names: a reader of lag and counts (``aip bench
+        fleet`` every 5 s) then costs the worker no rendering of its per-GPU series."""
+        registry: Any = self.registry if not names else _Only(_Collector(self), set(names))
+        return generate_latest(registry), CONTENT_TYPE_LATEST.split(";")[0]
+
+
+class _Only:
+    """The families of a collector with only the samples named ``names`` (families left without one are left out)."""
+
+    def __init__(self, collector: _Collector, names: set[str]) -> None:
+        self.collector, self.names = collector, names
+
+    def collect(self) -> Iterator[Any]:
+        for family in self.collector.collect():
+            samples = [s for s in family.samples if s.name in self.names]
+            if samples:
+                only = Metric(family.name, family.documentation, family.type, family.unit)
+                only.samples = samples
+                yield only

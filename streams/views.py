@@ -39,5 +39,7 @@ def register(app: Any, streams: Any) -> None:
 
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:
-        body, content_type = streams.metrics.render()
+        query = request.query  # aiohttp's multidict: name[] given once per series
+        names = query.getall("name[]", []) if hasattr(query, "getall") else [v for k, v in query.items() if k == "name[]"]
+        body, content_type = streams.metrics.render(names)
         return web.bytes(body, content_type=content_type)

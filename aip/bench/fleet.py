@@ -16,7 +16,9 @@ half, and p99 from a window's last sample to its prediction is at most window + 
 from __future__ import annotations
 
 import dataclasses
-import threading
+import json
+import multiprocessing
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,9 @@ BEHIND_S = 30.0
 """A run ends this long after its duration even when the sender is behind (a fleet this machine cannot simulate
 at real time: it did not keep up, and what it sent is what its costs are divided by)."""
 GPUS_PER_HOST = 8
+READ_METRICS = ("aip_stream_consumer_lag_records", "aip_stream_consumed_records_total", "aip_stream_published_records_total")
+"""The worker's series the harness reads: it asks for only these (``name[]``), and parses only these of a page."""
+METRICS_PATH = "/metrics?" + "&".join(f"name[]={n}" for n in READ_METRICS)
 STAGES = {"stage1": ("gpu.metrics", "jobs.lifecycle"), "stage2": ("interference.observations",)}
 
 
@@ -57,87 +62,17 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
-class _Predictions(threading.Thread):
-    """Reads ``interference.predictions`` and keeps, per prediction, the seconds from its window's end to its
-    publication (the record's ``ts``, stamped by the worker that served it: this machine's one clock) and to its
-    reading here, all of them and apart by the window's occupancy (co-located, solo, idle).  The reading also
-    counts this thread's own backlog: it shares one interpreter with the sender that simulates the fleet."""
-
-    def __init__(self, settings: Any) -> None:
-        super().__init__(name="aip-bench-fleet-predictions", daemon=True)
-        self.settings = settings
-        self.latencies_s: list[float] = []
-        self.read_latencies_s: list[float] = []
-        self.by_occupancy: dict[str, list[float]] = {}
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        from transport import RecordConsumer
-
-        with RecordConsumer(self.settings, ["interference.predictions"], from_beginning=True) as consumer:
-            while not self.stop.is_set():
-                for item in consumer.poll(timeout_s=0.5):
-                    if item.record is not None and item.record.window_end is not None:
-                        latency_s = item.record.ts - item.record.window_end
-                        self.latencies_s.append(latency_s)
-                        self.read_latencies_s.append(time.time() - item.record.window_end)
-                        self.by_occupancy.setdefault(item.record.occupancy or "colocated", []).append(latency_s)
-
-
-class _Sender(threading.Thread):
-    """Sends the fleet host-batched and paced at real time; counts batches and samples sent, and how late each batch
-    of samples was, after its tick, when handed to the producer (``handed_late_s``) and when the broker acknowledged
-    it (``acked_late_s``): what of a prediction's latency is the harness's and the broker's before stage 1 reads."""
-
-    def __init__(self, settings: Any, sim: Any) -> None:
-        super().__init__(name="aip-bench-fleet-sender", daemon=True)
-        self.settings, self.sim = settings, sim
-        self.batches = self.samples = self.job_batches = self.job_events = 0
-        self.handed_late_s: list[float] = []
-        self.acked_late_s: list[float] = []
-        self.error: BaseException | None = None
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        from producers.batching import host_batches
-        from producers.pacing import paced
-        from transport import RecordProducer
-
-        try:
-            with RecordProducer(self.settings, linger_ms=20, max_request_size=8_000_000) as p:
-                for topic, record in paced(host_batches(self.sim.events()), 1.0, self.sim.start_ts):
-                    if self.stop.is_set():
-                        break
-                    future = p.send(topic, record)
-                    if topic == "gpu.metrics":
-                        self.handed_late_s.append(time.time() - record.ts)
-                        future.add_callback(self._acked, record.ts)
-                        self.batches += 1
-                        self.samples += len(record.samples)
-                    else:
-                        self.job_batches += 1
-                        self.job_events += len(record.events)
-                p.flush(60)
-        except BaseException as exc:  # reported by the harness
-            if not self.stop.is_set():
-                self.error = exc
-            # stopped behind real time: the producer's backlog cannot be flushed in time, and is not counted as sent
-            # (``batches`` and ``samples`` count what was handed to it; stage 1's consumption is what the run measures)
-
-    def _acked(self, tick_ts: float, _metadata: Any) -> None:
-        self.acked_late_s.append(time.time() - tick_ts)
-
-
 def _snapshot(workers: list[Any]) -> dict[str, Any]:
     """Lag per stage (records, summed over workers), consumed and published counts, CPU seconds and RSS per worker."""
     import psutil
 
+    from aip.bench import fleet_harness as harness
     from aip.faults.worker import metric_values
 
     out: dict[str, Any] = {"lag": dict.fromkeys(STAGES, 0.0), "consumed": {}, "observations": 0.0, "cpu_s": [], "rss_mb": []}
     for w in workers:
         try:
-            text = w.get("/metrics", timeout_s=5.0)
+            text = harness.only_metrics(w.get(METRICS_PATH, timeout_s=5.0), READ_METRICS)
         except OSError:
             text = ""
         for stage, topics in STAGES.items():
@@ -175,10 +110,10 @@ def run_fleet(
     setting (sharded: a snapshot key made for the run unless ``AIP_SNAPSHOT_KEY`` gives one)."""
     import secrets
 
+    from aip.bench import fleet_harness as harness
     from aip.broker import EmbeddedBroker, free_port
     from aip.faults.worker import WorkerProcess, wait_until
     from config import Settings
-    from producers.sim import Simulator
     from transport import ensure_project_topics
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -194,40 +129,61 @@ def run_fleet(
             )
             for i in range(workers)
         ]
+        ctx = multiprocessing.get_context("spawn")
+        stop, sent, read = ctx.Event(), ctx.Array("q", 2), ctx.Array("q", 1)
+        sender = reader = None
         try:
             for w in procs:
                 w.start()
             for w in procs:
                 w.wait_ready(120)
             progress(f"{workers} workers ready; {gpus} GPUs at 1 Hz for {duration_s:g} s")
-            sim = Simulator(gpus, "v100", seed=23, start_ts=time.time(), duration_s=duration_s, gpus_per_host=GPUS_PER_HOST)
-            preds = _Predictions(settings)
-            preds.start()
-            sender = _Sender(settings, sim)
-            base = _snapshot(procs)
-            t0 = time.monotonic()
+            sender_out, reader_out = workdir / "sender.json", workdir / "reader.json"
+            reader = ctx.Process(target=harness.read_predictions, args=(settings, stop, read, str(reader_out)), daemon=True)
+            reader.start()
+            sender = ctx.Process(
+                target=harness.send,
+                args=(settings, gpus, GPUS_PER_HOST, None, duration_s, stop, sent, str(sender_out)),
+                daemon=True,
+            )
             sender.start()
+            pids: dict[str, int | None] = {
+                "broker": broker.process.pid if broker.process else None,
+                "sender": sender.pid,
+                "reader": reader.pid,
+                "bench": os.getpid(),
+            }
+            base = _snapshot(procs) | {"harness_cpu_s": {k: harness.cpu_s(pid) for k, pid in pids.items()}}
+            workers_pids: dict[str, int | None] = {f"w{i}": w.pid for i, w in enumerate(procs)}
+            profilers = harness.start_profilers(workers_pids | pids, duration_s)
+            t0 = time.monotonic()
             series: list[tuple[float, dict[str, Any]]] = []
             while sender.is_alive():
                 sender.join(SAMPLE_EVERY_S)
-                if time.monotonic() - t0 > duration_s + BEHIND_S and not sender.stop.is_set():
-                    sender.stop.set()  # the simulator fell behind real time: what was not sent by now is not
+                if time.monotonic() - t0 > duration_s + BEHIND_S and not stop.is_set():
+                    stop.set()  # the simulator fell behind real time: what was not sent by now is not
                     progress(f"the sender is {time.monotonic() - t0 - duration_s:.0f} s behind real time: stopped")
                 snap = _snapshot(procs)
+                snap["harness_cpu_s"] = {k: harness.cpu_s(pid) for k, pid in pids.items()}
                 series.append((time.monotonic() - t0, snap))
                 progress(
-                    f"{time.monotonic() - t0:5.0f} s: sent {sender.samples} GPU samples; lag stage 1 "
+                    f"{time.monotonic() - t0:5.0f} s: sent {sent[1]} GPU samples; lag stage 1 "
                     f"{snap['lag']['stage1']:.0f}, stage 2 {snap['lag']['stage2']:.0f} records; "
-                    f"{snap['observations'] - base['observations']:.0f} observations, {len(preds.latencies_s)} predictions"
+                    f"{snap['observations'] - base['observations']:.0f} observations, {read[0]} predictions"
                 )
             elapsed = time.monotonic() - t0
-            if sender.error is not None:
-                raise sender.error
-            end = series[-1][1] if series else _snapshot(procs)
+            behind = stop.is_set()
+            sent_stats: dict[str, Any] = (
+                json.loads(sender_out.read_text()) if sender_out.exists() else {"error": "the sender exited"}
+            )
+            if sent_stats.get("error"):
+                raise RuntimeError(f"the fleet's sender failed: {sent_stats['error']}")
+            end = series[-1][1] if series else _snapshot(procs) | {"harness_cpu_s": base["harness_cpu_s"]}
             try:  # what was sent is consumed: the counts check (a slow worker may need longer than the run)
                 wait_until(
                     lambda: (
-                        _snapshot(procs)["consumed"]["gpu.metrics"] - base["consumed"].get("gpu.metrics", 0) >= sender.batches
+                        _snapshot(procs)["consumed"]["gpu.metrics"] - base["consumed"].get("gpu.metrics", 0)
+                        >= sent_stats["batches"]
                     ),
                     drain_s,
                     "stage 1 to consume every batch",
@@ -236,16 +192,28 @@ def run_fleet(
             except TimeoutError:
                 pass
             drained = _snapshot(procs)
-            preds.stop.set()
+            stop.set()
+            reader.join(30)
+            preds: dict[str, Any] = json.loads(reader_out.read_text()) if reader_out.exists() else {}
+            for p in profilers:
+                p.wait(60)
         finally:
+            stop.set()
+            for child in (sender, reader):
+                if child is not None and child.is_alive():
+                    child.terminate()
             for w in procs:
                 w.stop(30)
     consumed_batches = drained["consumed"]["gpu.metrics"] - base["consumed"].get("gpu.metrics", 0)
-    samples_per_batch = sender.samples / sender.batches if sender.batches else 0.0
+    samples_per_batch = sent_stats["samples"] / sent_stats["batches"] if sent_stats["batches"] else 0.0
     observations = end["observations"] - base["observations"]
     cpu_s = [max(0.0, e - b) for e, b in zip(end["cpu_s"], base["cpu_s"], strict=True)]  # a refit child may have exited
+    harness_cpu_s = {k: max(0.0, end["harness_cpu_s"][k] - base["harness_cpu_s"][k]) for k in base["harness_cpu_s"]}
+    for k, stats in (("sender", sent_stats), ("reader", preds)):  # a child's own count at its exit (psutil: gone)
+        if "cpu_s" in stats:
+            harness_cpu_s[k] = stats["cpu_s"]
     lag: dict[str, Any] = {}
-    rates = {"stage1": (sender.batches + sender.job_batches) / elapsed, "stage2": observations / elapsed}
+    rates = {"stage1": (sent_stats["batches"] + sent_stats["job_batches"]) / elapsed, "stage2": observations / elapsed}
     for stage in STAGES:
         points = [(t, s["lag"][stage]) for t, s in series]
         most = max((v for _t, v in points), default=0.0)
@@ -254,49 +222,47 @@ def run_fleet(
             "max_s": round(most / rates[stage], 2) if rates[stage] else None,
             "grows": grows(points, tolerance=max(10.0, 2.0 * rates[stage])),
         }
-    p50, p99 = percentile(preds.latencies_s, 0.5), percentile(preds.latencies_s, 0.99)
+    p50, p99 = percentile(preds.get("latencies_s", []), 0.5), percentile(preds.get("latencies_s", []), 0.99)
     bound_s = settings.window_s + settings.lateness_s + 5.0
-    all_consumed = consumed_batches >= sender.batches > 0
+    all_consumed = consumed_batches >= sent_stats["batches"] > 0
     return {
         "gpus": gpus,
         "workers": workers,
         "serving": serving,
-        "hosts": len({g.host for g in sim.gpus}),
+        "hosts": sent_stats.get("hosts"),
         "duration_s": round(elapsed, 1),
-        "gpu_samples_sent": sender.samples,
-        "job_events_sent": sender.job_events,
-        "input_records_sent": sender.batches + sender.job_batches,  # host batches of samples and of job events
+        "gpu_samples_sent": sent_stats["samples"],
+        "job_events_sent": sent_stats["job_events"],
+        "input_records_sent": sent_stats["batches"] + sent_stats["job_batches"],  # host batches of samples and of job events
         "gpu_samples_consumed": round(consumed_batches * samples_per_batch),
-        "gpu_samples_per_s": round(min(consumed_batches, sender.batches) * samples_per_batch / elapsed, 1),
+        "gpu_samples_per_s": round(min(consumed_batches, sent_stats["batches"]) * samples_per_batch / elapsed, 1),
         "observations_per_s": round(observations / elapsed, 2),
         "observations": int(observations),
-        "predictions": len(preds.latencies_s),
+        "predictions": len(preds.get("latencies_s", [])),
         "lag": lag,
         "p50_s": None if p50 is None else round(p50, 2),
         "p99_s": None if p99 is None else round(p99, 2),
         "p99_bound_s": bound_s,
-        "read_p50_s": _round(percentile(preds.read_latencies_s, 0.5)),
-        "read_p99_s": _round(percentile(preds.read_latencies_s, 0.99)),
+        "read_p50_s": _round(percentile(preds.get("read_latencies_s", []), 0.5)),
+        "read_p99_s": _round(percentile(preds.get("read_latencies_s", []), 0.99)),
         "sender_late_s": {
-            "handed_p50": _round(percentile(sender.handed_late_s, 0.5)),
-            "handed_p99": _round(percentile(sender.handed_late_s, 0.99)),
-            "acked_p50": _round(percentile(sender.acked_late_s, 0.5)),
-            "acked_p99": _round(percentile(sender.acked_late_s, 0.99)),
+            "handed_p50": _round(percentile(sent_stats["handed_late_s"], 0.5)),
+            "handed_p99": _round(percentile(sent_stats["handed_late_s"], 0.99)),
+            "acked_p50": _round(percentile(sent_stats["acked_late_s"], 0.5)),
+            "acked_p99": _round(percentile(sent_stats["acked_late_s"], 0.99)),
         },
         "latency_s_by_occupancy": {
             occupancy: {"predictions": len(v), "p50": _round(percentile(v, 0.5)), "p99": _round(percentile(v, 0.99))}
-            for occupancy, v in sorted(preds.by_occupancy.items())
+            for occupancy, v in sorted(preds.get("by_occupancy", {}).items())
         },
         "worker_cpu_pct": [round(100.0 * c / elapsed, 1) for c in cpu_s],
         "worker_rss_mb": [round(r, 1) for r in end["rss_mb"]],
-        "cpu_ms_per_gpu_sample": round(1000.0 * sum(cpu_s) / sender.samples, 4) if sender.samples else None,
+        "harness_cpu_pct": {k: round(100.0 * c / elapsed, 1) for k, c in harness_cpu_s.items()},
+        "cpu_ms_per_gpu_sample": round(1000.0 * sum(cpu_s) / sent_stats["samples"], 4) if sent_stats["samples"] else None,
         "cpu_ms_per_observation": round(1000.0 * sum(cpu_s) / observations, 2) if observations else None,
-        "sender_behind": sender.stop.is_set(),
+        "sender_behind": behind,
         "kept_up": bool(
-            all_consumed
-            and not sender.stop.is_set()
-            and not any(v["grows"] for v in lag.values())
-            and (p99 is None or p99 <= bound_s)
+            all_consumed and not behind and not any(v["grows"] for v in lag.values()) and (p99 is None or p99 <= bound_s)
         ),
     }
 
@@ -318,12 +284,44 @@ def curve_point(fleet: dict[str, Any]) -> dict[str, Any]:
     return {k: fleet[k] for k in keys}
 
 
+def plot_curve(points: list[dict[str, Any]], path: Any) -> None:
+    """The cost curve: the workers' CPU per GPU sample against the fleet's size, each point with its run's length (the
+    main run is longer than the others, and stage 2's refits weigh less in a shorter one); a size without figures is
+    left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [p for p in points if p.get("cpu_ms_per_gpu_sample") is not None]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([p["gpus"] for p in done], [p["cpu_ms_per_gpu_sample"] for p in done], marker="o")
+    for p in done:
+        label = f"{p['cpu_ms_per_gpu_sample']:.3f} ms, {p.get('duration_s', 0):.0f} s run" + ("" if p["kept_up"] else ", behind")
+        ax.annotate(label, (p["gpus"], p["cpu_ms_per_gpu_sample"]), textcoords="offset points", xytext=(4, 6), fontsize=8)
+    ax.set_xscale("log")
+    ax.margins(x=0.35, y=0.2)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("GPUs at 1 Hz (one environment, 8 per host)")
+    ax.set_ylabel("workers' CPU per GPU sample (ms)")
+    ax.set_title("aip bench fleet: cost curve")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def run(
-    quick: bool, progress: Any, gpus: int | None = None, workers: int | None = None, serving: str = "sharded"
+    quick: bool,
+    progress: Any,
+    gpus: int | None = None,
+    workers: int | None = None,
+    serving: str = "sharded",
+    plot_dir: str | None = None,
 ) -> dict[str, Any]:
     """The main run (``--gpus``, default 10,000; ``--quick`` 2,000), then, unless ``--gpus`` was given, shorter
-    runs at the other sizes of :data:`CURVE_GPUS`: ``cost_curve`` lists every size's CPU per unit.  ``serving``
-    (default sharded: the design for one environment over several workers, docs/ARCHITECTURE.md)."""
+    runs at the other sizes of :data:`CURVE_GPUS`: ``cost_curve`` lists every size's CPU per unit, drawn to
+    ``<plot_dir>/fleet_cost_curve.png`` with ``plot_dir``.  ``serving`` (default sharded: the design for one
+    environment over several workers, docs/ARCHITECTURE.md)."""
     import tempfile
 
     n = gpus or (2000 if quick else 10_000)
@@ -334,7 +332,16 @@ def run(
         for size in () if gpus else (g for g in CURVE_GPUS if g != n):
             progress(f"cost curve: {size} GPUs for {CURVE_S[quick]:g} s")
             try:
-                points[size] = curve_point(run_fleet(size, w, CURVE_S[quick], Path(tmp) / f"curve{size}", progress, serving=serving))
+                points[size] = curve_point(
+                    run_fleet(size, w, CURVE_S[quick], Path(tmp) / f"curve{size}", progress, serving=serving)
+                )
             except Exception as exc:  # one size this machine cannot run is a point without figures, not a lost curve
                 points[size] = {"gpus": size, "error": f"{type(exc).__name__}: {exc}"}
-    return {"fleet": main | {"cost_curve": [points[g] for g in sorted(points)]}}
+    curve = [points[g] for g in sorted(points)]
+    out = main | {"cost_curve": curve}
+    if plot_dir:
+        path = Path(plot_dir) / "fleet_cost_curve.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        plot_curve(curve, path)
+        out["plot"] = str(path)
+    return {"fleet": out}

@@ -22,7 +22,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--quick", action="store_true", help="about a minute per part")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    p.add_argument("--plot-dir", metavar="DIR", help="parts that draw (accuracy) write their PNG here")
+    p.add_argument("--plot-dir", metavar="DIR", help="parts that draw (accuracy, fleet) write their PNG here")
     p.add_argument("--gpus", type=int, help="fleet: GPUs of the one environment (default 10,000; --quick 2,000)")
     p.add_argument("--workers", type=int, help="fleet: stream workers (default 2)")
     p.add_argument(

@@ -113,7 +113,7 @@ class WorkerProcess:
     def get(self, path: str, timeout_s: float = 5.0) -> Any:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}{path}", timeout=timeout_s) as r:
             body = r.read()
-        return body.decode() if path == "/metrics" else json.loads(body)
+        return body.decode() if path.split("?")[0] == "/metrics" else json.loads(body)
 
     def ready(self) -> bool:
         if not self.alive():

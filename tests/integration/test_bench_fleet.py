@@ -28,3 +28,5 @@ def test_a_2000_gpu_fleet_runs_through_two_workers_and_every_sample_is_consumed(
     late = out["sender_late_s"]  # each batch acknowledged after it was handed over, so every quantile is too
     assert late["handed_p50"] <= late["acked_p50"] and late["handed_p99"] <= late["acked_p99"]
     assert any("lag stage 1" in line for line in lines)  # progress while it runs
+    harness = out["harness_cpu_pct"]  # the sender, the reader, the broker and the bench itself, apart from the workers
+    assert set(harness) == {"broker", "sender", "reader", "bench"} and harness["sender"] > 0 and harness["broker"] > 0

@@ -124,3 +124,32 @@ def test_a_job_left_alone_shows_no_interference() -> None:
     s = samples(m)
     assert [(r["job_type"], v) for r, v in s["aip_gpu_interference_percent"]] == [("bert", 0.0)]
     assert s["aip_gpu_interference_alerts_raised"][0][1] == 0.0
+
+
+def test_each_gpu_keeps_the_jobs_of_its_latest_window_over_a_changing_fleet() -> None:
+    """Many GPUs whose job sets change window by window, some going quiet: the jobs kept are exactly those of each
+    remaining GPU's latest window (the per-GPU index and the series agree with a recount from the windows)."""
+    import random
+
+    rng = random.Random(5)
+    clock = Clock()
+    m = InterferenceMetrics(50.0, 35.0, horizon_s=30.0, clock=clock)
+    latest: dict[str, tuple[float, set[str]]] = {}
+    for k in range(12):
+        start = TS + 10 * k
+        for g in range(40):
+            gpu = f"G{g}"
+            if g % 7 == 0 and k > 4:
+                continue  # these GPUs go quiet: pruned once their last window is behind the horizon
+            jobs = {f"j{g}-{j}" for j in rng.sample(range(6), rng.randint(1, 3))}
+            for job in sorted(jobs):
+                co = {o: "resnet" for o in sorted(jobs - {job})}
+                o = obs(gpu, job, "bert", start, co, 10.0)
+                m.observe(o, [pred(o, "observed", 12.0)], [])
+            latest[gpu] = (start, jobs)
+    m.prune()
+    newest = max(start for start, _ in latest.values()) + 10
+    expected = {(gpu, j) for gpu, (start, jobs) in latest.items() if start + 10 >= newest - 30.0 for j in jobs}
+    assert set(m.jobs) == expected and len(expected) > 0
+    assert {(gpu, j) for gpu, ids in m.job_ids.items() for j in ids} == expected
+    assert {s[0]["gpu_uuid"] for s in samples(m)["aip_gpu_colocated_jobs"]} == {g for g, _ in expected}

@@ -188,3 +188,29 @@ def test_a_thousand_gpus_are_a_few_records_a_checkpoint(tmp_path: Path) -> None:
     folded = {p: changelog.fold([(k, v) for k, v, q in log if q == p]) for p in range(4)}
     assert sum(len(f.gpus) for f in folded.values()) == len(state.stage1.gpus) == 1000
     assert all(len(v) < 900 * 1024 for _k, v, _p in log)  # each under Kafka's 1 MB message limit
+
+
+@pytest.mark.parametrize("buckets", [0, 32])
+def test_a_commit_that_encodes_each_gpu_once_writes_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, buckets: int
+) -> None:
+    """The changelog records and checkpoint of a commit (Commits.on_commit_initiated) with each GPU's state encoded
+    once (``encoding_once``) are byte for byte those encoded twice, commit after commit over a fleet's run."""
+    monkeypatch.setattr("streams.state.time.time", lambda: 1_700_000_000.0)  # the checkpoint's saved_at
+    events = _events()
+    once, once_log = _writing(tmp_path, "once", writer_id="w", buckets=buckets)
+    twice, twice_log = _writing(tmp_path, "twice", writer_id="w", buckets=buckets)
+    once.assigned = twice.assigned = {0}
+    commits = 0
+    for start in range(0, len(events), 400):
+        _replay(once, events, start, start + 400)
+        _replay(twice, events, start, start + 400)
+        with once.encoding_once():
+            once.publish_changelog()
+            once.prepare_checkpoint()
+        twice.publish_changelog()
+        twice.prepare_checkpoint()
+        assert once._prepared == twice._prepared and once._prepared is not None
+        commits += 1
+    assert once_log == twice_log and len(once_log) >= commits
+    assert msgspec.json.decode(once._prepared)["stage1"]["gpus"].keys() == set(once.stage1.gpus)

@@ -1,0 +1,154 @@
+"""The harness of ``aip bench fleet`` in its own processes: the simulated fleet's sender and the predictions' reader.
+
+Each runs in a child process (``multiprocessing``, spawn) so that its CPU is neither the workers' nor the parent's:
+:func:`aip.bench.fleet.run_fleet` reports it apart (``harness_cpu_pct``).  A child shares live counts through
+``multiprocessing.Value`` and writes what it measured, as JSON, to a file the parent reads after it exits.  A profile
+of the workers (``AIP_BENCH_FLEET_PROFILE``) is taken by :func:`start_profilers`, outside the processes it samples.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+PROFILE_ENV = "AIP_BENCH_FLEET_PROFILE"
+"""A folder: every worker (and harness child) of the run is sampled by py-spy into ``<folder>/<name>.txt``, as
+collapsed stacks (py-spy from ``AIP_PYSPY`` or ``PATH``; without it the run goes on unprofiled)."""
+PROFILE_RATE_HZ = 67
+
+
+def send(settings: Any, gpus: int, gpus_per_host: int, start_ts: float, duration_s: float, stop: Any, counts: Any,
+         out_path: str) -> None:  # fmt: skip
+    """The sender child: simulates ``gpus`` GPUs (seed 23, v100) from ``start_ts`` for ``duration_s`` and sends them
+    host-batched, paced at real time.  ``counts``: shared [metric batches, samples] so far.  Writes ``out_path``:
+    batches and samples of metrics and of job events handed to the producer, hosts, and how late after its tick each
+    metrics batch was handed over and acknowledged; ``error`` when it failed."""
+    from producers.batching import host_batches
+    from producers.pacing import paced
+    from producers.sim import Simulator
+    from transport import RecordProducer
+
+    out: dict[str, Any] = {"batches": 0, "samples": 0, "job_batches": 0, "job_events": 0, "handed_late_s": [],
+                           "acked_late_s": [], "error": None}  # fmt: skip
+    acked: list[float] = out["acked_late_s"]
+    try:
+        sim = Simulator(gpus, "v100", seed=23, start_ts=start_ts, duration_s=duration_s, gpus_per_host=gpus_per_host)
+        out["hosts"] = len({g.host for g in sim.gpus})
+        with RecordProducer(settings, linger_ms=20, max_request_size=8_000_000) as p:
+            for topic, record in paced(host_batches(sim.events()), 1.0, sim.start_ts):
+                if stop.is_set():
+                    break
+                future = p.send(topic, record)
+                if topic == "gpu.metrics":
+                    out["handed_late_s"].append(time.time() - record.ts)
+                    future.add_callback(lambda _m, ts=record.ts: acked.append(time.time() - ts))
+                    out["batches"] += 1
+                    out["samples"] += len(record.samples)
+                    counts[0], counts[1] = out["batches"], out["samples"]
+                else:
+                    out["job_batches"] += 1
+                    out["job_events"] += len(record.events)
+            p.flush(60)
+    except BaseException as exc:  # reported by the parent
+        if not stop.is_set():
+            out["error"] = f"{type(exc).__name__}: {exc}"
+        # stopped behind real time: the producer's backlog cannot be flushed in time, and is not counted as sent
+    out["cpu_s"] = time.process_time()  # every thread of this process, from its start (the parent reads it at exit)
+    Path(out_path).write_text(json.dumps(out))
+
+
+def read_predictions(settings: Any, stop: Any, counts: Any, out_path: str) -> None:
+    """The reader child: reads ``interference.predictions`` from the beginning until ``stop``; writes ``out_path``:
+    per prediction the seconds from its window's end to its ``ts`` (``latencies_s``, and by occupancy) and to its
+    reading here (``read_latencies_s``).  ``counts``: shared [predictions read]."""
+    from transport import RecordConsumer
+
+    latencies_s: list[float] = []
+    read_latencies_s: list[float] = []
+    by_occupancy: dict[str, list[float]] = {}
+    with RecordConsumer(settings, ["interference.predictions"], from_beginning=True) as consumer:
+        while not stop.is_set():
+            for item in consumer.poll(timeout_s=0.5):
+                if item.record is not None and item.record.window_end is not None:
+                    latency_s = item.record.ts - item.record.window_end
+                    latencies_s.append(latency_s)
+                    read_latencies_s.append(time.time() - item.record.window_end)
+                    by_occupancy.setdefault(item.record.occupancy or "colocated", []).append(latency_s)
+            counts[0] = len(latencies_s)
+    out = {"latencies_s": latencies_s, "read_latencies_s": read_latencies_s, "by_occupancy": by_occupancy,
+           "cpu_s": time.process_time()}  # fmt: skip
+    Path(out_path).write_text(json.dumps(out))
+
+
+def only_metrics(page: str, names: tuple[str, ...]) -> str:
+    """The lines of a Prometheus text page about the series ``names`` (with their ``# HELP`` and ``# TYPE``): a
+    worker's page has several series per GPU, and parsing all of it every few seconds cost this process a fifth of
+    a core at 2,000 GPUs.
+
+    >>> only_metrics("# TYPE a counter\\na_total 1\\n# TYPE b gauge\\nb 2\\n", ("a",))
+    '# TYPE a counter\\na_total 1'
+    """
+    keep = []
+    for line in page.splitlines():
+        name = line.split(" ", 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else line
+        if name.startswith(names):
+            keep.append(line)
+    return "\n".join(keep)
+
+
+def cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system) of a process and its children so far (this process: its own only, its children
+    are the ones measured); 0 when it is gone."""
+    import psutil
+
+    if pid is None:
+        return 0.0
+    try:
+        proc = psutil.Process(pid)
+        times = proc.cpu_times()
+        children = proc.children() if pid != os.getpid() else []
+        return float(times.user + times.system + sum(c.cpu_times().user + c.cpu_times().system for c in children))
+    except psutil.Error:
+        return 0.0
+
+
+def pyspy() -> str | None:
+    """The py-spy to profile with: ``AIP_PYSPY``, else one on ``PATH``."""
+    return os.environ.get("AIP_PYSPY") or shutil.which("py-spy")
+
+
+def start_profilers(pids: dict[str, int | None], duration_s: float) -> list[subprocess.Popen[bytes]]:
+    """With ``AIP_BENCH_FLEET_PROFILE`` set and py-spy found: one ``py-spy record`` per process (collapsed stacks,
+    :data:`PROFILE_RATE_HZ`, idle frames left out) for ``duration_s``; else none."""
+    folder, exe = os.environ.get(PROFILE_ENV), pyspy()
+    if not folder or not exe:
+        return []
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return [
+        subprocess.Popen(
+            [
+                exe,
+                "record",
+                "--pid",
+                str(pid),
+                "--format",
+                "raw",
+                "--rate",
+                str(PROFILE_RATE_HZ),
+                "--duration",
+                str(int(duration_s)),
+                "--nonblocking",
+                "--output",
+                str(Path(folder) / f"{name}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for name, pid in pids.items()
+        if pid is not None
+    ]
