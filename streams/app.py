@@ -16,12 +16,14 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import logging
 import os
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -396,3 +398,18 @@ def run_worker(settings: Settings, *, loglevel: str = "warn", web_port: int | No
         else:
             streams.state.checkpoint()
         streams.stage2.save()
+    leave_now()
+
+
+def leave_now() -> None:
+    """End the process at once, the worker's state saved: the atexit handlers run (logging's flush,
+    multiprocessing's children), the interpreter's teardown of every module and object does not (about 0.5 s of
+    CPU with faust, pandas and the model libraries loaded, seconds of wall time on a busy host, which a rolling
+    restart and every test that stops a worker waits for)."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or gone: nothing left to say
+            pass
+    os._exit(0)
