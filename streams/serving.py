@@ -256,7 +256,7 @@ def predictions_of(
                 what_if=what_if() if result.mode == "placement" else [],
                 window_end=obs.window_end,
                 regime=result.regime,
-                interval_pct=None if result.interval_pct is None else list(result.interval_pct),
+                interval_pct=None if result.interval_pct is None else [min(v, models.config.max_pct) for v in result.interval_pct],
                 full=full,
             )
         )

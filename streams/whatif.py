@@ -5,6 +5,7 @@ summed slowdown of the jobs already there (:func:`what_if_entries`), served from
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -25,6 +26,16 @@ def bounded(value: float | None, max_pct: float) -> tuple[float | None, bool]:
         return None, False
     out = min(max(value, -100.0), max_pct)
     return out, out != value
+
+
+def open_interval(interval: Sequence[float]) -> list[float | None]:
+    """A model's interval as a what-if entry publishes it: an unbounded upper end (``math.inf``) as null.
+
+    >>> open_interval((10.0, math.inf)), open_interval((10.0, 40.0))
+    ([10.0, None], [10.0, 40.0])
+    """
+    lo, hi = interval
+    return [float(lo), None if math.isinf(hi) else float(hi)]
 
 
 def bounded_entry(entry: WhatIf, max_pct: float) -> tuple[WhatIf, bool]:
@@ -73,7 +84,7 @@ def what_if_entries(
         newcomer = next(results)
         existing = sum(float(r.interference_pct) for r in itertools.islice(results, len(running_types)) if r is not None)
         if newcomer is not None:
-            interval = None if newcomer.interval_pct is None else list(newcomer.interval_pct)
+            interval = None if newcomer.interval_pct is None else open_interval(newcomer.interval_pct)
             entry, clipped = bounded_entry(
                 WhatIf(
                     job_type=jt, newcomer_pct=float(newcomer.interference_pct), existing_pct=existing,
