@@ -27,7 +27,6 @@ PlacementAsk = tuple[str, Mapping[str, float | None], Sequence[str], Sequence[Ma
 """A what-if: (job type, its solo profile, the co-runners' job types, their solo profiles)."""
 
 
-
 @dataclass(frozen=True)
 class PredictionResult:
     interference_pct: float

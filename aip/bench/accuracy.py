@@ -29,7 +29,10 @@ are of the predictions of co-located jobs; a GPU running one job or none answers
 ``regret_by_novel_risk``), by jobs already running and regime (``by_running``), and by how many job sets holding the
 newcomer's type had been measured before (``by_measured_job_sets``); reported besides, in no floor, ``known_types``
 (every entry but the ``novel`` ones) and ``new_by_placeable`` (the ``new`` entries apart for job sets the simulator
-would place, :meth:`placement.experiment.Truth.fits`, and those it never runs).
+would place, :meth:`placement.experiment.Truth.fits`, and those it never runs).  Only entries of GPUs a job can go to
+are scored (fewer than ``max_jobs_per_gpu`` running); any published on a full GPU is reported apart (``on_full_gpus``);
+``out_of_bound`` counts entries with a value outside ``[-100, prediction_max_pct]``, ``what_if_clipped`` the worker's
+entries bounded; ``unbounded`` / ``unbounded_share`` the intervals ``[lo, null]`` (coverage is of the bounded ones).
 """
 
 from __future__ import annotations
