@@ -129,7 +129,9 @@ NOVEL_RISKS = ("upper", "expected", "withhold")
 
 WORST_PCT = 1000.0
 """The worst known case of a slowdown: the bound of every published value (the ``prediction_max_pct`` setting's
-default).  An unbounded upper end (a what-if interval ``[lo, null]``) is ranked at it."""
+default).  An unbounded upper end (a what-if interval ``[lo, null]``) is ranked that far above the expected
+slowdown: every such entry at the same margin, so that among them the expected cost still orders the GPUs (an upper
+end fixed at the bound would favour the GPU where the newcomer is predicted worst, its margin the smallest)."""
 
 
 def ranking_newcomer_pct(
@@ -137,17 +139,18 @@ def ranking_newcomer_pct(
 ) -> float:
     """The newcomer's slowdown a ranking uses: its upper end where ``risk`` is ``upper``, or where the entry is for
     a job type never measured here (``novel``) and ``novel_risk`` is ``upper``; else the expected slowdown.  An
-    unbounded upper end (``math.inf``: the interval ``[lo, null]``) is the worst known case, ``worst_pct``.
+    unbounded upper end (``math.inf``: the interval ``[lo, null]``) is the worst known case, ``worst_pct`` above the
+    expected slowdown.
 
     >>> ranking_newcomer_pct(20.0, 80.0, "novel", "expected", "upper"), ranking_newcomer_pct(20.0, 80.0, "new", "expected", "upper")
     (80.0, 20.0)
     >>> ranking_newcomer_pct(20.0, 80.0, "novel", "expected", "expected"), ranking_newcomer_pct(20.0, None, "novel", "expected", "upper")
     (20.0, 20.0)
     >>> ranking_newcomer_pct(20.0, math.inf, "novel", "expected", "upper", worst_pct=1000.0)
-    1000.0
+    1020.0
     """
     if upper_pct is not None and math.isinf(upper_pct):
-        upper_pct = max(worst_pct, newcomer_pct)
+        upper_pct = newcomer_pct + worst_pct
     pessimistic = risk == "upper" or (regime == "novel" and novel_risk == "upper")
     return max(newcomer_pct, upper_pct) if pessimistic and upper_pct is not None else newcomer_pct
 
@@ -171,12 +174,12 @@ def ranking_entry_pct(
     >>> ranking_entry_pct(20.0, 5.0, 80.0, "novel", running_jobs=2), ranking_entry_pct(20.0, 5.0, 80.0, "new", running_jobs=2)
     ((80.0, 125.0), (20.0, 5.0))
     >>> ranking_entry_pct(20.0, 5.0, math.inf, "novel", running_jobs=1, worst_pct=1000.0)  # unbounded: the worst case
-    (1000.0, 985.0)
+    (1020.0, 1005.0)
     """
     if regime == "novel" and novel_risk == "withhold":
         return None
     if upper_pct is not None and math.isinf(upper_pct):
-        upper_pct = max(worst_pct, newcomer_pct)
+        upper_pct = newcomer_pct + worst_pct
     newcomer = ranking_newcomer_pct(newcomer_pct, upper_pct, regime, risk, novel_risk, worst_pct)
     if regime == "novel" and novel_risk == "upper" and upper_pct is not None:
         existing_pct += running_jobs * max(0.0, upper_pct - newcomer_pct)
