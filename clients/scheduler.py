@@ -532,15 +532,16 @@ class SchedulerClient:
 
     def is_full(self, gpu_uuid: str) -> bool:
         """Takes no other job: its latest prediction said so and its job set has not changed since, or it is known to
-        run ``max_jobs_per_gpu`` jobs (0: no limit)."""
+        run ``max_jobs_per_gpu`` jobs (0: no limit): its whole job set known, else the jobs seen running by id (never
+        :meth:`running_jobs`' estimate, which may count a job twice)."""
         with self._lock:
             view = self._gpus.get(gpu_uuid)
             if view is None:
                 return False
             if view.full and view.what_if_valid():
                 return True
-        running = self.running_jobs(gpu_uuid)
-        return self.max_jobs_per_gpu > 0 and running is not None and running >= self.max_jobs_per_gpu
+            known = sum(view.job_types().values()) if view.complete else len(view.running)
+        return self.max_jobs_per_gpu > 0 and known >= self.max_jobs_per_gpu
 
     def is_idle(self, gpu_uuid: str) -> bool:
         """Known to run nothing."""
