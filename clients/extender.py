@@ -22,7 +22,8 @@ scores and filter decisions; :class:`ExtenderServer` serves them over HTTP:
 
 The pod's job type is its annotation ``aip.io/job-type``; ``aip.io/max-slowdown-pct``
 makes ``/filter`` (and the Volcano predicate) fail nodes whose best GPU is predicted
-above it. A pod without the annotation, an unknown job type and a node without
+above it. ``/filter`` fails a node whose every GPU is full (it runs ``max_jobs_per_gpu`` jobs: its prediction
+says ``full``), whatever the pod; a full GPU is never a node's best. A pod without the annotation, an unknown job type and a node without
 predictions get a neutral answer, counted in the metrics, never an error that blocks
 scheduling. Only ``events``, the client and prometheus_client: no faust, no models.
 
@@ -296,6 +297,10 @@ class ExtenderMetrics:
         self.nodes_failed = Counter(
             "aip_extender_nodes_failed", f"nodes failed by {MAX_SLOWDOWN_ANNOTATION}", ["verb"], registry=r
         )
+        self.nodes_full = Counter(
+            "aip_extender_nodes_full", "nodes failed because every GPU of theirs is full (max_jobs_per_gpu)", ["verb"],
+            registry=r,
+        )  # fmt: skip
         self.bad_annotations = Counter(
             "aip_extender_bad_annotations", f"pods whose {MAX_SLOWDOWN_ANNOTATION} was not a number (ignored)", registry=r
         )
@@ -347,6 +352,8 @@ class Scorer:
     def _gpu_entries(self, job_type: str, gpus: Iterable[str]) -> list[tuple[str, tuple[float, float]]]:
         out = []
         for gpu in gpus:
+            if self.client.is_full(gpu):
+                continue
             entry = self.client.explored_entry(gpu, job_type)  # the client's ranking rules (novel_risk, exploration)
             if entry is not None:
                 out.append((gpu, entry))
@@ -375,23 +382,29 @@ class Scorer:
         return self.score_nodes(self._usable_job_type(PodAsk.of(pod), verb), nodes, verb)
 
     def filter_nodes(self, pod: Any, nodes: Sequence[str], verb: str = "filter") -> tuple[list[str], dict[str, str]]:
-        """(nodes that pass, {failed node: reason}); only ``aip.io/max-slowdown-pct`` fails a node.
+        """(nodes that pass, {failed node: reason}).
 
-        A node fails when on its best GPU (the same GPUs as the score: those with a usable
+        A node whose every GPU is full (:meth:`SchedulerClient.is_full`: none free) fails, whatever the pod. Else
+        only ``aip.io/max-slowdown-pct`` fails a node: when on its best GPU (the same GPUs as the score: those with a usable
         prediction) the newcomer's predicted slowdown or the slowdown it causes
         (``existing_pct``, summed over the jobs there: an upper bound of the worst) exceeds
         the limit. A node without predictions passes.
         """
         ask = PodAsk.of(pod)
         job_type = self._usable_job_type(ask, verb)
-        if job_type is None or ask.max_slowdown_pct is None:
-            return list(nodes), {}
-        limit = ask.max_slowdown_pct
         by_host = self.client.gpus_by_host()
         passed: list[str] = []
         failed: dict[str, str] = {}
         for node in nodes:
             gpus = by_host.get(node, [])
+            if gpus and all(self.client.is_full(g) for g in gpus):
+                failed[node] = f"aip: every GPU of the node is full ({len(gpus)} running max_jobs_per_gpu jobs)"
+                self.metrics.nodes_full.labels(verb).inc()
+                continue
+            if job_type is None or ask.max_slowdown_pct is None:
+                passed.append(node)
+                continue
+            limit = ask.max_slowdown_pct
             entries = self._gpu_entries(job_type, gpus)
             if not entries:
                 self.metrics.nodes_without_predictions.labels(verb).inc()

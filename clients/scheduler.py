@@ -80,6 +80,8 @@ class GpuView:
     """The node the GPU is on, from its lifecycle events (every kind carries ``host``)."""
     idle_reported: bool = False
     """The latest prediction with what-if entries said the GPU ran nothing (``occupancy`` ``idle``)."""
+    full: bool = False
+    """The latest placement prediction said the GPU takes no other job (``full``: no what-if entries)."""
 
     def job_types(self) -> Counter[str]:
         """The multiset of job types known to run (exact when ``complete``)."""
@@ -96,8 +98,8 @@ class GpuView:
         return not (self.job_set and self.as_of > self.last_event_ts)
 
     def what_if_valid(self) -> bool:
-        """The what-if entries still describe the GPU's current job set."""
-        if not self.what_if:
+        """The what-if entries (or the word that the GPU is full) still describe the GPU's current job set."""
+        if not self.what_if and not self.full:
             return False
         if self.complete:
             return tuple(sorted(self.job_types().elements())) == self.job_set
@@ -125,22 +127,37 @@ NOVEL_RISKS = ("upper", "expected", "withhold")
 (``withhold``: the GPU's cost is unknown for that job type, ranked by load, as before novel types were predicted)."""
 
 
-def ranking_newcomer_pct(newcomer_pct: float, upper_pct: float | None, regime: str | None, risk: str, novel_risk: str) -> float:
+WORST_PCT = 1000.0
+"""The worst known case of a slowdown: the bound of every published value (the ``prediction_max_pct`` setting's
+default).  An unbounded upper end (a what-if interval ``[lo, null]``) is ranked that far above the expected
+slowdown: every such entry at the same margin, so that among them the expected cost still orders the GPUs (an upper
+end fixed at the bound would favour the GPU where the newcomer is predicted worst, its margin the smallest)."""
+
+
+def ranking_newcomer_pct(
+    newcomer_pct: float, upper_pct: float | None, regime: str | None, risk: str, novel_risk: str, worst_pct: float = WORST_PCT
+) -> float:
     """The newcomer's slowdown a ranking uses: its upper end where ``risk`` is ``upper``, or where the entry is for
-    a job type never measured here (``novel``) and ``novel_risk`` is ``upper``; else the expected slowdown.
+    a job type never measured here (``novel``) and ``novel_risk`` is ``upper``; else the expected slowdown.  An
+    unbounded upper end (``math.inf``: the interval ``[lo, null]``) is the worst known case, ``worst_pct`` above the
+    expected slowdown.
 
     >>> ranking_newcomer_pct(20.0, 80.0, "novel", "expected", "upper"), ranking_newcomer_pct(20.0, 80.0, "new", "expected", "upper")
     (80.0, 20.0)
     >>> ranking_newcomer_pct(20.0, 80.0, "novel", "expected", "expected"), ranking_newcomer_pct(20.0, None, "novel", "expected", "upper")
     (20.0, 20.0)
+    >>> ranking_newcomer_pct(20.0, math.inf, "novel", "expected", "upper", worst_pct=1000.0)
+    1020.0
     """
+    if upper_pct is not None and math.isinf(upper_pct):
+        upper_pct = newcomer_pct + worst_pct
     pessimistic = risk == "upper" or (regime == "novel" and novel_risk == "upper")
     return max(newcomer_pct, upper_pct) if pessimistic and upper_pct is not None else newcomer_pct
 
 
 def ranking_entry_pct(
     newcomer_pct: float, existing_pct: float, upper_pct: float | None, regime: str | None, risk: str = "expected",
-    novel_risk: str = "upper", running_jobs: int = 0,
+    novel_risk: str = "upper", running_jobs: int = 0, worst_pct: float = WORST_PCT,
 ) -> tuple[float, float] | None:  # fmt: skip
     """The (newcomer %, existing %) a ranking costs a what-if entry at; None where the entry is withheld (``novel``
     and ``novel_risk`` ``withhold``: the GPU is ranked by load).  The one rule of
@@ -156,10 +173,14 @@ def ranking_entry_pct(
     ((80.0, 5.0), None)
     >>> ranking_entry_pct(20.0, 5.0, 80.0, "novel", running_jobs=2), ranking_entry_pct(20.0, 5.0, 80.0, "new", running_jobs=2)
     ((80.0, 125.0), (20.0, 5.0))
+    >>> ranking_entry_pct(20.0, 5.0, math.inf, "novel", running_jobs=1, worst_pct=1000.0)  # unbounded: the worst case
+    (1020.0, 1005.0)
     """
     if regime == "novel" and novel_risk == "withhold":
         return None
-    newcomer = ranking_newcomer_pct(newcomer_pct, upper_pct, regime, risk, novel_risk)
+    if upper_pct is not None and math.isinf(upper_pct):
+        upper_pct = newcomer_pct + worst_pct
+    newcomer = ranking_newcomer_pct(newcomer_pct, upper_pct, regime, risk, novel_risk, worst_pct)
     if regime == "novel" and novel_risk == "upper" and upper_pct is not None:
         existing_pct += running_jobs * max(0.0, upper_pct - newcomer_pct)
     return (newcomer, existing_pct)
@@ -217,8 +238,17 @@ def rank_key(cost_pct: float | None, running_jobs: int | None) -> tuple[int, flo
     return (1, float(running_jobs or 0))
 
 
+def upper_end(w: WhatIf) -> float | None:
+    """The upper end of an entry's interval: None without one, ``math.inf`` where unbounded (``[lo, null]``)."""
+    if w.interval_pct is None:
+        return None
+    hi = w.interval_pct[1]
+    return math.inf if hi is None else float(hi)
+
+
 def _meta(w: WhatIf) -> EntryMeta:
-    width = None if w.interval_pct is None else float(w.interval_pct[1] - w.interval_pct[0])
+    hi = upper_end(w)
+    width = None if hi is None or w.interval_pct is None or w.interval_pct[0] is None else float(hi - w.interval_pct[0])
     return EntryMeta(w.regime, width)
 
 
@@ -272,6 +302,9 @@ class SchedulerClient:
     (regime ``novel``) is costed at its interval's upper end, unless ``expected``.  ``explore_margin_pct`` and
     ``explore_width_share`` (settings of the same names; margin 0, off, by default): among GPUs within the margin of
     the best cost, one whose entry is a job set never measured gets :func:`exploration_bonus_pct` off its cost.
+    ``max_jobs_per_gpu`` (default: the setting, 3; 0: no limit): a GPU whose latest prediction says it is ``full``
+    (while its job set stands) or known to run that many jobs is never ranked, so never chosen.  ``worst_pct``
+    (default: the ``prediction_max_pct`` setting): the cost of an unbounded upper end (:func:`ranking_entry_pct`).
     ``clock`` (epoch seconds) is injectable for tests.
     """
 
@@ -287,6 +320,8 @@ class SchedulerClient:
         novel_risk: str | None = None,
         explore_margin_pct: float | None = None,
         explore_width_share: float | None = None,
+        max_jobs_per_gpu: int | None = None,
+        worst_pct: float | None = None,
         clock: Callable[[], float] = time.time,
         consumer: Any = None,
     ) -> None:
@@ -301,6 +336,8 @@ class SchedulerClient:
             raise ValueError(f"novel_risk must be one of {', '.join(NOVEL_RISKS)}, not {self.novel_risk!r}")
         self.explore_margin_pct = float(_setting(explore_margin_pct, settings, "explore_margin_pct", 0.0))
         self.explore_width_share = float(_setting(explore_width_share, settings, "explore_width_share", 0.1))
+        self.max_jobs_per_gpu = int(_setting(max_jobs_per_gpu, settings, "max_jobs_per_gpu", 3))
+        self.worst_pct = float(_setting(worst_pct, settings, "prediction_max_pct", WORST_PCT))
         self.clock = clock
         self._consumer = consumer
         self._gpus: dict[str, GpuView] = {}
@@ -326,9 +363,11 @@ class SchedulerClient:
         """Take one prediction; return True when it replaced the GPU's what-if entries.
 
         Predictions without what-if entries (observed mode) and predictions older
-        than the GPU's current entries change nothing.
+        than the GPU's current entries change nothing, except a placement prediction that says the GPU is ``full``:
+        it replaces them with none.
         """
-        if not prediction.what_if:
+        full = bool(prediction.full) and prediction.mode == "placement"
+        if not prediction.what_if and not full:
             return False
         as_of = prediction.window_end if prediction.window_end is not None else prediction.ts
         with self._lock:
@@ -336,7 +375,8 @@ class SchedulerClient:
             if prediction.ts < view.ts or (view.what_if and as_of < view.as_of):
                 return False
             view.what_if = {w.job_type: (w.newcomer_pct, w.existing_pct) for w in prediction.what_if}
-            view.upper = {w.job_type: w.interval_pct[1] for w in prediction.what_if if w.interval_pct is not None}
+            view.full = full
+            view.upper = {w.job_type: hi for w in prediction.what_if if (hi := upper_end(w)) is not None}
             view.meta = {w.job_type: _meta(w) for w in prediction.what_if}
             self._version += 1
             view.job_set = tuple(sorted(prediction.job_set))
@@ -436,7 +476,7 @@ class SchedulerClient:
             hi = None if view is None else view.upper.get(job_type)
             meta = EntryMeta() if view is None else view.meta.get(job_type, EntryMeta())
             running = 0 if view is None else len(view.job_set)  # the entry's job set: what_if() checked it still runs
-        return ranking_entry_pct(entry[0], entry[1], hi, meta.regime, risk, self.novel_risk, running)
+        return ranking_entry_pct(entry[0], entry[1], hi, meta.regime, risk, self.novel_risk, running, self.worst_pct)
 
     def entry_meta(self, gpu_uuid: str, job_type: str) -> EntryMeta:
         """The regime and interval width of the GPU's entry for ``job_type`` (empty when none)."""
@@ -490,6 +530,19 @@ class SchedulerClient:
                 return max(len(view.running), len(view.job_set) + _net_change(view.changes))
             return len(view.running) or None
 
+    def is_full(self, gpu_uuid: str) -> bool:
+        """Takes no other job: its latest prediction said so and its job set has not changed since, or it is known to
+        run ``max_jobs_per_gpu`` jobs (0: no limit): its whole job set known, else the jobs seen running by id (never
+        :meth:`running_jobs`' estimate, which may count a job twice)."""
+        with self._lock:
+            view = self._gpus.get(gpu_uuid)
+            if view is None:
+                return False
+            if view.full and view.what_if_valid():
+                return True
+            known = sum(view.job_types().values()) if view.complete else len(view.running)
+        return self.max_jobs_per_gpu > 0 and known >= self.max_jobs_per_gpu
+
     def is_idle(self, gpu_uuid: str) -> bool:
         """Known to run nothing."""
         with self._lock:
@@ -512,9 +565,9 @@ class SchedulerClient:
             return out
 
     def ranked(self, job_type: str, candidates: Iterable[str], risk: str = "expected") -> list[tuple[str, float | None]]:
-        """Every candidate with its cost (None: unknown; ``risk`` as in :meth:`cost_pct`), best first; ties keep
-        the candidates' order."""
-        gpus = list(dict.fromkeys(candidates))
+        """Every candidate that is not full (:meth:`is_full`) with its cost (None: unknown; ``risk`` as in
+        :meth:`cost_pct`), best first; ties keep the candidates' order."""
+        gpus = [g for g in dict.fromkeys(candidates) if not self.is_full(g)]
         costs = [(gpu, self.cost_pct(gpu, job_type, risk)) for gpu in gpus]
         order = {g: c for g, c in self.explored(job_type, costs)}  # ranked with the exploration bonus, if on
         scored = [(gpu, cost, self.running_jobs(gpu)) for gpu, cost in costs]
@@ -524,7 +577,7 @@ class SchedulerClient:
     def best_gpu(
         self, job_type: str, candidates: Sequence[str], *, max_cost_pct: float | None = None, risk: str = "expected"
     ) -> str | None:
-        """The candidate with the smallest predicted cost; None when there is no candidate,
+        """The candidate with the smallest predicted cost, never a full one; None when there is no candidate,
         or when ``max_cost_pct`` is given and every candidate's known cost exceeds it
         (unknown GPUs are never excluded by ``max_cost_pct``).  ``risk="upper"`` ranks by the upper end of the
         newcomer's 90 % interval (:meth:`cost_pct`): a GPU whose prediction is uncertain loses to a sure one."""

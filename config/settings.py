@@ -117,6 +117,12 @@ class Settings:
     prediction_max_pct: float = _setting(
         1000.0, "predictions are bounded to [-100, this]; bounded ones are counted (stage2 kind predictions_clipped)"
     )
+    max_jobs_per_gpu: int = _setting(
+        3,
+        "jobs a GPU may run at once, as a Kubernetes time-slicing configuration's replicas (the simulator runs at most "
+        "3): a GPU running this many publishes its predictions with full true and no what-if entries, and the "
+        "extender and the scheduler client never place a job there (0: no limit)",
+    )
     refit_max_lag_s: float = _setting(
         0.0,
         "how far stage 2 may outrun its refits: once event time has advanced this many seconds more than the wall clock "
@@ -219,6 +225,8 @@ class Settings:
             raise SettingsError("broker (AIP_BROKER): no address given; use host:port")
         if self.alert_clear_pct > self.alert_threshold_pct:
             raise SettingsError("alert_clear_pct must not exceed alert_threshold_pct")
+        if self.max_jobs_per_gpu < 0:
+            raise SettingsError("max_jobs_per_gpu must be 0 (no limit) or a number of jobs, e.g. 3")
         if not self.prediction_max_pct > 0:
             raise SettingsError("prediction_max_pct must be positive (a slowdown in %, e.g. 1000)")
         if self.serving == "sharded" and len(self.snapshot_key) < 16:

@@ -49,6 +49,8 @@ Floats = Annotated[dict[Annotated[str, Meta(max_length=64)], Finite | None], Met
 StrMap = Annotated[dict[Str, Str], Meta(max_length=MAX_LIST_LEN)]
 Interval = Annotated[list[Finite], Meta(min_length=2, max_length=2)]
 """``[lo, hi]``."""
+OpenInterval = Annotated[list[Finite | None], Meta(min_length=2, max_length=2)]
+"""``[lo, hi]``, ``hi`` null where nothing bounds it (``lo`` never null): a what-if entry's interval."""
 Version = Literal[1]  # SCHEMA_VERSION
 
 JobKind = Literal["started", "progress", "finished"]
@@ -209,9 +211,14 @@ def progress_has_steps(event: JobEvent) -> None:
         raise RecordError("progress: steps and step_time_s are required")
 
 
-def interval_ordered(interval: list[float] | None) -> None:
-    """An ``interval_pct`` is ``[lo, hi]`` with ``lo <= hi``."""
-    if interval is not None and interval[0] > interval[1]:
+def interval_ordered(interval: list[float] | list[float | None] | None) -> None:
+    """An ``interval_pct`` is ``[lo, hi]`` with ``lo <= hi``; ``hi`` may be null (unbounded), ``lo`` may not."""
+    if interval is None:
+        return
+    lo, hi = interval
+    if lo is None:
+        raise RecordError(f"`interval_pct` [lo, hi] = {interval} has no lower end")
+    if hi is not None and lo > hi:
         raise RecordError(f"`interval_pct` [lo, hi] = {interval} has lo > hi")
 
 
@@ -377,8 +384,9 @@ class WhatIf(Record, frozen=True):
     job_type: Str
     newcomer_pct: Finite
     existing_pct: Finite
-    interval_pct: Interval | None = None
-    """90 % interval ``[lo, hi]`` of ``newcomer_pct`` (absent from producers before it existed)."""
+    interval_pct: OpenInterval | None = None
+    """90 % interval ``[lo, hi]`` of ``newcomer_pct`` (absent from producers before it existed); ``hi`` null
+    (unbounded) for a ``novel`` entry where nothing the environment measured bounds the newcomer's slowdown."""
     regime: Regime | None = None
     """The regime of the ``newcomer_pct`` prediction (as :attr:`Prediction.regime`): whether the newcomer next
     to these jobs was measured before.  Null from producers before it existed, and on an idle GPU."""
@@ -418,6 +426,9 @@ class Prediction(Record, frozen=True):
     ``interference_pct`` 0, ``model`` ``"solo"``), published every window for its what-if entries; ``idle``: the
     GPU runs nothing (``job_id`` and ``job_type`` empty, ``job_set`` empty, ``model`` ``"idle"``, every what-if
     entry 0 with interval ``[0, 0]``: a newcomer there runs alone).  Additive and optional, as ``interval_pct``."""
+    full: bool | None = None
+    """The GPU runs as many jobs as it may (``max_jobs_per_gpu``): it takes no other job, and its prediction carries
+    no what-if entries.  Null from producers before the field existed; additive and optional, as ``interval_pct``."""
     schema_version: Version = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

@@ -27,7 +27,6 @@ PlacementAsk = tuple[str, Mapping[str, float | None], Sequence[str], Sequence[Ma
 """A what-if: (job type, its solo profile, the co-runners' job types, their solo profiles)."""
 
 
-
 @dataclass(frozen=True)
 class PredictionResult:
     interference_pct: float
@@ -43,7 +42,8 @@ class PredictionResult:
     interval_pct: tuple[float, float] | None = None
     """90 % interval (bounded like the prediction): conformal from the last refit's out-of-fold residuals for a
     batch model or the median on a new job set, else from the candidate's rolling prequential residuals in this
-    regime; None until there are enough residuals."""
+    regime; None until there are enough residuals.  A novel type's (:func:`novel_interval`) may have the upper end
+    ``math.inf``: unbounded, published as null in a what-if entry."""
 
 
 @dataclass(frozen=True)
@@ -159,26 +159,59 @@ def steady_state_interval(r: PredictionResult, offsets: tuple[float, float] | No
     return replace(r, interval_pct=(min(lo, v), max(hi, v)))
 
 
+def novel_interval(
+    value: float, prior: tuple[float, float] | None, firsts: ResidualWindow, max_pct: float
+) -> tuple[float, float]:
+    """A novel type's 90 % interval: what the environment learned about types at their first co-location, the
+    split-conformal offsets of the log ratios of their first measurements to what was predicted for them
+    (``firsts``: multiplicative, a type slowed more is off by more), at least as wide as ``prior`` (additive
+    offsets: the spread of every slowdown measured here around their median, and the new job sets' offsets).
+    Its upper end is ``math.inf`` (published null, unbounded) where nothing supports one: while too few types'
+    first measurements were seen for a finite 90 % upper end (the lower end then from their range and the prior),
+    or where it would pass ``max_pct`` (the bound of every published value: bounded there, the interval would say
+    the truth lies below it, which nothing measured says).
+
+    >>> w = ResidualWindow(100, [0.01 * i - 0.5 for i in range(101)])  # log ratios -0.5 .. 0.5
+    >>> lo, hi = novel_interval(100.0, (-20.0, 30.0), w, 1000.0); round(lo, 1), round(hi, 1)
+    (27.5, 216.8)
+    >>> novel_interval(100.0, (-20.0, 30.0), ResidualWindow(100, [0.0, 0.1]), 1000.0)  # thin history
+    (80.0, inf)
+    >>> novel_interval(600.0, None, w, 1000.0)[1]  # past the bound
+    inf
+    """
+    ratio = firsts.offsets()
+    los = [value] + ([value + prior[0]] if prior is not None else [])
+    his = [value] + ([value + prior[1]] if prior is not None else [])
+    if ratio is not None:
+        los.append(_times_exp(value, ratio[0]))
+        his.append(_times_exp(value, ratio[1]))
+    else:
+        seen = firsts.offsets_or_range()  # thin: the lower end from their range
+        if seen is not None:
+            los.append(_times_exp(value, seen[0]))
+    lo = clip_pct(min(los), max_pct)[0]
+    hi = max(his)
+    if ratio is None or hi > max_pct:
+        hi = math.inf
+    return (lo, hi)
+
+
 def plan_interval(
     plan: Plan, value: float, *, median: Candidate | None, novel: ResidualWindow, min_samples: int, max_pct: float
 ) -> tuple[float, float] | None:
-    """``value``'s 90 % interval (see :attr:`PredictionResult.interval_pct`); a novel type's: the new-job-set
-    interval widened to at least the spread of every slowdown measured here around their median (the median's
-    offsets, ``median``'s): what was measured of other types bounds nothing about this one, and at least as wide,
-    multiplicatively, as each type's first measurements were off by (``novel``, log ratios)."""
+    """``value``'s 90 % interval (see :attr:`PredictionResult.interval_pct`); a novel type's: :func:`novel_interval`,
+    with the new-job-set interval widened to at least the spread of every slowdown measured here around their
+    median (the median's offsets, ``median``'s) as its prior: what was measured of other types bounds nothing
+    about this one."""
     offsets = plan.candidate.offsets("new" if plan.regime == "novel" else plan.regime, min_samples)
     if plan.regime == "novel":
         wide = None if median is None else median.offsets("new", min_samples)
         if wide is not None:
             offsets = wide if offsets is None else (min(offsets[0], wide[0]), max(offsets[1], wide[1]))
+        return novel_interval(value, offsets, novel, max_pct)
     if offsets is None:
         return None
     lo, hi = clip_pct(value + offsets[0], max_pct)[0], clip_pct(value + offsets[1], max_pct)[0]
-    if plan.regime == "novel":
-        ratio = novel.offsets_or_range()
-        if ratio is not None:  # at least as wide, multiplicatively, as each type's first measurements were off by
-            lo = min(lo, clip_pct(_times_exp(value, ratio[0]), max_pct)[0])
-            hi = max(hi, clip_pct(_times_exp(value, ratio[1]), max_pct)[0])
     return (min(lo, value), max(hi, value))
 
 

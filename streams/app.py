@@ -193,7 +193,7 @@ class Streams:
         )
         self.serving = Serving(
             settings.alert_threshold_pct, settings.alert_clear_pct, clock=self.clock, max_pct=settings.prediction_max_pct,
-            learner=None if self.sharded else self.stage2,
+            learner=None if self.sharded else self.stage2, max_jobs_per_gpu=settings.max_jobs_per_gpu,
         )  # fmt: skip
         self.group = GroupWatch(GROUP_STUCK_AFTER_S, describe=lambda: str(self.app.group_member()))
         """Liveness of this worker's group membership: a wedged rebalance is logged with its reason."""

@@ -71,6 +71,7 @@ class Serving:
         learner: Stage2 | None = None,
         what_if_every: int = 256,
         what_if_min_s: float = 60.0,
+        max_jobs_per_gpu: int = 3,
     ) -> None:
         self.threshold, self.clear_level, self.clock, self.max_pct = threshold_pct, clear_pct, clock, max_pct
         self.learner = learner
@@ -78,11 +79,13 @@ class Serving:
         self.known: dict[str, dict[str, Profile]] = {}
         self.versions: dict[str, int] = {}
         """Per environment, the snapshot version served (-1: none yet); empty with a learner."""
-        self.what_ifs = WhatIfCache(what_if_every, what_if_min_s)
+        self.max_jobs_per_gpu = max_jobs_per_gpu
+        """Jobs a GPU may run (0: no limit): one running as many is full, and publishes no what-if entries."""
         self.latest: dict[str, dict[str, dict[str, Any]]] = {}  # gpu -> job -> mode -> prediction dict
         self.raised: dict[str, list[str]] = {}
         """gpu -> its jobs with a raised alert, for the GPUs whose caller keeps no state of them (setting stage2)."""
         self.counters: Counter[str] = learner.counters if learner is not None else Counter()
+        self.what_ifs = WhatIfCache(what_if_every, what_if_min_s, counters=self.counters)
 
     # ------------------------------------------------------------ models
     def install(self, environment: str, version: int, models: EnvironmentModels, known: Mapping[str, Profile]) -> bool:
@@ -121,11 +124,15 @@ class Serving:
         if self.learner is None and self.versions.get(obs.environment, -1) < 0:
             self.counters["served_before_snapshot"] += 1
         now = self.clock()
+        full = is_full(1 + len(obs.co_job_types), self.max_jobs_per_gpu)
+        if full:
+            self.counters["windows_full"] += 1
         if obs.colocated:
             out.served = models.serve(obs)
-            out.predictions = predictions_of(models, obs, lambda: self._what_if(models, obs), now, self.counters, out.served)
+            what_if = (lambda: []) if full else (lambda: self._what_if(models, obs))
+            out.predictions = predictions_of(models, obs, what_if, now, self.counters, out.served, full=full)
         elif obs.occupancy == "solo" and not obs.co_job_types:
-            out.predictions = [solo_prediction(obs, self._what_if(models, obs), now=now)]
+            out.predictions = [solo_prediction(obs, [] if full else self._what_if(models, obs), now=now, full=full)]
         else:
             self.counters["windows_not_understood"] += 1
             return out
@@ -157,7 +164,7 @@ class Serving:
         if all(t in known for t in types):
             return self.what_ifs.entries(models, known, types, [known[t] for t in types], obs.window_end)
         self.counters["what_if_uncached"] += 1
-        return what_if_entries(models, known, types, [s for _, s in running])
+        return what_if_entries(models, known, types, [s for _, s in running], self.counters)
 
     def forget(self, gpus: Iterable[str]) -> None:
         """GPUs now read elsewhere: their latest predictions are that worker's to show."""
@@ -198,6 +205,15 @@ class LearnAndServe:
         return out
 
 
+def is_full(running_jobs: int, max_jobs_per_gpu: int) -> bool:
+    """A GPU running ``running_jobs`` takes no other job (``max_jobs_per_gpu`` 0: no limit).
+
+    >>> is_full(3, 3), is_full(2, 3), is_full(9, 0)
+    (True, False, False)
+    """
+    return max_jobs_per_gpu > 0 and running_jobs >= max_jobs_per_gpu
+
+
 def predictions_of(
     models: EnvironmentModels,
     obs: Observation,
@@ -205,10 +221,13 @@ def predictions_of(
     now: float,
     counters: Counter[str],
     served: Served | None = None,
+    *,
+    full: bool = False,
 ) -> list[Prediction]:
     """The predictions of a co-located observation in both modes (none where ``models`` cannot serve it), the
     placement one with ``what_if()``'s entries; counts what was served, clipped or withheld in ``counters``.
-    ``served``: ``models.serve(obs)`` already made, else made here."""
+    ``served``: ``models.serve(obs)`` already made, else made here.  ``full``: the GPU takes no other job (said on
+    both; ``what_if`` then answers no entries)."""
     job_set = sorted([obs.job_type, *obs.co_job_types])
     served = served or models.serve(obs)
     if served.withheld:
@@ -237,7 +256,8 @@ def predictions_of(
                 what_if=what_if() if result.mode == "placement" else [],
                 window_end=obs.window_end,
                 regime=result.regime,
-                interval_pct=None if result.interval_pct is None else list(result.interval_pct),
+                interval_pct=None if result.interval_pct is None else [min(v, models.config.max_pct) for v in result.interval_pct],
+                full=full,
             )
         )
     return out
@@ -261,9 +281,9 @@ def alert_of(
     )
 
 
-def solo_prediction(obs: Observation, what_if: list[WhatIf], *, now: float) -> Prediction:
+def solo_prediction(obs: Observation, what_if: list[WhatIf], *, now: float, full: bool = False) -> Prediction:
     """The answer of a GPU whose job ran alone in the window: the job is not slowed (0, interval ``[0, 0]``), and
-    ``what_if`` says what each newcomer would do there."""
+    ``what_if`` says what each newcomer would do there (none where the GPU is ``full``: it may run one job only)."""
     return Prediction(
         ts=now,
         gpu_uuid=obs.gpu_uuid,
@@ -279,6 +299,7 @@ def solo_prediction(obs: Observation, what_if: list[WhatIf], *, now: float) -> P
         window_end=obs.window_end,
         interval_pct=[0.0, 0.0],
         occupancy="solo",
+        full=full,
     )
 
 
@@ -304,4 +325,5 @@ def idle_prediction(gpu_uuid: str, environment: str, window_end: float, job_type
         window_end=window_end,
         interval_pct=[0.0, 0.0],
         occupancy="idle",
+        full=False,
     )

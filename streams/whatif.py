@@ -5,6 +5,8 @@ summed slowdown of the jobs already there (:func:`what_if_entries`), served from
 from __future__ import annotations
 
 import itertools
+import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -14,14 +16,62 @@ from models.environment import EnvironmentModels, PlacementAsk
 Profile = Mapping[str, float | None]
 
 
+def bounded(value: float | None, max_pct: float) -> tuple[float | None, bool]:
+    """``value`` within ``[-100, max_pct]`` (None stays None: an unbounded end), and whether it was outside.
+
+    >>> bounded(1500.0, 1000.0), bounded(-120.0, 1000.0), bounded(None, 1000.0), bounded(20.0, 1000.0)
+    ((1000.0, True), (-100.0, True), (None, False), (20.0, False))
+    """
+    if value is None:
+        return None, False
+    out = min(max(value, -100.0), max_pct)
+    return out, out != value
+
+
+def open_interval(interval: Sequence[float]) -> list[float | None]:
+    """A model's interval as a what-if entry publishes it: an unbounded upper end (``math.inf``) as null.
+
+    >>> open_interval((10.0, math.inf)), open_interval((10.0, 40.0))
+    ([10.0, None], [10.0, 40.0])
+    """
+    lo, hi = interval
+    return [float(lo), None if math.isinf(hi) else float(hi)]
+
+
+def bounded_entry(entry: WhatIf, max_pct: float) -> tuple[WhatIf, bool]:
+    """``entry`` with ``newcomer_pct``, ``existing_pct`` and its interval's ends within ``[-100, max_pct]`` (an
+    unbounded upper end stays null), and whether anything was outside: what a composition of pairs says beyond the
+    bound is counted, never published.
+
+    >>> e, clipped = bounded_entry(WhatIf(job_type="a", newcomer_pct=1331.0, existing_pct=2400.0, interval_pct=[900.0, 2000.0]), 1000.0)
+    >>> (e.newcomer_pct, e.existing_pct, e.interval_pct, clipped)
+    (1000.0, 1000.0, [900.0, 1000.0], True)
+    """
+    newcomer, a = bounded(entry.newcomer_pct, max_pct)
+    existing, b = bounded(entry.existing_pct, max_pct)
+    interval, c = entry.interval_pct, False
+    if interval is not None:
+        (lo, c_lo), (hi, c_hi) = bounded(interval[0], max_pct), bounded(interval[1], max_pct)
+        interval, c = [lo, hi], c_lo or c_hi
+    if not (a or b or c):
+        return entry, False
+    return WhatIf(
+        job_type=entry.job_type, newcomer_pct=float(newcomer or 0.0), existing_pct=float(existing or 0.0),
+        interval_pct=interval, regime=entry.regime,
+    ), True  # fmt: skip
+
+
 def what_if_entries(
     models: EnvironmentModels,
     known: Mapping[str, Profile],
     running_types: Sequence[str],
     running_solos: Sequence[Profile],
+    counters: Counter[str] | None = None,
 ) -> list[WhatIf]:
     """For each known job type (sorted) as a newcomer: its predicted slowdown and the summed slowdown of the jobs
-    already there.  Every question of the window is asked in one :meth:`EnvironmentModels.predict_placements`."""
+    already there, every value within ``[-100, models.config.max_pct]`` (:func:`bounded_entry`; the entries bounded
+    are counted in ``counters``, ``what_if_clipped``).  Every question of the window is asked in one
+    :meth:`EnvironmentModels.predict_placements`."""
     asks: list[PlacementAsk] = []
     for jt in sorted(known):
         asks.append((jt, known[jt], list(running_types), list(running_solos)))
@@ -34,13 +84,17 @@ def what_if_entries(
         newcomer = next(results)
         existing = sum(float(r.interference_pct) for r in itertools.islice(results, len(running_types)) if r is not None)
         if newcomer is not None:
-            interval = None if newcomer.interval_pct is None else list(newcomer.interval_pct)
-            entries.append(
+            interval = None if newcomer.interval_pct is None else open_interval(newcomer.interval_pct)
+            entry, clipped = bounded_entry(
                 WhatIf(
                     job_type=jt, newcomer_pct=float(newcomer.interference_pct), existing_pct=existing,
                     interval_pct=interval, regime=newcomer.regime,
-                )
+                ),
+                models.config.max_pct,
             )  # fmt: skip
+            if clipped and counters is not None:
+                counters["what_if_clipped"] += 1
+            entries.append(entry)
     return entries
 
 
@@ -69,7 +123,11 @@ class WhatIfCache:
     learn 256 observations in about a second, while every distinct job set of an environment asks its own
     entries.  Without the cache every window paid its own (docs/BENCHMARKS.md, "Stage 2 per observation")."""
 
-    def __init__(self, every: int = 256, min_s: float = 60.0, capacity: int = 50_000) -> None:
+    def __init__(
+        self, every: int = 256, min_s: float = 60.0, capacity: int = 50_000, counters: Counter[str] | None = None
+    ) -> None:
+        self.counters = counters
+        """Where :func:`what_if_entries` counts the entries it bounds (``what_if_clipped``, once per computation)."""
         self.every = max(1, every)
         self.min_s = min_s
         self.capacity = capacity
@@ -118,7 +176,7 @@ class WhatIfCache:
         self.misses += 1
         if len(self.entries_by_key) >= self.capacity:
             self.entries_by_key.clear()
-        entries = self.entries_by_key[key] = what_if_entries(models, known, running_types, running_solos)
+        entries = self.entries_by_key[key] = what_if_entries(models, known, running_types, running_solos, self.counters)
         return entries
 
     def forget(self, environment: str) -> None:

@@ -27,6 +27,8 @@ def _value(t: mi.Type) -> st.SearchStrategy[Any]:
         return st.text(max_size=min(t.max_length or 40, 40))
     if isinstance(t, mi.LiteralType):
         return st.sampled_from(t.values)
+    if isinstance(t, mi.BoolType):
+        return st.booleans()
     if isinstance(t, mi.NoneType):
         return st.none()
     if isinstance(t, mi.UnionType):

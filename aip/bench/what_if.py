@@ -20,6 +20,7 @@ An idle GPU's entries (its ``occupancy`` ``idle``: a newcomer runs alone there) 
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -81,7 +82,8 @@ class Entry:
     running: tuple[str, ...]
     newcomer_pct: float
     existing_pct: float
-    interval_pct: tuple[float, float] | None
+    interval_pct: tuple[float, float | None] | None
+    """``hi`` None: unbounded (the published ``[lo, null]``)."""
     regime: str
     measured_job_sets: int
     true_newcomer_pct: float
@@ -92,6 +94,8 @@ class Entry:
         """The cost the scheduler client ranks this entry by (:func:`clients.scheduler.ranking_entry_pct`, expected
         risk); None where it withholds it.  An idle GPU's entry as published (the client costs it 0)."""
         upper = None if self.interval_pct is None else self.interval_pct[1]
+        if self.interval_pct is not None and upper is None:
+            upper = math.inf  # unbounded: ranked at the worst known case
         regime = None if self.idle else self.regime
         entry = ranking_entry_pct(
             self.newcomer_pct, self.existing_pct, upper, regime, novel_risk=novel_risk, running_jobs=len(self.running)
@@ -147,10 +151,19 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def errors(entries: Sequence[Entry]) -> dict[str, Any]:
-    """MAE of ``newcomer_pct`` and ``existing_pct``, the median newcomer error, and the share of newcomer intervals
-    holding the truth (entries without an interval left out; ``intervals`` counts the others)."""
+    """MAE of ``newcomer_pct`` and ``existing_pct``, the median newcomer error, and the share of bounded newcomer
+    intervals holding the truth (entries without an interval, or with an unbounded one, left out; ``intervals``
+    counts the others); ``unbounded``: how many intervals were ``[lo, null]``, ``unbounded_share`` of those with
+    an interval, ``unbounded_coverage``: the share of them whose lower end is below the truth."""
     newcomer = [abs(e.newcomer_pct - e.true_newcomer_pct) for e in entries]
-    inside = [float(e.interval_pct[0] <= e.true_newcomer_pct <= e.interval_pct[1]) for e in entries if e.interval_pct]
+    bounded = [e for e in entries if e.interval_pct is not None and e.interval_pct[1] is not None]
+    inside = [
+        float(e.interval_pct[0] <= e.true_newcomer_pct <= e.interval_pct[1])
+        for e in bounded
+        if e.interval_pct and e.interval_pct[1] is not None
+    ]
+    unbounded = [e for e in entries if e.interval_pct is not None and e.interval_pct[1] is None]
+    with_interval = len(bounded) + len(unbounded)
     return {
         "entries": len(entries),
         "newcomer_mae": _mean(newcomer),
@@ -158,6 +171,9 @@ def errors(entries: Sequence[Entry]) -> dict[str, Any]:
         "existing_mae": _mean([abs(e.existing_pct - e.true_existing_pct) for e in entries]),
         "interval_coverage": _mean(inside),
         "intervals": len(inside),
+        "unbounded": len(unbounded),
+        "unbounded_share": round(len(unbounded) / with_interval, 4) if with_interval else None,
+        "unbounded_coverage": _mean([float(e.interval_pct[0] <= e.true_newcomer_pct) for e in unbounded if e.interval_pct]),
     }
 
 
@@ -190,11 +206,27 @@ def regret(entries: Iterable[Entry], novel_risk: str = "upper") -> dict[str, Any
     }
 
 
+def out_of_bound(entries: Iterable[Entry], max_pct: float) -> int:
+    """Entries with a published value (``newcomer_pct``, ``existing_pct``, an interval end) outside ``[-100, max_pct]``.
+
+    >>> e = Entry("g", 0.0, "a", ("b",), 1200.0, 0.0, (0.0, None), "novel", 0, 0.0, 0.0)
+    >>> out_of_bound([e], 1000.0), out_of_bound([e], 2000.0)
+    (1, 0)
+    """
+    n = 0
+    for e in entries:
+        values = [e.newcomer_pct, e.existing_pct, *(v for v in (e.interval_pct or ()) if v is not None)]
+        n += any(not -100.0 <= v <= max_pct for v in values)
+    return n
+
+
 def score(
     entries: Sequence[Entry],
     no_truth: int = 0,
     placeable: Callable[[Sequence[str]], bool] | None = None,
     novel_risk: str = "upper",
+    max_jobs_per_gpu: int = 0,
+    max_pct: float | None = None,
 ) -> dict[str, Any]:
     """``accuracy.what_if``: the errors overall, by jobs already running and regime, by regime, and by how often the
     newcomer's type had been measured (job sets holding it); the placement regret over every answer, idle GPUs' too,
@@ -204,7 +236,13 @@ def score(
 
     Reported besides, not part of any floor: ``known_types``, the errors of the entries whose every type was measured
     here (all but ``novel``); with ``placeable`` (whether a fleet would run a job set), ``new_by_placeable``: the
-    ``new`` entries by jobs running, apart for job sets a fleet would place and those it never runs."""
+    ``new`` entries by jobs running, apart for job sets a fleet would place and those it never runs.
+
+    ``max_jobs_per_gpu`` (0: no limit): the entries of a GPU already running that many jobs, where no job can go,
+    are scored apart (``on_full_gpus``), in nothing else; ``max_pct``: ``out_of_bound`` counts the entries with a
+    value outside ``[-100, max_pct]`` (:func:`out_of_bound`)."""
+    full = [e for e in entries if max_jobs_per_gpu > 0 and len(e.running) >= max_jobs_per_gpu]
+    entries = [e for e in entries if not (max_jobs_per_gpu > 0 and len(e.running) >= max_jobs_per_gpu)]
     scored = [e for e in entries if not e.idle]
     by_running: dict[str, dict[str, Any]] = {}
     for n in sorted({len(e.running) for e in scored}):
@@ -214,20 +252,26 @@ def score(
         }
     bins = [label for *_, label in MEASURED_BINS] + ["more"]
     by_measured = {b: errors([e for e in scored if measured_bin(e.measured_job_sets) == b]) for b in bins}
-    return {
-        "mode": "placement",
-        **errors(scored),
-        "no_truth": no_truth,
-        "idle_entries": len(entries) - len(scored),
-        "novel_risk": novel_risk,
-        **regret(entries, novel_risk),
-        "regret_without_lone_gpus": regret((e for e in entries if len(e.running) >= 2), novel_risk),
-        "regret_by_novel_risk": {rule: regret(entries, rule) for rule in NOVEL_RISKS},
-        "by_regime": {g: errors([e for e in scored if e.regime == g]) for g in sorted({e.regime for e in scored})},
-        "by_running": by_running,
-        "by_measured_job_sets": by_measured,
-        "known_types": errors([e for e in scored if e.regime != "novel"]),
-    } | ({} if placeable is None else {"new_by_placeable": _by_placeable([e for e in scored if e.regime == "new"], placeable)})
+    return (
+        {
+            "mode": "placement",
+            **errors(scored),
+            "no_truth": no_truth,
+            "idle_entries": len(entries) - len(scored),
+            "novel_risk": novel_risk,
+            **regret(entries, novel_risk),
+            "regret_without_lone_gpus": regret((e for e in entries if len(e.running) >= 2), novel_risk),
+            "regret_by_novel_risk": {rule: regret(entries, rule) for rule in NOVEL_RISKS},
+            "by_regime": {g: errors([e for e in scored if e.regime == g]) for g in sorted({e.regime for e in scored})},
+            "by_running": by_running,
+            "by_measured_job_sets": by_measured,
+            "known_types": errors([e for e in scored if e.regime != "novel"]),
+            "max_jobs_per_gpu": max_jobs_per_gpu,
+            "on_full_gpus": errors([e for e in full if not e.idle]),
+        }
+        | ({} if max_pct is None else {"out_of_bound": out_of_bound([*entries, *full], max_pct)})
+        | ({} if placeable is None else {"new_by_placeable": _by_placeable([e for e in scored if e.regime == "new"], placeable)})
+    )
 
 
 def _by_placeable(entries: Sequence[Entry], placeable: Callable[[Sequence[str]], bool]) -> dict[str, dict[str, Any]]:

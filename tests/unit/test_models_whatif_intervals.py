@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -110,3 +111,53 @@ def test_a_novel_types_interval_is_as_wide_as_what_types_first_measured_were_off
         assert lo <= (1 + v / 100) * math.exp(lo_r) * 100 - 100 + 1e-6 and hi >= (1 + v / 100) * math.exp(hi_r) * 100 - 100 - 1e-6
         inside.append(lo <= steady(t, k) <= hi)
     assert np.mean(inside) >= 0.8, np.mean(inside)
+
+
+def _population(
+    n_types: int, n_measured: int, seed: int, max_pct: float = 1000.0
+) -> tuple[EnvironmentModels, list[tuple], list[float]]:
+    """An environment that measured ``n_measured`` types of a population (each type's slowdown as the job a hidden
+    factor drawn from one distribution, log-normal), and the novel types' placement asks with their truths."""
+    rng = np.random.default_rng(seed)
+    names = [f"net{i} (batch size 8)" for i in range(n_types)]
+    sens = {t: 20.0 + float(rng.uniform(-1.0, 1.0)) for t in names}
+    harm = {t: float(np.exp(rng.normal(0.0, 0.6))) for t in names}
+    em = EnvironmentModels("v100", config=dataclasses.replace(FAST, max_pct=max_pct))
+    known = names[:2]
+    for _ in range(3):
+        em.learn_sample(_sample(known[0], [known[1]], _measured(40.0 * harm[known[0]], rng), sens))
+        em.learn_sample(_sample(known[1], [known[0]], _measured(40.0 * harm[known[1]], rng), sens))
+    for t in names[2:n_measured]:
+        co = known[int(rng.integers(len(known)))]
+        for _ in range(3):
+            em.learn_sample(_sample(t, [co], _measured(40.0 * harm[t], rng), sens))
+            em.learn_sample(_sample(co, [t], _measured(40.0 * harm[co], rng), sens))
+        known.append(t)
+        if em.refit_due():
+            em.refit_now()
+    asks = [(t, _profile(sens[t]), [k], [_profile(sens[k])]) for t in names[n_measured:] for k in known[:4]]
+    return em, asks, [40.0 * harm[t] for t in names[n_measured:] for _ in known[:4]]
+
+
+def test_a_novel_types_interval_covers_a_first_measurement_drawn_from_the_population() -> None:
+    """With the first measurements of many types seen, a novel type's interval is bounded and holds what a type
+    drawn from the same population measures first, about 90 % of the time."""
+    em, asks, truths = _population(64, 44, seed=5)
+    got = em.predict_placements(asks)
+    inside = []
+    for r, y in zip(got, truths, strict=True):
+        assert r is not None and r.regime == "novel" and r.interval_pct is not None
+        lo, hi = r.interval_pct
+        assert math.isfinite(hi), r  # enough first measurements: an upper end is supported
+        inside.append(lo <= y <= hi)
+    assert np.mean(inside) >= 0.8, np.mean(inside)
+
+
+def test_a_novel_interval_is_unbounded_where_history_is_thin_and_never_ends_past_the_bound() -> None:
+    em, asks, _ = _population(10, 4, seed=6)  # two types' first measurements: too few for a 90 % upper end
+    for r in em.predict_placements(asks):
+        assert r is not None and r.regime == "novel" and r.interval_pct is not None and math.isinf(r.interval_pct[1])
+    em, asks, _ = _population(64, 44, seed=5, max_pct=45.0)  # a bound the population's slowdowns pass
+    ends = [v for r in em.predict_placements(asks) if r is not None and r.interval_pct for v in r.interval_pct]
+    assert any(math.isinf(v) for v in ends)  # past the bound: unbounded, not clipped to it
+    assert all(-100.0 <= v <= 45.0 for v in ends if math.isfinite(v))
