@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,8 +94,6 @@ class Evaluation:
     candidate_pred: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     """Per candidate (``model:category``; ``Average:all`` for the average of each fold's three best), its held-out
     predictions on the scored rows: each outer fold's candidate fitted on that fold's training rows."""
-    fold_inner: list[tuple[np.ndarray, np.ndarray, list[Score]]] = field(default_factory=list, repr=False)
-    """Per outer fold: (train rows, test rows, the inner scores the selection was made on)."""
 
     @property
     def candidate_mae(self) -> dict[str, float]:
@@ -260,7 +258,7 @@ evaluation)."""
 
 def interval(
     pick: Score | None, inner: Sequence[Score], train: Sequence[Sample], test: Sequence[Sample], pred: np.ndarray,
-    mode: str, holdout: str, *, seed: int = 0, coverage: float = COVERAGE,
+    mode: str, holdout: str, *, seed: int = 0, coverage: float = COVERAGE, fitted: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """The 90 % interval of ``pred`` (``pick`` fitted on ``train``, predicting ``test``), from ``train`` alone.
 
@@ -272,7 +270,10 @@ def interval(
       residuals scaled by the disagreement (standard deviation) of the three best single candidates, measured
       out of fold on the calibration rows and on ``test`` by the same three fitted on ``train`` (at most the
       largest calibration disagreement).  A row of an unseen family on which models disagree gets a wider
-      interval."""
+      interval.
+
+    ``fitted``: predictions on ``test`` of candidates already fitted on ``train`` with ``seed``, by :func:`_key`
+    (:func:`outer_predictions`); a candidate among them is not fitted again."""
     y = np.array([s.target for s in train], dtype=float)
     if pick is None:
         lo, hi = conformal_offsets(y - float(np.median(y)), coverage)
@@ -283,7 +284,13 @@ def interval(
         return pred + lo, pred + hi
     singles = [c for c in inner if math.isfinite(c.mae) and c.model not in (MEDIAN, IDENTITY) and not c.model.startswith(AVERAGE)]
     top = sorted(singles, key=lambda c: (c.mae, c.model, c.category))[:3]
-    preds = [fit_candidate(c.model, c.category, train, mode, seed)(test) for c in top]
+    known = fitted or {}
+    preds = [
+        known[_key(c.model, c.category)]
+        if _key(c.model, c.category) in known
+        else fit_candidate(c.model, c.category, train, mode, seed)(test)
+        for c in top
+    ]
     spread = np.std([c.oof for c in top], axis=0) if top else np.zeros(len(y))
     new = np.std(preds, axis=0) if top else np.zeros(len(test))
     cal = np.isfinite(pick.oof) & np.isfinite(spread)  # the calibration rows some inner fold tested (not the probes)
@@ -453,7 +460,6 @@ def evaluate(
     outer_choices: list[str] = []
     picks: list[tuple[np.ndarray, np.ndarray, str, str]] = []
     cand_pred: dict[str, np.ndarray] = {}
-    fold_inner: list[tuple[np.ndarray, np.ndarray, list[Score]]] = []
     for i, (train, test) in enumerate(folds):
         tr, te = [samples[j] for j in train], [samples[j] for j in test]
         scored[test] = True
@@ -466,16 +472,19 @@ def evaluate(
         outer = outer_predictions(inner if inner else report_candidates(models, mode, views, tr[0]), tr, te, mode, seed)
         for key, p in outer.items():
             cand_pred.setdefault(key, np.full(len(y), np.nan))[test] = p
-        fold_inner.append((train, test, inner))
         if pick is not None:
             heldout[test] = np.sum([w * outer[f"{m}:{c}"] for m, c, w in blend_members(name)], axis=0)
         else:
             heldout[test] = outer[_key(name, cat)] if _key(name, cat) in outer else fit_candidate(name, cat, tr, mode, seed)(te)
-        lo[test], hi[test] = interval(pick, inner, tr, te, heldout[test], mode, holdout, seed=seed, coverage=coverage)
+        lo[test], hi[test] = interval(
+            pick, inner, tr, te, heldout[test], mode, holdout, seed=seed, coverage=coverage, fitted=outer
+        )
         # the baselines as every candidate was fitted on this fold (outer_predictions), else fitted here
         med_pred[test] = outer[f"{MEDIAN}:all"] if f"{MEDIAN}:all" in outer else fit_candidate(MEDIAN, "all", tr, mode, seed)(te)
         if baseline:
-            id_pred[test] = outer[f"{IDENTITY}:all"] if f"{IDENTITY}:all" in outer else fit_candidate(IDENTITY, "all", tr, mode, seed)(te)
+            id_pred[test] = (
+                outer[f"{IDENTITY}:all"] if f"{IDENTITY}:all" in outer else fit_candidate(IDENTITY, "all", tr, mode, seed)(te)
+            )
         outer_choices.append(f"{name}:{cat}")
         picks.append((train, test, name, cat))
         say(f"outer fold {i + 1}/{len(folds)}: chose {name}:{cat}, fold MAE {mae(heldout[test], y[test]):.2f}")
@@ -492,5 +501,5 @@ def evaluate(
         baseline_mae=mae(id_pred, ys) if baseline else None, selection_seconds=selection_seconds,
         seconds=time.perf_counter() - t0, outer_choices=outer_choices, actual=ys, holdout=holdout, folds=len(folds),
         median_baseline_mae=mae(med_pred, ys), interval_lo=lo, interval_hi=hi, fold_picks=picks, probes=probes,
-        scored_rows=int(scored.sum()), probe_seed=probe_seed, candidate_pred=cand_pred, fold_inner=fold_inner,
+        scored_rows=int(scored.sum()), probe_seed=probe_seed, candidate_pred=cand_pred,
     )  # fmt: skip

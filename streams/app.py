@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import functools
 import hashlib
@@ -59,6 +60,10 @@ log = logging.getLogger(__name__)
 GROUP_STUCK_AFTER_S = 60.0
 """A worker out of a stable consumer-group generation this long says so in its log (:class:`GroupWatch`): well beyond
 a rebalance here (a static member's join and sync take 3 s each on the embedded broker; the session timeout is 10 s)."""
+
+LOOP_CLOSE_GRACE_S = 0.1
+"""At a worker's stop, the event loop runs this long after every service stopped and before it closes (mode's
+Worker waits 1 s: every stop of a worker, in tests too, waited it)."""
 
 
 def app_id(settings: Settings) -> str:
@@ -353,6 +358,9 @@ def faust_worker(app: faust.App, loglevel: str = "warn", stop_within_s: float = 
                 self.watchdog = exit_within(stop_within_s)
                 parallel.stop()  # a refit in progress gives up at its next fit instead of holding the stop
             super()._schedule_shutdown(sig)
+
+        async def _sentinel_task(self) -> None:  # mode sleeps 1 s here after the loop has stopped, before closing it
+            await asyncio.sleep(LOOP_CLOSE_GRACE_S)
 
     levels = {"crit": "critical", "warn": "warning"}
     worker = BoundedStopWorker(app, loglevel=levels.get(loglevel, loglevel), quiet=True, redirect_stdouts=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import faust
+from faust.tables import TableManager
 from faust.transport.drivers import aiokafka as driver
 
 from streams.membership import leave_on_close
@@ -51,13 +52,23 @@ class _Transport(driver.Transport):
     Consumer = _Consumer
 
 
+class _TableManager(TableManager):  # type: ignore[misc]
+    async def on_start(self) -> None:
+        """faust's, without its first 1 s sleep (it lets tables defined late register; this app defines none, and
+        its consumer subscribes only once the manager started: every worker start waited it)."""
+        if not self.should_stop:
+            await self._update_channels()
+            await self.recovery.start()
+
+
 class App(faust.App):
     """:class:`faust.App` whose consumers wait at most ``fetch_max_wait_s`` for new records and leave their group when
-    they stop (``leave_group_on_stop``)."""
+    they stop (``leave_group_on_stop``), and whose table manager starts at once."""
 
     def __init__(self, *args: Any, fetch_max_wait_s: float = 1.5, leave_group_on_stop: bool = True, **kwargs: Any) -> None:
         self.fetch_max_wait_ms = max(1, round(fetch_max_wait_s * 1000.0))
         self.leave_group_on_stop = leave_group_on_stop
+        kwargs.setdefault("TableManager", _TableManager)
         super().__init__(*args, **kwargs)
 
     def group_member(self) -> dict[str, Any]:

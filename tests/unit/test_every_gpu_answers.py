@@ -5,9 +5,7 @@ scheduler client takes an idle GPU's answer."""
 from __future__ import annotations
 
 import msgspec
-import pytest
 from records import sample
-from stub_models import LinearModels
 from test_streams import BASE, alone, feed, observations, scenario
 
 from clients import SchedulerClient
@@ -58,26 +56,12 @@ def test_stage2_answers_a_lone_job_and_learns_nothing_from_it() -> None:
     [pred] = out.predictions
     assert pred.occupancy == "solo" and pred.job_set == [last.job_type] and pred.job_id == "j9"
     assert pred.interference_pct == 0.0 and pred.model == "solo" and pred.window_end == lone.window_end
-    # every known type as a newcomer (their values: test_a_lone_jobs_what_if_entries_worked_out_by_hand)
+    # every known type as a newcomer (their values: test_serving_what_if.py, worked out by hand)
     assert [w.job_type for w in pred.what_if] == sorted(stage.learner.job_types["v100"]) == ["lm", "resnet"]
     assert (stage.counters["observations"], models.leaderboard().observations, len(stage.learner.seen)) == before
     assert stage.counters["solo_windows"] == 1
     assert stage.learner.replay(lone) is False and models.leaderboard().observations == before[1]  # a rebuild skips it too
     assert stage.on_observation(lone).predictions  # not deduped: the answer is republished, still nothing learned
-
-
-def test_a_lone_jobs_what_if_entries_worked_out_by_hand() -> None:
-    """Models with fixed answers (:class:`stub_models.LinearModels`: 0.1 x a job's solo power + 0.01 x its
-    co-runners'): resnet (solo power 100) alone, lm (120) and resnet known from the windows before."""
-    stage = LearnAndServe.build(clock=lambda: BASE, models_factory=LinearModels)
-    for o in observations():
-        stage.on_observation(o, leaderboard=False)
-    last = observations()[-1]
-    lone = alone(last, 100, job_id="j9")
-    [pred] = stage.on_observation(lone).predictions
-    # newcomer lm: 0.1 x 120 + 0.01 x 100 = 13, resnet next to it: 10 + 1.2 = 11.2; newcomer resnet: 11, resnet: 11
-    got = [(w.job_type, w.newcomer_pct, w.existing_pct) for w in pred.what_if]
-    assert got == [("lm", pytest.approx(13.0), pytest.approx(11.2)), ("resnet", pytest.approx(11.0), pytest.approx(11.0))]
 
 
 def test_an_idle_prediction_makes_the_gpu_cost_nothing_for_a_client_that_joined_mid_stream() -> None:

@@ -44,10 +44,12 @@ def test_valid_records_validate(cls: type, data: object) -> None:
     ],
 )
 def test_invalid_records_are_rejected(cls: str, patch: dict[str, object]) -> None:
-    from hypothesis import find
+    from hypothesis import Phase, find
 
     record_cls = next(c for c in TOP_LEVEL if c.__name__ == cls)
-    example = json.loads(encode(find(records_of(record_cls), lambda r: True)))
+    # the first record drawn: the patch makes any record invalid, so shrinking it to the smallest one (seconds) adds nothing
+    first = settings(phases=[Phase.generate], database=None)
+    example = json.loads(encode(find(records_of(record_cls), lambda r: True, settings=first)))
     assert VALIDATORS[record_cls].is_valid(example)
     example.update(patch)
     assert not VALIDATORS[record_cls].is_valid(example)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from test_stream_agents import settle
 
 from events import GpuProcess, MetricSample
 from streams.interference_metrics import InterferenceMetrics
@@ -81,10 +82,7 @@ def test_a_workers_metrics_show_the_pods_of_the_samples_stage_1_reads(tmp_path) 
     async def go() -> None:
         async with streams.agents[0].test_context() as agent:
             await agent.put(encode(batch), key=b"node-1")
-            for _ in range(200):  # until stage 1 has read it
-                if streams.interference.pod_sm:
-                    break
-                await asyncio.sleep(0.02)
+            await settle(lambda: bool(streams.interference.pod_sm))  # until stage 1 has read it
 
     asyncio.run(go())
     text = generate_latest(streams.metrics.registry).decode()
