@@ -155,15 +155,23 @@ def test_load_balancer_acts_once_per_raised_alert_from_a_worker(fed_worker: Any)
 
 def test_client_and_scheduler_example_use_the_workers_what_if(fed_worker: Any) -> None:
     settings, env, _, _ = fed_worker
-    client = SchedulerClient(settings, from_beginning=True, max_age_s=float("inf"), track_lifecycle=False)
+    # it reads the job lifecycle as the example does: a GPU its jobs fill (max_jobs_per_gpu), or whose job set changed
+    # since its last prediction, is no choice; a measured entry (not novel) is costed at its expected values
+    client = SchedulerClient(settings, from_beginning=True, max_age_s=float("inf"))
+
+    def choices() -> list[tuple[str, str]]:
+        client.poll_once(0.5)
+        return [
+            (g, jt)
+            for g, v in client.snapshot().items()
+            if not client.is_full(g)
+            for jt in v.what_if
+            if v.meta[jt].regime != "novel" and client.cost_pct(g, jt) is not None
+        ]
+
     try:
-        wait_for(lambda: client.poll_once(0.5) >= 0 and any(v.what_if for v in client.snapshot().values()),
-                 timeout_s=90, what="predictions with what-if entries")  # fmt: skip
-        gpu, view = next((g, v) for g, v in client.snapshot().items() if v.what_if)
-        job_type = next(iter(view.what_if))
-        newcomer_pct, existing_pct = view.what_if[job_type]
-        if view.meta[job_type].regime == "novel":  # costed at its interval's upper end (novel_risk "upper")
-            newcomer_pct = view.upper[job_type] if view.upper.get(job_type) is not None else newcomer_pct
+        gpu, job_type = wait_for(choices, timeout_s=90, what="a what-if entry of a measured kind on a GPU that can take it")[0]
+        newcomer_pct, existing_pct = client.snapshot()[gpu].what_if[job_type]
         assert client.cost_pct(gpu, job_type) == max(0.0, newcomer_pct) + max(0.0, existing_pct)
         assert client.best_gpu(job_type, ["GPU-unknown", gpu]) == gpu
     finally:
