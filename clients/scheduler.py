@@ -134,6 +134,12 @@ slowdown: every such entry at the same margin, so that among them the expected c
 end fixed at the bound would favour the GPU where the newcomer is predicted worst, its margin the smallest)."""
 
 
+def finite_upper_pct(newcomer_pct: float, upper_pct: float | None, worst_pct: float) -> float | None:
+    """An upper end a ranking can cost: an unbounded one (``math.inf``) as the worst known case, ``worst_pct`` above
+    the expected slowdown (every unbounded entry at the same margin); others as they are."""
+    return newcomer_pct + worst_pct if upper_pct is not None and math.isinf(upper_pct) else upper_pct
+
+
 def ranking_newcomer_pct(
     newcomer_pct: float, upper_pct: float | None, regime: str | None, risk: str, novel_risk: str, worst_pct: float = WORST_PCT
 ) -> float:
@@ -149,8 +155,7 @@ def ranking_newcomer_pct(
     >>> ranking_newcomer_pct(20.0, math.inf, "novel", "expected", "upper", worst_pct=1000.0)
     1020.0
     """
-    if upper_pct is not None and math.isinf(upper_pct):
-        upper_pct = newcomer_pct + worst_pct
+    upper_pct = finite_upper_pct(newcomer_pct, upper_pct, worst_pct)
     pessimistic = risk == "upper" or (regime == "novel" and novel_risk == "upper")
     return max(newcomer_pct, upper_pct) if pessimistic and upper_pct is not None else newcomer_pct
 
@@ -178,8 +183,7 @@ def ranking_entry_pct(
     """
     if regime == "novel" and novel_risk == "withhold":
         return None
-    if upper_pct is not None and math.isinf(upper_pct):
-        upper_pct = newcomer_pct + worst_pct
+    upper_pct = finite_upper_pct(newcomer_pct, upper_pct, worst_pct)
     newcomer = ranking_newcomer_pct(newcomer_pct, upper_pct, regime, risk, novel_risk, worst_pct)
     if regime == "novel" and novel_risk == "upper" and upper_pct is not None:
         existing_pct += running_jobs * max(0.0, upper_pct - newcomer_pct)
