@@ -85,22 +85,6 @@ def read_predictions(settings: Any, stop: Any, counts: Any, out_path: str) -> No
     Path(out_path).write_text(json.dumps(out))
 
 
-def only_metrics(page: str, names: tuple[str, ...]) -> str:
-    """The lines of a Prometheus text page about the series ``names`` (with their ``# HELP`` and ``# TYPE``): a
-    worker's page has several series per GPU, and parsing all of it every few seconds cost this process a fifth of
-    a core at 2,000 GPUs.
-
-    >>> only_metrics("# TYPE a counter\\na_total 1\\n# TYPE b gauge\\nb 2\\n", ("a",))
-    '# TYPE a counter\\na_total 1'
-    """
-    keep = []
-    for line in page.splitlines():
-        name = line.split(" ", 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else line
-        if name.startswith(names):
-            keep.append(line)
-    return "\n".join(keep)
-
-
 def cpu_s(pid: int | None) -> float:
     """CPU seconds (user + system) of a process and its children so far (this process: its own only, its children
     are the ones measured); 0 when it is gone."""

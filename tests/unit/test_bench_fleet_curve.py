@@ -1,11 +1,10 @@
-"""``aip bench fleet``'s cost curve drawn, and the harness's reading of a worker's page (no workers here)."""
+"""``aip bench fleet``'s cost curve drawn, and a worker's page of named series (no workers here)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from aip.bench.fleet import READ_METRICS, plot_curve
-from aip.bench.fleet_harness import only_metrics
 from aip.faults.worker import metric_values
 
 
@@ -18,27 +17,6 @@ def test_the_cost_curve_is_drawn_from_the_sizes_with_figures(tmp_path: Path) -> 
     path = tmp_path / "curve.png"
     plot_curve(points, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_the_series_read_from_a_workers_page_are_those_of_the_whole_page() -> None:
-    page = "\n".join(
-        [
-            "# HELP aip_stream_consumer_lag_records records not yet read",
-            "# TYPE aip_stream_consumer_lag_records gauge",
-            'aip_stream_consumer_lag_records{topic="gpu.metrics",partition="0"} 12.0',
-            'aip_stream_consumer_lag_records{topic="gpu.metrics",partition="1"} 3.0',
-            "# HELP aip_gpu_colocated_jobs co-located jobs",
-            "# TYPE aip_gpu_colocated_jobs gauge",
-            *(f'aip_gpu_colocated_jobs{{environment="v100",gpu_uuid="GPU-{i}"}} 2.0' for i in range(50)),
-            "# HELP aip_stream_consumed_records_total records read",
-            "# TYPE aip_stream_consumed_records_total counter",
-            'aip_stream_consumed_records_total{topic="gpu.metrics"} 40.0',
-        ]
-    )
-    kept = only_metrics(page, READ_METRICS)
-    assert "aip_gpu_colocated_jobs" not in kept
-    for name in ("aip_stream_consumer_lag_records", "aip_stream_consumed_records_total"):
-        assert metric_values(kept, name, topic="gpu.metrics") == metric_values(page, name, topic="gpu.metrics") != []
 
 
 def test_a_worker_asked_for_named_series_renders_only_those_with_the_whole_pages_values() -> None:
