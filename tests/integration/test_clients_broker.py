@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -159,8 +160,21 @@ def test_client_and_scheduler_example_use_the_workers_what_if(fed_worker: Any) -
     # since its last prediction, is no choice; a measured entry (not novel) is costed at its expected values
     client = SchedulerClient(settings, from_beginning=True, max_age_s=float("inf"))
 
-    def choices() -> list[tuple[str, str]]:
-        client.poll_once(0.5)
+    def state() -> dict[str, Any]:
+        return {g: (v.as_of, v.full, sorted(v.what_if)) for g, v in client.snapshot().items()}
+
+    last: list[Any] = [None]
+
+    def settled_choices() -> list[tuple[str, str]]:
+        """Once the worker has published everything (the predictions read stay the same for 5 s, the state the
+        example will read), the measured entries of GPUs that can take a job."""
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            client.poll_once(0.5)
+        now = state()
+        if now != last[0]:  # still changing (or first look): read again
+            last[0] = now
+            return []
         return [
             (g, jt)
             for g, v in client.snapshot().items()
@@ -170,7 +184,9 @@ def test_client_and_scheduler_example_use_the_workers_what_if(fed_worker: Any) -
         ]
 
     try:
-        gpu, job_type = wait_for(choices, timeout_s=90, what="a what-if entry of a measured kind on a GPU that can take it")[0]
+        gpu, job_type = wait_for(
+            settled_choices, timeout_s=150, what="settled what-if entries of a measured kind on a GPU that can take it"
+        )[0]
         newcomer_pct, existing_pct = client.snapshot()[gpu].what_if[job_type]
         assert client.cost_pct(gpu, job_type) == max(0.0, newcomer_pct) + max(0.0, existing_pct)
         assert client.best_gpu(job_type, ["GPU-unknown", gpu]) == gpu
