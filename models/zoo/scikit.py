@@ -287,6 +287,15 @@ def fit_weighted(estimator: Any, data: Prepared) -> Any:
     return estimator.fit(a, t, sample_weight=weight)
 
 
+def fit_subsampled(estimator: Any, data: Prepared) -> Any:
+    """:func:`fit_weighted` for a model fitted on a random subsample of the rows (GradientBoosting's ``subsample``):
+    on a single distinct row the subsample leaves no row out of the bag to score, which scikit-learn divides by, so
+    that row is fitted whole."""
+    if len(data.distinct()[0]) < 2:
+        estimator.set_params(subsample=1.0)
+    return fit_weighted(estimator, data)
+
+
 def fit_scaled_weighted(pipeline: Any, data: Prepared) -> Any:
     """A pipeline (scaler, model) on the distinct rows, every step weighted by their copies."""
     a, t, weight = data.distinct()
@@ -358,7 +367,7 @@ SKLEARN: dict[str, Spec] = {
     "SVR-poly": Spec(_svr_poly, fit_kernel_svr),
     "DecisionTree": Spec(_tree, fit_leaf_weighted, tree_predict, threaded=False),
     "KNN": Spec(_knn, fit_neighbours),
-    "GradientBoosting": Spec(_gbr),
+    "GradientBoosting": Spec(_gbr, fit_subsampled),
     "HistGradientBoosting": Spec(_hgb),
     "HistGradientBoosting-monotone": Spec(_hgb, fit_monotone),
     "RandomForest": Spec(_rf, predict=forest_predict, threaded=False),

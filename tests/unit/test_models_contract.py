@@ -165,6 +165,16 @@ def test_a_tree_fits_a_few_duplicated_rows(rows: int) -> None:
     assert np.isfinite(model.predict(X)).all()
 
 
+@pytest.mark.parametrize("name", zoo.BATCH)
+def test_every_batch_model_fits_one_distinct_row(name: str) -> None:
+    """A cross-validation fold of a tiny dataset may train on one distinct row, repeated (``aip evaluate paper
+    --holdout family --seed 3`` did: GradientBoosting's subsample left no out-of-bag row and scikit-learn divided
+    by its weight); every batch model fits it and predicts that row's target."""
+    X = pd.DataFrame({"S": [10.0, 10.0, 10.0], "E": [5.0, 5.0, 5.0]})
+    model = zoo.make_batch(name, 0).fit(X, [4.0, 4.0, 4.0])
+    assert np.allclose(model.predict(X), 4.0, atol=0.5)
+
+
 @pytest.mark.parametrize("name", ["RandomForest", "MLP"])
 def test_a_fit_is_serialised_once_and_another_fit_again(name: str) -> None:
     """A worker saves every interval: an unchanged batch model is not serialised again (the same state comes back),
