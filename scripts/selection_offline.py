@@ -8,7 +8,12 @@ seed 0, as the evaluation).  A rule maps the draws' out-of-fold predictions to w
 figure is the held-out MAE of the weighted outer predictions over the training median's (docs/MODELS.md, "Tried and
 not adopted").  ``hindsight`` is no rule: the greedy blend fitted on the outer predictions themselves.
 
-    python scripts/selection_offline.py [--gpus v100,p100,k80] [--draws 6] [--cache DIR] [--json]
+``--refit-zoo``: instead, how the stream's refits rank their models carries over to families never seen, on the same
+outer folds over :data:`models.zoo.REFIT_BATCH` (placement mode): the argmin of a job-set CV of 3 folds (the refit's),
+the argmin of a family-grouped CV of 2 folds, and :func:`models.blend.blend` over the latter (docs/MODELS.md,
+"Selection on families never seen").
+
+    python scripts/selection_offline.py [--gpus v100,p100,k80] [--draws 6] [--cache DIR] [--refit-zoo] [--json]
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ from scipy.optimize import nnls
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from models.blend import blend_weights, is_single
-from models.crossval import family_folds, holdout_folds
+from models.blend import blend, blend_weights, is_single
+from models.crossval import best_score, cross_validate, family_folds, holdout_folds
 from models.datasets import load
-from models.evaluate import _key, candidate_scores, outer_predictions
+from models.evaluate import _key, candidate_scores, fit_candidate, outer_predictions
 from models.live import MEDIAN
+from models.zoo import REFIT_BATCH
 
 MED = f"{MEDIAN}:all"
 INNER_K = 2
@@ -193,15 +199,43 @@ def hindsight(data: dict[str, Any]) -> float:
     return float(np.mean(np.abs(blend_weights(p, y, 30) @ p - y)) / np.mean(np.abs(med - y)))
 
 
+def refit_zoo(gpu: str) -> dict[str, float]:
+    """MAE over the training median's, on the outer family folds, of three rankings of the refit zoo."""
+    ds = load("gavel", gpu)
+    samples = ds.samples
+    y = np.array([s.target for s in samples])
+    n_fam = len(set().union(*(s.families for s in samples)))
+    rules = ("job_set_cv_argmin", "family_cv_argmin", "family_cv_blend", "median")
+    pred = {r: np.full(len(y), np.nan) for r in rules}
+    for train, test in holdout_folds(samples, n_fam, 0, "family"):
+        tr, te = [samples[j] for j in train], [samples[j] for j in test]
+        pair = cross_validate(tr, ["placement"], models=REFIT_BATCH, k=3, seed=1, holdout="pair")
+        fam = cross_validate(tr, ["placement"], models=REFIT_BATCH, k=2, seed=1, holdout="family")
+        med = float(np.median(y[train]))
+        mixed = blend(fam, y[train], "placement") if fam else None
+        picks = (best_score(pair, "placement"), best_score(fam, "placement") if fam else None, mixed)
+        for rule, pick in zip(rules, picks, strict=False):
+            pred[rule][test] = med if pick is None else fit_candidate(pick.model, pick.category, tr, "placement", 0)(te)
+        pred["median"][test] = med
+    base = float(np.mean(np.abs(pred["median"] - y)))
+    return {r: round(float(np.mean(np.abs(p - y))) / base, 3) for r, p in pred.items() if r != "median"}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", default="v100,p100,k80")
     ap.add_argument("--draws", type=int, default=6)
     ap.add_argument("--cache", type=Path, help="keep each GPU's cross-validations here (pickles) and reuse them")
+    ap.add_argument("--refit-zoo", action="store_true", help="the stream's refit rankings instead (see above)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     out: dict[str, Any] = {}
     for gpu in args.gpus.split(","):
+        if args.refit_zoo:
+            out[gpu] = refit_zoo(gpu)
+            if not args.json:
+                print(gpu, out[gpu], flush=True)
+            continue
         path = args.cache / f"{gpu}-family-{args.draws}.pkl" if args.cache else None
         if path is not None and path.exists():
             data = pickle.loads(path.read_bytes())
