@@ -59,6 +59,7 @@ from models.prediction import (
     PredictionResult,
     Served,
     _log_ratio,
+    average_members,
     draw,
     observed_features,
     plan_interval,
@@ -231,12 +232,14 @@ class EnvironmentModels:
             preds = items[0][1].candidate.predict_many([p.features() for _, p in items])
             for (i, _), v in zip(items, preds, strict=True):
                 raw[i] = v
+        sel = self.selector  # the plans of job sets never measured that several candidates serve: their mean
+        names = average_members(plans, raw, skip, lambda p: [sel.candidate(p.mode, c) for c in sel.members(p.mode, p.choice, p.regime)])
         return [
-            None if p is None else unpredicted(p) if i in skip else None if r is None else self._result(p, r, intervals)
+            None if p is None else unpredicted(p, names.get(i)) if i in skip else None if r is None else self._result(p, r, intervals, names.get(i))
             for i, (p, r) in enumerate(zip(plans, raw, strict=True))
         ]
 
-    def _result(self, plan: Plan, raw: float, interval: bool = True) -> PredictionResult:
+    def _result(self, plan: Plan, raw: float, interval: bool = True, name: str | None = None) -> PredictionResult:
         m = self.measurements
         value, extrapolated = float(raw), False
         if plan.regime in ("new", "novel") and m.labels and not m.lo <= value <= m.hi:
@@ -246,7 +249,7 @@ class EnvironmentModels:
         value, clipped = clip_pct(value, self.config.max_pct)
         err = plan.choice.error
         return PredictionResult(
-            value, plan.choice.name, plan.choice.category, plan.mode, None if math.isnan(err) else float(err),
+            value, name or plan.choice.name, plan.choice.category, plan.mode, None if math.isnan(err) else float(err),
             plan.regime, clipped or extrapolated, self._interval(plan, value) if interval else None,
         )  # fmt: skip
 
