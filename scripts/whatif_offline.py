@@ -11,6 +11,8 @@ them; the ``pred_*`` keys are of every Nth window.  ``--fixed-refits``: no drift
 differ in the models refit at the same observations; ``--model-seed``: the models' seed.  ``new_by_truth`` /
 ``new_by_model``: the new regime's running predictions by true slowdown and by the model served (count, MAE, mean
 predicted - true, share of the regime's summed error); ``--dump-predictions FILE``: those predictions, one a row.
+``what_if_all`` / ``what_if_by_regime`` / ``what_if_by_running_regime``: (entries, newcomer MAE, median error,
+coverage of the bounded intervals, share of the unbounded ones, ``[lo, null]``).
 """
 
 from __future__ import annotations
