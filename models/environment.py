@@ -27,11 +27,12 @@ The stream calls, per environment:
 * refits (:mod:`models.refit`), a pure function of the recent history;
 * the state (:mod:`models.state`), msgspec Structs: :meth:`EnvironmentModels.to_state` and :meth:`EnvironmentModels.from_state`.
 
-A prediction is served by the candidate with the smallest error of its regime, says which regime it was in,
-and is bounded to ``[-100, max_pct]``.  Observed mode's candidates include placement mode's models (served as
-``placement/<model>``): it knows the solo profiles too, so it is never served worse than placement mode by the
-error both are judged by.  An ADWIN detector per mode on the served prediction's error (computed before
-learning) requests a refit when it fires.
+A prediction is served by the candidate with the smallest error of its regime (a job set never measured, in
+placement mode: the mean of the best few, or a pair derived from measured job sets of three, :mod:`models.derive`),
+says which regime it was in, and is bounded to ``[-100, max_pct]``.  Observed mode's candidates include placement
+mode's models (served as ``placement/<model>``): it knows the solo profiles too, so it is never served worse than
+placement mode by the error both are judged by.  An ADWIN detector per mode on the served prediction's error
+(computed before learning) requests a refit when it fires.
 
 This module never imports kafka or faust.
 """
@@ -49,6 +50,7 @@ from models import persist
 from models.candidates import KINDS, Candidate
 from models.compose import ComposeScore, compose_samples, serve_composed
 from models.datasets import Sample
+from models.derive import ThreeIndex, derive_pairs
 from models.drift import ServedErrorDrift
 from models.live import LAST_MEASURED, MEDIAN, Measurements, clip_pct
 from models.modelconfig import ModelConfig
@@ -59,6 +61,7 @@ from models.prediction import (
     PredictionResult,
     Served,
     _log_ratio,
+    average_members,
     draw,
     observed_features,
     plan_interval,
@@ -104,6 +107,7 @@ class EnvironmentModels:
         self._since_refit = 0
         self._refit_in_flight = False
         self.drift = ServedErrorDrift()
+        self._three = ThreeIndex()  # the measured job sets of three a pair never measured is derived from
         self.compose_scores = {seen: ComposeScore(self.config.min_samples, self.config.compose_margin) for seen in (True, False)}
         """Composed vs served on first observations of job sets of 3+ (:mod:`models.compose`), apart where every
         pair of the job's was measured (True) and where one was not; in the state (:meth:`to_state`)."""
@@ -231,12 +235,16 @@ class EnvironmentModels:
             preds = items[0][1].candidate.predict_many([p.features() for _, p in items])
             for (i, _), v in zip(items, preds, strict=True):
                 raw[i] = v
+        sel, lm = self.selector, self.candidates.get(CandidateKey("placement", "all", LAST_MEASURED))  # job sets never measured:
+        names = average_members(plans, raw, skip, lambda p: [sel.candidate(p.mode, c) for c in sel.members(p.mode, p.choice, p.regime)])
+        if lm is not None and self.compose_scores[True].serve_composed():  # a pair, from job sets of three measured
+            names.update(derive_pairs(plans, raw, skip, self._three.of(lm.estimator.slots), lm.estimator.predict_one))
         return [
-            None if p is None else unpredicted(p) if i in skip else None if r is None else self._result(p, r, intervals)
+            None if p is None else unpredicted(p, names.get(i)) if i in skip else None if r is None else self._result(p, r, intervals, names.get(i))
             for i, (p, r) in enumerate(zip(plans, raw, strict=True))
         ]
 
-    def _result(self, plan: Plan, raw: float, interval: bool = True) -> PredictionResult:
+    def _result(self, plan: Plan, raw: float, interval: bool = True, name: str | None = None) -> PredictionResult:
         m = self.measurements
         value, extrapolated = float(raw), False
         if plan.regime in ("new", "novel") and m.labels and not m.lo <= value <= m.hi:
@@ -246,7 +254,7 @@ class EnvironmentModels:
         value, clipped = clip_pct(value, self.config.max_pct)
         err = plan.choice.error
         return PredictionResult(
-            value, plan.choice.name, plan.choice.category, plan.mode, None if math.isnan(err) else float(err),
+            value, name or plan.choice.name, plan.choice.category, plan.mode, None if math.isnan(err) else float(err),
             plan.regime, clipped or extrapolated, self._interval(plan, value) if interval else None,
         )  # fmt: skip
 
@@ -341,7 +349,6 @@ class EnvironmentModels:
         ]  # fmt: skip
         return self.predict_samples([(s, "placement") for s in samples], what_if=True)
 
-
     def _compose(self, samples: Sequence[Sample], *, intervals: bool = True) -> list[Composition | None]:
         """:func:`models.compose.compose_samples` of ``samples`` by the candidates serving their pairs."""
         return compose_samples(samples, lambda asks, iv: self._predict_many(asks, intervals=iv), self.config.max_pct, intervals=intervals)
@@ -388,10 +395,7 @@ class EnvironmentModels:
         if result is None:
             return
         self.selector.apply(result)
-        self.last_refit = result.finished_at
-        self.refit_seconds = result.seconds
-        self.refits += 1
-        self._since_refit = 0
+        self.last_refit, self.refit_seconds, self.refits, self._since_refit = result.finished_at, result.seconds, self.refits + 1, 0
         self.drift.reset()
 
     def refit_now(self) -> RefitResult:

@@ -30,6 +30,14 @@ def conformal_offsets(residuals: Sequence[float] | np.ndarray, coverage: float =
     (-46.0, 46.0)
     >>> conformal_offsets([1.0, 2.0])
     (-inf, inf)
+
+    Each end at 90 %: a tail of 0.05 each side, finite from 19 residuals (``ceil(0.95 (n + 1)) <= n``); a 90 %
+    upper end alone (``coverage`` 0.8 here: one tail of 0.1) from 9.
+
+    >>> conformal_offsets(np.arange(18.0))[1], conformal_offsets(np.arange(19.0))[1]
+    (inf, 18.0)
+    >>> conformal_offsets(np.arange(8.0), 0.8)[1], conformal_offsets(np.arange(9.0), 0.8)[1]
+    (inf, 8.0)
     """
     r = np.asarray(residuals, dtype=float)
     r = np.sort(r[np.isfinite(r)])

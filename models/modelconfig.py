@@ -44,6 +44,11 @@ class ModelConfig:
     compose_margin: float = 0.25
     """A job set of 3+ never measured is composed from its pairs (:mod:`models.compose`) until, on its first
     observations, the composition's error exceeds the served model's by this share."""
+    new_members: int = 3
+    """Placement mode serves a job set never measured (regime ``new``: what-if entries, their pairs, running jobs)
+    by the mean of the ``new_members`` candidates with the smallest error in the ``new`` regime
+    (:meth:`models.selector.Selector.members`; 1: the best alone): no one of them is best on every job set no one
+    measured, and their errors there partly cancel (docs/MODELS.md, "Selection")."""
     predict_novel: bool = True
     """A job type never measured here but with a solo profile is predicted from the profile (placement mode,
     ``regime`` ``novel``, its interval widened to the spread of every measured slowdown); False: withheld."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -169,7 +169,11 @@ def novel_interval(
     Its upper end is ``math.inf`` (published null, unbounded) where nothing supports one: while too few types'
     first measurements were seen for a finite 90 % upper end (the lower end then from their range and the prior),
     or where it would pass ``max_pct`` (the bound of every published value: bounded there, the interval would say
-    the truth lies below it, which nothing measured says).
+    the truth lies below it, which nothing measured says).  Too few: both ends from the same ``n`` residuals, each
+    tail ``0.05``, the upper end is the ``ceil(0.95 (n + 1))``-th smallest, finite from ``n = 19``.  A one-sided
+    upper end alone (``ceil(0.9 (n + 1))``-th, finite from ``n = 9``) would need a lower end of -100 and is not
+    used: on the simulated fleet the first measurements are of the types a scheduler co-located, and the types it
+    never did (whose entries are most of the novel ones) are slowed far past such an end (docs/MODELS.md).
 
     >>> w = ResidualWindow(100, [0.01 * i - 0.5 for i in range(101)])  # log ratios -0.5 .. 0.5
     >>> lo, hi = novel_interval(100.0, (-20.0, 30.0), w, 1000.0); round(lo, 1), round(hi, 1)
@@ -215,9 +219,53 @@ def plan_interval(
     return (min(lo, value), max(hi, value))
 
 
-def unpredicted(plan: Plan) -> PredictionResult:
-    """What :func:`models.compose.serve_composed` keeps of a plan whose composition it serves (the value is replaced)."""
+def average_name(members: Sequence[Candidate]) -> str:
+    """The served name of a mean of candidates (``model:category`` of each, best first), as ``aip evaluate`` names an average.
+
+    >>> from models.views import CandidateKey
+    >>> class C: key = CandidateKey("placement", "all", "SVR-poly")
+    >>> average_name([C()])
+    'Average[SVR-poly:all]'
+    """
+    return "Average[" + ",".join(f"{c.key.model}:{c.key.category}" for c in members) + "]"
+
+
+def average_members(
+    plans: Sequence[Plan | None], raw: list[float | None], skip: Collection[int], members_of: Callable[[Plan], Sequence[Candidate]]
+) -> dict[int, str]:
+    """Each plan that several candidates serve (``members_of(plan)``, the plan's own first; an empty list: its own
+    alone) predicted by each of them, its ``raw`` value made their mean (in place; members that do not answer, or
+    have no features for it, left out).  Returns those plans' served names (:func:`average_name`), and those of
+    the plans in ``skip`` that several candidates would serve (left unpredicted); plans with no value are left as
+    they are."""
+    names: dict[int, str] = {}
+    asked: dict[Any, tuple[Candidate, list[int]]] = {}
+    values: dict[int, list[float]] = {}
+    for i, plan in enumerate(plans):
+        v = raw[i]
+        members = [] if plan is None or (v is None and i not in skip) else members_of(plan)
+        if len(members) < 2:
+            continue
+        names[i] = average_name(members)
+        if i in skip:  # not predicted (its composition is served): named alike
+            continue
+        values[i] = [float(v)]  # type: ignore[arg-type]
+        for c in members[1:]:
+            asked.setdefault(c.key, (c, []))[1].append(i)
+    for cand, idx in asked.values():
+        rows = [(i, x) for i in idx if (x := cand.features(plans[i].views))]  # type: ignore[union-attr]
+        for (i, _), v in zip(rows, cand.predict_many([x for _, x in rows]) if rows else [], strict=True):
+            if v is not None and math.isfinite(v):
+                values[i].append(float(v))
+    for i, vs in values.items():
+        raw[i] = math.fsum(vs) / len(vs)
+    return names
+
+
+def unpredicted(plan: Plan, name: str | None = None) -> PredictionResult:
+    """What :func:`models.compose.serve_composed` keeps of a plan whose composition it serves (the value is replaced);
+    ``name``: what serves it, if not its choice alone (:func:`average_members`)."""
     err = plan.choice.error
     return PredictionResult(
-        math.nan, plan.choice.name, plan.choice.category, plan.mode, None if math.isnan(err) else float(err), plan.regime
+        math.nan, name or plan.choice.name, plan.choice.category, plan.mode, None if math.isnan(err) else float(err), plan.regime
     )  # fmt: skip

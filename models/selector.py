@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -66,6 +67,20 @@ class Pending:
     """Its slot where the slot keeps its own errors."""
 
 
+def _best_k(judged: Iterable[tuple[CandidateKey, bool, float]], mode: str, k: int) -> list[Choice]:
+    """The ``k`` smallest :class:`Choice` of ``mode`` over ``judged`` (:func:`_best_of`'s rule: its first is
+    :func:`_best_of`'s).
+
+    >>> judged = [(CandidateKey("placement", "all", m), False, e) for m, e in (("a", 3.0), ("b", 1.0), ("c", 2.0))]
+    >>> [c.name for c in _best_k(judged, "placement", 2)]
+    ['b', 'c']
+    """
+    via = mode == "observed"
+    return sorted(
+        Choice(e, key.category, key.name_in(mode)) for key, lends, e in judged if key.mode == mode or (via and key.mode == VIA and lends)
+    )[:k]
+
+
 def _best_of(judged: list[tuple[CandidateKey, bool, float]], mode: str) -> Choice | None:
     """:meth:`Selector.best` (``wider``, every category) over ``judged``: (key, lends, error) of the candidates that
     can serve and have an error, in any order (no two candidates make the same :class:`Choice` in a mode, so the
@@ -106,6 +121,8 @@ class Selector:
         """Regimes whose errors changed since their last selection (``new`` changes rarely: first observations
         of a slot and refits)."""
         self.selection_seconds: float | None = None
+        self._members: list[Choice] = []
+        """Placement mode's ``new_members`` best candidates on new job sets, as of the last selection (:meth:`members`)."""
         self._judged: dict[str, dict[CandidateKey, tuple[CandidateKey, bool, float]] | None] = {r: None for r in REGIMES}
         """Per regime, (key, lends, error) of each servable candidate with an error, as of the last selection (None:
         to be made afresh): a selection weighs again only the candidates scored since (:attr:`_scored`)."""
@@ -330,6 +347,10 @@ class Selector:
                     self.selected[regime][mode] = best
                 else:
                     self.selected[regime].pop(mode, None)
+            if regime == "new":
+                judged = self._judged["new"]
+                k = self.config.new_members
+                self._members = _best_k(judged.values(), "placement", k) if judged and k > 1 else []
         self.selection_seconds = time.perf_counter() - t0
 
     def best_per_mode(self, regime: str) -> dict[str, Choice | None]:
@@ -380,6 +401,13 @@ class Selector:
                 return "seen", best
         return "seen", self.selected["seen"].get(mode) or Choice(math.nan, "all", FALLBACK["seen"])
 
+    def members(self, mode: str, choice: Choice, regime: str) -> list[Choice]:
+        """The candidates whose mean serves what ``choice`` serves in ``mode`` and ``regime``: for a job set never
+        measured (``new``) in placement mode, the ``new_members`` best on new job sets when ``choice`` is the best of
+        them; else none (``choice`` alone)."""
+        m = self._members
+        return m if regime == "new" and mode == "placement" and len(m) > 1 and m[0] == choice else []
+
     def candidate(self, mode: str, choice: Choice) -> Candidate:
         """The candidate ``choice`` names in ``mode``."""
         src, _, model = choice.name.rpartition("/")
@@ -415,6 +443,7 @@ class Selector:
                 choice = self.selected[regime].get(mode)
                 if choice is not None:
                     keys.add(self.candidate(mode, choice).key)
+                    keys.update(self.candidate(mode, c).key for c in self.members(mode, choice, regime))
             for slot in self.scored_in:
                 picked = self.choice(mode, slot)
                 if picked is not None:

@@ -11,6 +11,8 @@ them; the ``pred_*`` keys are of every Nth window.  ``--fixed-refits``: no drift
 differ in the models refit at the same observations; ``--model-seed``: the models' seed.  ``new_by_truth`` /
 ``new_by_model``: the new regime's running predictions by true slowdown and by the model served (count, MAE, mean
 predicted - true, share of the regime's summed error); ``--dump-predictions FILE``: those predictions, one a row.
+``what_if_all`` / ``what_if_by_regime`` / ``what_if_by_running_regime``: (entries, newcomer MAE, median error,
+coverage of the bounded intervals, share of the unbounded ones, ``[lo, null]``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ from producers import calibration as cal
 from producers.sim import Simulator
 
 WINDOW_S = 10.0
+
+
+def covers(interval: list, truth: float) -> bool:
+    """Whether ``interval`` (an upper end None: unbounded) holds ``truth``."""
+    return interval[0] <= truth and (interval[1] is None or truth <= interval[1])
 
 
 def windows(sim: Simulator) -> list[tuple[float, str, list[tuple[str, str]]]]:
@@ -152,6 +159,10 @@ def main() -> None:
                     models.apply_refit(pending[1]())
                     refit_log.append((pending[2], models.observations, models.refit_seconds))
                     pending = None
+    if args.dump:
+        Path(args.dump).write_text(json.dumps(wi_rows))
+    if args.dump_predictions:
+        Path(args.dump_predictions).write_text(json.dumps(bench_detail))
     out: dict = {"seconds": round(time.monotonic() - t0, 1), "observations": models.observations, "refits": models.refits,
                  "refit_log": [[due, applied, round(s, 2)] for due, applied, s in refit_log]}
     for regime in ("seen", "new", "novel"):
@@ -195,16 +206,17 @@ def main() -> None:
         g = "seen" if r["measured"] else "new"
         by[(r["running"], g)].append(abs(r["pred"] - r["truth"]))
         if r["interval"]:
-            cov[(r["running"], g)].append(r["interval"][0] <= r["truth"] <= r["interval"][1])
+            cov[(r["running"], g)].append(covers(r["interval"], r["truth"]))
     out["what_if"] = {f"{n}:{g}": (len(v), round(statistics.mean(v), 1), round(statistics.median(v), 1),
                                    round(statistics.mean(cov[(n, g)]), 3) if cov[(n, g)] else None)
                       for (n, g), v in sorted(by.items())}
     # as the bench reports them: by the entry's own regime (seen / new / novel), and by jobs running x regime
     def cell(rs: list[dict]) -> tuple:
         e = [abs(r["pred"] - r["truth"]) for r in rs]
-        c = [r["interval"][0] <= r["truth"] <= r["interval"][1] for r in rs if r["interval"]]
+        c = [covers(r["interval"], r["truth"]) for r in rs if r["interval"] and r["interval"][1] is not None]
+        u = [r for r in rs if r["interval"] and r["interval"][1] is None]
         return (len(e), round(statistics.mean(e), 1) if e else None, round(statistics.median(e), 1) if e else None,
-                round(statistics.mean(c), 3) if c else None)
+                round(statistics.mean(c), 3) if c else None, round(len(u) / len(rs), 3) if rs else None)
 
     scored = [r for r in wi_rows if r["pred"] is not None and r["running"]]
     out["what_if_all"] = cell(scored)
@@ -247,10 +259,6 @@ def main() -> None:
     nr = sorted(models.novel_residuals.values)
     out["novel_residuals"] = (len(nr), [round(nr[int(q * (len(nr) - 1))], 3) for q in (0.0, 0.05, 0.5, 0.95, 1.0)] if nr else None,
                               models.novel_residuals.offsets())
-    if args.dump:
-        Path(args.dump).write_text(json.dumps(wi_rows))
-    if args.dump_predictions:
-        Path(args.dump_predictions).write_text(json.dumps(bench_detail))
     print(json.dumps(out, indent=None if args.json else 1))
 
 

@@ -12,11 +12,12 @@ import pytest
 from events import CATEGORIES, Leaderboard
 from models import persist
 from models.crossval import grouped_folds
-from models.datasets import BUILTIN
+from models.datasets import BUILTIN, Sample
 from models.environment import STATE_FILE, EnvironmentModels, PredictionResult
 from models.live import slot
 from models.modelconfig import ModelConfig
 from models.state import EnvironmentState
+from models.views import Views
 from models.zoo.online import RiverState
 
 SMALL = ModelConfig(batch_models=("LinearRegression", "DecisionTree"), refit_rows=200, refit_every=150, folds=3, jobset_min=15)
@@ -343,3 +344,33 @@ def test_the_batch_candidates_are_tested_on_the_online_learners_sample(stream, s
     got = {k: scored(k) - before[k] for k in (batch, online, baseline)}
     assert 0 < got[online] < got[baseline] <= 150
     assert got[batch] == (got[online] if sampled else got[baseline])
+
+
+
+def test_a_job_set_never_measured_is_served_by_the_mean_of_the_best_candidates_on_new_job_sets(stream) -> None:  # type: ignore[no-untyped-def]
+    em = EnvironmentModels("v100", config=dataclasses.replace(SMALL, min_samples=3, new_members=3))
+    for o in stream[:300]:
+        em.learn(o)
+    em.apply_refit(em.refit_task()())
+    solos = {o.job_type: dict(o.solo) for o in stream[:300]}
+    m = em.measurements
+    a, b = next((a, b) for a in sorted(solos) for b in sorted(solos) if m.measured(slot(a, [b])) == 0)
+    choice = em.selector.selected["new"]["placement"]
+    members = em.selector.members("placement", choice, "new")
+    assert len(members) == 3 and members[0] == choice
+    assert [c.error for c in members] == sorted(c.error for c in members)  # the three smallest errors, best first
+    assert em.selector.members("placement", choice, "seen") == [] and em.selector.members("observed", choice, "new") == []
+    views = Views(Sample(a, (b,), math.nan, "", "v100", {}, solos[a], (solos[b],)))
+    own = []
+    for c in members:  # each member alone
+        cand = em.selector.candidate("placement", c)
+        own.append(cand.predict_one(cand.features(views)))
+    r = em.predict_placement(a, solos[a], [b], [solos[b]])
+    assert r is not None and r.regime == "new"
+    assert r.model == "Average[" + ",".join(f"{c.name}:{c.category}" for c in members) + "]"
+    assert r.interference_pct == pytest.approx(min(max(math.fsum(own) / 3, m.lo), m.hi))  # bounded to what was measured
+    em.selector.config = dataclasses.replace(em.selector.config, new_members=1)  # the best alone
+    em.selector.stale.add("new")
+    em.selector.select()
+    r1 = em.predict_placement(a, solos[a], [b], [solos[b]])
+    assert r1 is not None and r1.model == choice.name and r1.interference_pct == pytest.approx(min(max(own[0], m.lo), m.hi))
