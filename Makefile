@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DURATION ?= 120
 GPUS ?= 8
-# pytest-xdist processes for make test: the suite waits on real workers more than it computes (TEST_WORKERS=0: serial)
+# pytest-xdist processes for make test (TEST_WORKERS=0: serial); each module runs in one of them, in the order
+# collected (integration first), so that module-scoped brokers and workers start once
 TEST_WORKERS ?= 3
 
 .PHONY: setup run test lint bench clean
@@ -35,7 +36,7 @@ test: lint
 	@# tests/integration/test_web_bind.py makes a network namespace (ip netns): iproute2, and root
 	@command -v ip >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq iproute2) >/dev/null 2>&1 || \
 		{ echo "make test: iproute2 (the ip command) is missing and cannot be installed here: apt-get install iproute2, as root" >&2; exit 1; }
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=15
 
 bench: setup
 	$(BIN)/aip bench all --quick

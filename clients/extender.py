@@ -506,6 +506,9 @@ class Api:
         }
 
 
+TEXT = "text/plain; charset=utf-8"
+
+
 def _handler(api: Api) -> type[BaseHTTPRequestHandler]:
     metrics = api.scorer.metrics
 
@@ -536,8 +539,7 @@ def _handler(api: Api) -> type[BaseHTTPRequestHandler]:
                         raise HttpError(405, f"{method} is not allowed on {path}")
                     raise HttpError(404, f"no such endpoint {path}; see /healthz, /score, /filter, /prioritize, /volcano/*")
                 if verb == "metrics":
-                    self._send(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
-                    code = 200
+                    code, data, kind = 200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST
                 else:
                     body = self._body() if method == "POST" else b""
                     if verb == "score":
@@ -546,23 +548,20 @@ def _handler(api: Api) -> type[BaseHTTPRequestHandler]:
                         answer = api.healthz()
                     else:
                         answer = getattr(api, verb)(body)
-                    self._send(200, json.dumps(answer, allow_nan=False).encode(), "application/json")
-                    code = 200
+                    code, data, kind = 200, json.dumps(answer, allow_nan=False).encode(), "application/json"
             except BadRequest as exc:
-                code = 400
-                self._send(400, f"bad request: {exc}\n".encode(), "text/plain; charset=utf-8")
+                code, data, kind = 400, f"bad request: {exc}\n".encode(), TEXT
             except HttpError as exc:
-                code = exc.code
-                self._send(exc.code, f"{exc}\n".encode(), "text/plain; charset=utf-8")
+                code, data, kind = exc.code, f"{exc}\n".encode(), TEXT
             except Exception as exc:  # never a traceback to the scheduler: one line, and the log
                 log.exception("extender: %s %s failed", method, path)
-                code = 500
-                self._send(500, f"internal error: {type(exc).__name__}: {exc}\n".encode(), "text/plain; charset=utf-8")
+                code, data, kind = 500, f"internal error: {type(exc).__name__}: {exc}\n".encode(), TEXT
             if code != 200 and method == "POST" and not self._consumed:
                 self.close_connection = True  # an unread body would be taken for the next request
-            label = verb or "other"
+            label = verb or "other"  # counted before the answer leaves: a client that reads /metrics next sees it
             metrics.requests.labels(label, str(code)).inc()
             metrics.latency.labels(label).observe(time.perf_counter() - t0)
+            self._send(code, data, kind)
 
         def _body(self) -> bytes:
             raw = self.headers.get("Content-Length")

@@ -53,6 +53,9 @@ THIN_WEIGHT = 8
 """The weight (copies) of a row that involves a thin family.  Measured on Gavel (docs/MODELS.md): 6-10 were
 best at K = 2 and 4; the residual model of :mod:`models.newcomer` over the same feature model was worse there."""
 IDENTITY = "baseline.identity"
+IDENTITY_TREES = 100
+"""Trees of the :data:`IDENTITY` forest (the unit tests, on datasets of a few dozen rows, use fewer: on those the
+forest's per-tree set-up was half of every evaluation's CPU)."""
 
 
 def _key(name: str, category: str) -> str:
@@ -176,7 +179,7 @@ def fit_candidate(name: str, category: str, train: Sequence[Sample], mode: str, 
         from sklearn.ensemble import RandomForestRegressor
 
         X = _identity_frame(train)
-        rf = RandomForestRegressor(n_estimators=100, random_state=seed, n_jobs=1).fit(X, y)
+        rf = RandomForestRegressor(n_estimators=IDENTITY_TREES, random_state=seed, n_jobs=1).fit(X, y)
         return lambda test: rf.predict(_identity_frame(test).reindex(columns=X.columns, fill_value=0.0).fillna(0.0))
     if name.startswith(UPWEIGHTED + "["):
         return _fit_upweighted(name, train, mode, seed)

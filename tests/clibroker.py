@@ -105,8 +105,10 @@ def bad_input_dead_letters(
 ) -> tuple[list[bytes], list[Any]]:
     """Three records that are not JSON sent to gpu.metrics, and the dead letters read back: as many, or what came
     within ``timeout_s`` or before ``stopped()`` (the worker died, say)."""
-    from transport import RecordConsumer, RecordProducer
+    from transport import RecordConsumer, RecordProducer, ensure_topics
 
+    # the worker creates them too; created here, reading does not depend on how soon the worker started
+    ensure_topics(settings, [settings.topic_prefix + name for name in ("gpu.metrics", "aip.deadletter")])
     bad = [f"not json {i}".encode() for i in range(3)]
     with RecordProducer(settings) as producer:
         for b in bad:

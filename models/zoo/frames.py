@@ -19,8 +19,11 @@ class Columns:
 
     def __init__(self, X: pd.DataFrame) -> None:
         columns = sorted(str(c) for c in X.columns)
-        raw = X.reindex(columns=columns).apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-        self._init(columns, raw)
+        frame = X.reindex(columns=columns)
+        text = [c for c, kind in frame.dtypes.items() if not pd.api.types.is_numeric_dtype(kind)]
+        if text:  # only columns that are not numbers already (to_numeric column by column costs 0.5 ms each)
+            frame[text] = frame[text].apply(pd.to_numeric, errors="coerce")
+        self._init(columns, frame.to_numpy(dtype=float, na_value=np.nan))
 
     def _init(self, columns: list[str], raw: np.ndarray) -> None:
         self.columns = columns
