@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ HOST_BATCHES: dict[type, tuple[str, type]] = {HostMetrics: ("samples", MetricSam
 """A host batch's field of items, and their type."""
 
 
+@functools.cache  # one strategy per type: building it anew for every example was most of the tests' time
 def records_of(cls: type) -> st.SearchStrategy[Any]:
     """Valid instances of ``cls``: every field drawn within its Struct's constraints, optionals sometimes null."""
     info = mi.type_info(cls)
