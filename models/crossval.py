@@ -276,7 +276,7 @@ def cross_validate(
     ``holdout`` is the scheme of the folds (:func:`holdout_folds`): ``pair`` by ``Sample.group``, ``family``
     by job family (with ``probes`` job sets of each held-out family revealed to training, drawn with ``probe_seed``).  ``weights``: each
     fold's training rows weighted by ``weights(training samples)`` (whole copies, one per unit; the models fit
-    distinct rows weighted by their copies), e.g. :func:`models.evaluate.thin_family_weights`.
+    distinct rows weighted by their copies), e.g. :func:`models.thinfamilies.thin_family_weights`.
 
     The fits (model x category x mode x fold) are independent: with ``workers`` > 1 (None: all cores) they run
     on :mod:`models.parallel`'s process pool, or on ``fits`` when given (which then keeps the arrays published

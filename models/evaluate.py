@@ -33,6 +33,7 @@ from models.datasets import Dataset, Sample
 from models.features import restrict
 from models.intervals import COVERAGE, conformal_offsets, scaled_offsets
 from models.live import MEDIAN
+from models.thinfamilies import UPWEIGHTED, thin_family_weights, upweighted_name
 from models.zoo import BATCH, make_batch
 
 Progress = Callable[[str], None]
@@ -42,16 +43,6 @@ OBSERVED_VIEWS = ("all+placement", "placement")
 """Extra candidate views of observed mode when the rows also carry solo profiles: everything known about a running
 co-location (percent changes, solo profiles of the job and its co-runners, job identities), and the placement
 features alone, so that observed mode, which knows strictly more, is never chosen worse than placement mode."""
-UPWEIGHTED = "Upweighted"
-"""Candidate ``Upweighted[model:category]``: the feature model fitted with the rows of thinly measured families weighted
-up (:func:`thin_family_weights`), so that a family's first measurements move its predictions instead of being
-outvoted by the rest."""
-UPWEIGHTED_BASE = ("ExtraTrees", "all")
-THIN_SETS = 8
-"""A family measured in at most this many job sets of the training rows is thin."""
-THIN_WEIGHT = 8
-"""The weight (copies) of a row that involves a thin family.  Measured on Gavel (docs/MODELS.md): 6-10 were
-best at K = 2 and 4; the residual model of :mod:`models.newcomer` over the same feature model was worse there."""
 IDENTITY = "baseline.identity"
 IDENTITY_TREES = 100
 """Trees of the :data:`IDENTITY` forest (the unit tests, on datasets of a few dozen rows, use fewer: on those the
@@ -191,30 +182,6 @@ def fit_candidate(name: str, category: str, train: Sequence[Sample], mode: str, 
         return lambda test: np.sum([w * p(test) for p, w in weighted], axis=0)
     model = make_batch(name, seed).fit(pd.DataFrame([view(s, mode, category) for s in train]), y)
     return lambda test: np.asarray(model.predict(pd.DataFrame([view(s, mode, category) for s in test])))
-
-
-def upweighted_name(model: str = UPWEIGHTED_BASE[0], category: str = UPWEIGHTED_BASE[1]) -> str:
-    """The candidate name of a feature model fitted with thin families' rows weighted up (:func:`thin_family_weights`).
-
-    >>> upweighted_name()
-    'Upweighted[ExtraTrees:all]'
-    """
-    return f"{UPWEIGHTED}[{model}:{category}]"
-
-
-def thin_family_weights(samples: Sequence[Sample], thin_sets: int = THIN_SETS, weight: int = THIN_WEIGHT) -> list[int]:
-    """Per row, ``weight`` if it involves a family measured in at most ``thin_sets`` job sets of ``samples``, else 1.
-
-    >>> rows = [Sample("a", ("b",), 0.0, f"g{i}", job_family="a", co_job_families=("b",)) for i in range(9)]
-    >>> thin_family_weights([*rows, Sample("c", ("a",), 0.0, "h", job_family="c", co_job_families=("a",))])
-    [1, 1, 1, 1, 1, 1, 1, 1, 1, 8]
-    """
-    sets: dict[str, set[str]] = {}
-    for s in samples:
-        for fam in s.families:
-            sets.setdefault(fam, set()).add(s.group)
-    thin = {fam for fam, groups in sets.items() if len(groups) <= thin_sets}
-    return [weight if s.families & thin else 1 for s in samples]
 
 
 def _fit_upweighted(name: str, train: Sequence[Sample], mode: str, seed: int) -> Predictor:
