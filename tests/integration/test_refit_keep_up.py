@@ -19,9 +19,13 @@ START_TS = 1_700_000_000.0
 
 @pytest.fixture()
 def worker(broker: Any, tmp_path: Any) -> Iterator[WorkerProcess]:
+    """A worker started on a fleet's history already in the topics (1,800 s of four GPUs, sent in a few seconds):
+    it reads it as a backlog, at full speed."""
     from aip.broker import free_port
+    from producers.sim import Simulator
 
     settings = dataclasses.replace(worker_settings(broker, tmp_path, "keepup"), refit_max_lag_s=60.0)
+    produce_records(settings, Simulator(gpus=4, gpu_model="v100", seed=5, start_ts=START_TS, duration_s=1800).events())
     w = WorkerProcess(settings, free_port(), tmp_path / "worker.log").start()
     try:
         wait_for(w.ready, timeout_s=60, what="the worker's web server")
@@ -31,11 +35,6 @@ def worker(broker: Any, tmp_path: Any) -> Iterator[WorkerProcess]:
 
 
 def test_a_burst_of_history_waits_for_its_refits_and_loses_nothing(worker: WorkerProcess) -> None:
-    from producers.sim import Simulator
-
-    sim = Simulator(gpus=4, gpu_model="v100", seed=5, start_ts=START_TS, duration_s=1800)
-    produce_records(worker.settings, sim.events())  # 1,800 s of four GPUs in a few seconds
-
     def stage2(kind: str) -> float:
         return worker.counter("aip_stream_stage_events_total", stage="stage2", kind=kind)
 
