@@ -219,15 +219,18 @@ def plan_interval(
     return (min(lo, value), max(hi, value))
 
 
-def average_name(members: Sequence[Candidate]) -> str:
-    """The served name of a mean of candidates (``model:category`` of each, best first), as ``aip evaluate`` names an average.
+def average_name(members: Sequence[Candidate], mode: str | None = None) -> str:
+    """The served name of a mean of candidates (``model:category`` of each, best first), as ``aip evaluate`` names an
+    average; served in another ``mode`` than the members', prefixed with theirs (as :meth:`CandidateKey.name_in`).
 
     >>> from models.views import CandidateKey
     >>> class C: key = CandidateKey("placement", "all", "SVR-poly")
-    >>> average_name([C()])
-    'Average[SVR-poly:all]'
+    >>> average_name([C()]), average_name([C()], "observed")
+    ('Average[SVR-poly:all]', 'placement/Average[SVR-poly:all]')
     """
-    return "Average[" + ",".join(f"{c.key.model}:{c.key.category}" for c in members) + "]"
+    name = "Average[" + ",".join(f"{c.key.model}:{c.key.category}" for c in members) + "]"
+    src = members[0].key.mode
+    return name if mode in (None, src) else f"{src}/{name}"
 
 
 def average_members(
@@ -246,7 +249,7 @@ def average_members(
         members = [] if plan is None or (v is None and i not in skip) else members_of(plan)
         if len(members) < 2:
             continue
-        names[i] = average_name(members)
+        names[i] = average_name(members, plan.mode)  # type: ignore[union-attr]
         if i in skip:  # not predicted (its composition is served): named alike
             continue
         values[i] = [float(v)]  # type: ignore[arg-type]

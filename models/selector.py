@@ -123,6 +123,8 @@ class Selector:
         self.selection_seconds: float | None = None
         self._members: list[Choice] = []
         """Placement mode's ``new_members`` best candidates on new job sets, as of the last selection (:meth:`members`)."""
+        self._lent: list[Choice] = []
+        """The same, as observed mode serves them (when each lends itself to observed mode)."""
         self._judged: dict[str, dict[CandidateKey, tuple[CandidateKey, bool, float]] | None] = {r: None for r in REGIMES}
         """Per regime, (key, lends, error) of each servable candidate with an error, as of the last selection (None:
         to be made afresh): a selection weighs again only the candidates scored since (:attr:`_scored`)."""
@@ -350,7 +352,10 @@ class Selector:
             if regime == "new":
                 judged = self._judged["new"]
                 k = self.config.new_members
-                self._members = _best_k(judged.values(), "placement", k) if judged and k > 1 else []
+                self._members = _best_k(judged.values(), VIA, k) if judged and k > 1 else []
+                chosen = {(c.category, c.name) for c in self._members}
+                lend = all(lends for key, lends, _ in judged.values() if key.mode == VIA and (key.category, key.model) in chosen)
+                self._lent = [Choice(c.error, c.category, f"{VIA}/{c.name}") for c in self._members] if lend else []
         self.selection_seconds = time.perf_counter() - t0
 
     def best_per_mode(self, regime: str) -> dict[str, Choice | None]:
@@ -403,10 +408,10 @@ class Selector:
 
     def members(self, mode: str, choice: Choice, regime: str) -> list[Choice]:
         """The candidates whose mean serves what ``choice`` serves in ``mode`` and ``regime``: for a job set never
-        measured (``new``) in placement mode, the ``new_members`` best on new job sets when ``choice`` is the best of
-        them; else none (``choice`` alone)."""
-        m = self._members
-        return m if regime == "new" and mode == "placement" and len(m) > 1 and m[0] == choice else []
+        measured (``new``), placement mode's ``new_members`` best on new job sets when ``choice`` is the best of them
+        (in observed mode too, when it serves placement's best); else none (``choice`` alone)."""
+        m = self._members if mode == VIA else self._lent
+        return m if regime == "new" and len(m) > 1 and m[0] == choice else []
 
     def candidate(self, mode: str, choice: Choice) -> Candidate:
         """The candidate ``choice`` names in ``mode``."""
