@@ -45,7 +45,8 @@ def _child(mode: str, broker: str, prefix: str, n: int, state_dir: str, client_i
             os._exit(0)
 
     if mode == "passthrough":
-        app = App(app_id(settings) + "-passthrough", **app_config(settings, web=False))
+        # faust's own fetch loop (the worker's hands each message over without faust's per-message tasks)
+        app = App(app_id(settings) + "-passthrough", **(app_config(settings, web=False) | {"direct_delivery": False}))
         t = Topics(prefix)
 
         @app.agent(app.topic(t.metrics, t.lifecycle, key_serializer="raw", value_serializer="raw"), name="passthrough")
