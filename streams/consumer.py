@@ -126,7 +126,9 @@ class _Consumer(driver.Consumer):
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover  (the worker's fetch loop; run by faust)
         """faust's fetch loop (faust-streaming 0.15.3, ``Consumer._drain_messages``), each message handed over by
         :func:`deliver`: faust's ``wait_first`` per message made four tasks and cancelled three, a third of its cost
-        per message (docs/BENCHMARKS.md, "Stage 1").  Unchanged otherwise: offsets read, gaps, commits."""
+        per message (docs/BENCHMARKS.md, "Stage 1").  The fetch waits :data:`PRESSURE_FETCH_S` while a partition is
+        out for its stream's full buffer, and for a buffer to drop when none is left (:meth:`_wait_for_room`).
+        Unchanged otherwise: offsets read, gaps, commits."""
         if not self.app.direct_delivery:
             await super()._drain_messages(fetcher)
             return
