@@ -56,6 +56,11 @@ class Settings:
         "a stream worker's fetch waits at most this long for new records (faust's own 1.5 s left host-batched "
         "input idle on the embedded broker)",
     )
+    direct_delivery: bool = _setting(
+        True,
+        "a stream worker's fetch loop hands each message to faust's streams without faust's four tasks per message "
+        "when the stream has room for it (false: faust's own fetch loop)",
+    )
     # producers
     host: str = _setting("", "host name in records (default: this machine's)")
     sample_interval_s: float = _setting(1.0, "NVML sampling interval")

@@ -135,6 +135,7 @@ def app_config(settings: Settings, *, web: bool = True, web_port: int | None = N
         key_serializer="raw",
         value_serializer="raw",
         fetch_max_wait_s=settings.fetch_max_wait_s,
+        direct_delivery=settings.direct_delivery,
         leave_group_on_stop=settings.leave_group_on_stop,
     )
 

@@ -6,14 +6,22 @@ long a fetch is held while fewer than ``fetch_min_bytes`` (1) are new, so a shor
 empty fetches per second when idle and nothing when busy.  Measured on the embedded broker (docs/BENCHMARKS.md,
 "Host-batched samples"): stage 1 read the same host-batched fleet in 3.4-6.4 s with 1,500 ms and 1.7-1.9 s with
 100 or 250 ms, with the same observations; consumers of host batches spent the difference idle in ``epoll``.
+
+Its fetch loop hands each message to faust's conductor by :func:`deliver` (``direct_delivery``): faust's awaited
+``wait_first(callback(message), suspend_flow.wait())`` per message, four tasks made and three cancelled, three
+event-loop turns, about a third of faust's cost per message (docs/BENCHMARKS.md, "Stage 1").
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any, cast
 
 import faust
 from faust.tables import TableManager
+from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as driver
 
 from streams.membership import leave_on_close
@@ -43,9 +51,139 @@ class _ConsumerThread(driver.AIOKafkaConsumerThread):
         }
 
 
+@types.coroutine
+def _resumed(coro: Coroutine[Any, Any, Any], yielded: Any) -> Generator[Any, Any, Any]:
+    """The rest of ``coro``, which yielded ``yielded`` at its first step: what ``yield from coro`` would have done
+    from there (each value it yields passed to the task that drives this, each result or exception sent back)."""
+    try:
+        while True:
+            try:
+                sent = yield yielded
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # a cancellation or the awaited future's exception: coro's to handle
+                yielded = coro.throw(exc)
+            else:
+                yielded = coro.send(sent)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def _finish(coro: Coroutine[Any, Any, Any], yielded: Any) -> Any:
+    return await _resumed(coro, yielded)
+
+
+async def deliver(
+    callback: Callable[[Any], Coroutine[Any, Any, Any]], message: Any, suspend_flow: asyncio.Event,
+    wait_first: Callable[..., Awaitable[Any]],
+) -> None:  # fmt: skip
+    """Hand ``message`` to faust's ``callback`` (the conductor: decode, then each subscribed stream's buffer) as faust's
+    fetcher does, ``wait_first(callback(message), suspend_flow.wait())``, without its four tasks per message when the
+    callback does not have to wait.  The callback's first step runs here: done (the common case: a stream buffer with
+    room), it is delivered; else (a full buffer, the flow suspended by a rebalance) the rest of it runs in a task
+    raced against ``suspend_flow`` exactly as faust's does.  With the flow already suspended, faust's own way."""
+    if suspend_flow.is_set():
+        await wait_first(callback(message), suspend_flow.wait())
+        return
+    coro = callback(message)
+    try:
+        yielded = coro.send(None)
+    except StopIteration:
+        return
+    await wait_first(asyncio.ensure_future(_finish(coro, yielded)), suspend_flow.wait())
+
+
+PRESSURE_FETCH_S = 0.05
+"""The fetch's wait while some partition is out of the fetch for its stream's full buffer (faust's: 1 s)."""
+
+
 class _Consumer(driver.Consumer):
+    _room: asyncio.Event | None = None
+    """Set when a stream buffer that was under pressure drops back (faust's ``on_buffer_drop``)."""
+
     def _new_consumer_thread(self) -> Any:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    def on_buffer_drop(self, tp: Any) -> None:
+        super().on_buffer_drop(tp)
+        if self._room is not None:
+            self._room.set()
+
+    async def _wait_for_room(self, timeout_s: float = 1.0) -> None:
+        """While every partition waits for its stream's buffer (taken out of the fetch under pressure), until one has
+        room again, at most ``timeout_s``: faust's ``getmany`` with no partition to fetch sleeps 1 s whatever happens.
+        Delivering without faust's tasks fills a buffer faster than its stream empties it."""
+        if self._room is None:
+            self._room = asyncio.Event()
+        self._room.clear()
+        if self._buffered_partitions and not self._get_active_partitions():
+            try:
+                await asyncio.wait_for(self._room.wait(), timeout_s)
+            except TimeoutError:
+                pass
+
+    async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover  (the worker's fetch loop; run by faust)
+        """faust's fetch loop (faust-streaming 0.15.3, ``Consumer._drain_messages``), each message handed over by
+        :func:`deliver`: faust's ``wait_first`` per message made four tasks and cancelled three, a third of its cost
+        per message (docs/BENCHMARKS.md, "Stage 1").  The fetch waits :data:`PRESSURE_FETCH_S` while a partition is
+        out for its stream's full buffer, and for a buffer to drop when none is left (:meth:`_wait_for_room`).
+        Unchanged otherwise: offsets read, gaps, commits."""
+        if not self.app.direct_delivery:
+            await super()._drain_messages(fetcher)
+            return
+        callback = self.callback
+        getmany = self.getmany
+        consumer_should_stop = cast(Any, self)._stopped.is_set
+        fetcher_should_stop = fetcher._stopped.is_set
+        get_read_offset = self._read_offset.__getitem__
+        set_read_offset = self._read_offset.__setitem__
+        set_flag, unset_flag = self.diag.set_flag, self.diag.unset_flag
+        commit_every = self._commit_every
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        suspend_flow, wait_first = self.suspend_flow, self.wait_first
+        yield_every, num_since_yield = 100, 0
+        try:
+            while not (consumer_should_stop() or fetcher_should_stop()):
+                await self._wait_for_room()
+                set_flag(CONSUMER_FETCHING)
+                # with partitions out of the fetch for a full buffer, a short fetch: a 1 s one of the others, which
+                # may have nothing new, kept the buffer's partitions waiting (measured: 1 s stalls, half the run)
+                ait = getmany(timeout=PRESSURE_FETCH_S if self._buffered_partitions else 1.0)
+                await self.sleep(0)  # as faust: getmany may be called in a loop never releasing the event loop
+                if not self.should_stop:
+                    async for tp, message in ait:
+                        num_since_yield += 1
+                        if num_since_yield > yield_every:
+                            await asyncio.sleep(0)
+                            num_since_yield = 0
+                        offset = message.offset
+                        r_offset = get_read_offset(tp)
+                        if r_offset is None or offset >= r_offset:
+                            gap = offset - (r_offset or 0)
+                            if gap > 1 and r_offset and acks_enabled_for(message.topic):
+                                await self._add_gap(tp, r_offset + 1, offset)
+                            if commit_every is not None and self._n_acked >= commit_every:
+                                self._n_acked = 0
+                                await self.commit()
+                            await deliver(callback, message, suspend_flow, wait_first)
+                            set_read_offset(tp, offset)
+                    unset_flag(CONSUMER_FETCHING)
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                self.log.info("Broker stopped consumer, shutting down...")
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                self.log.info("Consumer shutting down for user cancel.")
+                return
+            raise
+        except Exception as exc:
+            self.log.exception("Drain messages raised: %r", exc)
+            raise
+        finally:
+            unset_flag(CONSUMER_FETCHING)
 
 
 class _Transport(driver.Transport):
@@ -62,12 +200,18 @@ class _TableManager(TableManager):  # type: ignore[misc]
 
 
 class App(faust.App):
-    """:class:`faust.App` whose consumers wait at most ``fetch_max_wait_s`` for new records and leave their group when
-    they stop (``leave_group_on_stop``), and whose table manager starts at once."""
+    """:class:`faust.App` whose consumers wait at most ``fetch_max_wait_s`` for new records, hand messages over by
+    :func:`deliver` (``direct_delivery``) and leave their group when they stop (``leave_group_on_stop``), and whose
+    table manager starts at once."""
 
-    def __init__(self, *args: Any, fetch_max_wait_s: float = 1.5, leave_group_on_stop: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, fetch_max_wait_s: float = 1.5, leave_group_on_stop: bool = True, direct_delivery: bool = True,
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
         self.fetch_max_wait_ms = max(1, round(fetch_max_wait_s * 1000.0))
         self.leave_group_on_stop = leave_group_on_stop
+        self.direct_delivery = direct_delivery
+        """Each fetched message handed to faust's conductor by :func:`deliver` (False: by faust's own fetch loop)."""
         kwargs.setdefault("TableManager", _TableManager)
         super().__init__(*args, **kwargs)
 
