@@ -24,6 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 for _name in list(os.environ):
     if _name.startswith("AIP_"):
         del os.environ[_name]
+# grpcio's fork support restarts its poller thread in a forked child, where subprocess then closes the poller's epoll
+# descriptor: in a test process that had run a fake kubelet (gRPC), a broker started next aborted before its exec
+# ("exited at start (code -6)", "epoll_wait error: Bad file descriptor").  Nothing here forks to use gRPC.
+os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
 
 
 @pytest.fixture(scope="session")
