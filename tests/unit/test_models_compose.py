@@ -6,18 +6,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from jobsets import FAST, SENS, composed_pct, profile, sample
 from records import trained_on_pairs
 
-from models.datasets import Sample
 from models.environment import EnvironmentModels
 from models.modelconfig import ModelConfig
-
-SENS = {f"net{i} (batch size 8)": 10.0 + 12.0 * i for i in range(5)}
-"""Each type's solo SM utilisation; the pairwise slowdown grows with both (the answer the stream is built on)."""
-
-
-def _profile(s: float) -> dict[str, float]:
-    return {"S": s, "V": s / 2, "E": 100 + s, "M": 1000.0, "throughput": 10.0}
 
 
 def _pair_pct(job: str, co: str) -> float:
@@ -25,15 +18,7 @@ def _pair_pct(job: str, co: str) -> float:
 
 
 def _truth(job: str, co: list[str]) -> float:
-    return (math.prod(1 + _pair_pct(job, c) / 100 for c in co) - 1) * 100
-
-
-def _sample(job: str, co: list[str], y: float) -> Sample:
-    key = " + ".join(sorted((job, *co)))
-    return Sample(job, tuple(co), y, key, "v100", {}, _profile(SENS[job]), tuple(_profile(SENS[c]) for c in co))
-
-
-FAST = ModelConfig(online_models=("river.LinearRegression",), batch_models=("ExtraTrees", "LinearRegression"), final_fits=2)
+    return composed_pct(_pair_pct, job, co)
 
 
 def test_a_three_job_set_never_measured_is_composed_from_its_pairs_better_than_the_feature_model() -> None:
@@ -43,12 +28,12 @@ def test_a_three_job_set_never_measured_is_composed_from_its_pairs_better_than_t
     for _ in range(8):  # every pair measured, no job set of three
         for a in names:
             for b in names:
-                em.learn_sample(_sample(a, [b], _pair_pct(a, b) + float(rng.normal(0, 0.5))))
+                em.learn_sample(sample(a, [b], _pair_pct(a, b) + float(rng.normal(0, 0.5))))
     em.refit_now()
     job, co = "net4 (batch size 8)", ["net3 (batch size 8)", "net4 (batch size 8)"]
     truth = _truth(job, co)
-    feature_model = em.predict_sample(_sample(job, co, math.nan), "placement", compose=False)
-    served = em.predict_placement(job, _profile(SENS[job]), co, [_profile(SENS[c]) for c in co])
+    feature_model = em.predict_sample(sample(job, co, math.nan), "placement", compose=False)
+    served = em.predict_placement(job, profile(SENS[job]), co, [profile(SENS[c]) for c in co])
     assert feature_model is not None and served is not None
     assert feature_model.regime == served.regime == "new" and served.model.startswith("compose/")
     # the feature model knows pairs only, and a new job set is bounded to the slowdowns measured (pairs')
@@ -64,20 +49,20 @@ def test_the_composition_is_not_served_where_its_prequential_error_is_worse_and_
         EnvironmentModels("v100", config=FAST),
         names,
         8,
-        lambda a, b: _sample(a, [b], _pair_pct(a, b) + float(rng.normal(0, 0.5))),
+        lambda a, b: sample(a, [b], _pair_pct(a, b) + float(rng.normal(0, 0.5))),
     )
     # a stream where a third job adds nothing: the pairs' composition over-predicts every job set of three
     for a in names[:-1]:  # net4 never the job of a set of three
         for b in names:
             for c in names:
                 if b <= c:
-                    em.learn_sample(_sample(a, [b, c], max(_pair_pct(a, b), _pair_pct(a, c))))
+                    em.learn_sample(sample(a, [b, c], max(_pair_pct(a, b), _pair_pct(a, c))))
     assert em.compose_scores[True].n >= FAST.min_samples and not em.compose_scores[True].serve_composed()
     job, co = "net4 (batch size 8)", ["net0 (batch size 8)", "net1 (batch size 8)"]
-    served = em.predict_placement(job, _profile(SENS[job]), co, [_profile(SENS[c]) for c in co])
+    served = em.predict_placement(job, profile(SENS[job]), co, [profile(SENS[c]) for c in co])
     assert served is not None and served.regime == "new" and not served.model.startswith("compose/")
     # its interval: at least as wide as the feature model's, and as what the sets of three measured first were off by
-    own = em.predict_sample(_sample(job, co, math.nan), "placement", compose=False)
+    own = em.predict_sample(sample(job, co, math.nan), "placement", compose=False)
     truth = max(_pair_pct(job, c) for c in co)
     assert own is not None and own.interval_pct is not None and served.interval_pct is not None
     assert served.interval_pct[0] <= own.interval_pct[0] and served.interval_pct[1] >= own.interval_pct[1]
@@ -94,12 +79,12 @@ def test_a_three_job_set_with_a_pair_never_measured_is_composed_and_so_is_its_ru
         for a in names:
             for b in names:
                 if (a, b) != (job, co[0]):
-                    em.learn_sample(_sample(a, [b], _pair_pct(a, b) + float(rng.normal(0, 0.5))))
+                    em.learn_sample(sample(a, [b], _pair_pct(a, b) + float(rng.normal(0, 0.5))))
     em.refit_now()
     truth = _truth(job, co)
-    feature_model = em.predict_sample(_sample(job, co, math.nan), "placement", compose=False)
-    served = em.predict_placement(job, _profile(SENS[job]), co, [_profile(SENS[c]) for c in co])
-    running = em.predict_sample(_sample(job, co, math.nan), "placement")  # what the running job is told
+    feature_model = em.predict_sample(sample(job, co, math.nan), "placement", compose=False)
+    served = em.predict_placement(job, profile(SENS[job]), co, [profile(SENS[c]) for c in co])
+    running = em.predict_sample(sample(job, co, math.nan), "placement")  # what the running job is told
     assert feature_model is not None and served is not None and running is not None
     assert served.regime == "new" and served.model.startswith("compose/") and running.model == served.model
     assert abs(served.interference_pct - truth) < 5.0 < abs(feature_model.interference_pct - truth), (
@@ -113,13 +98,13 @@ def test_a_composed_slowdown_compounds_past_the_bound_of_one_pair() -> None:
     for _ in range(8):
         for a in names:
             for b in names:
-                em.learn_sample(_sample(a, [b], min(60.0, _pair_pct(a, b))))
+                em.learn_sample(sample(a, [b], min(60.0, _pair_pct(a, b))))
     em.refit_now()
     job, co = "net4 (batch size 8)", ["net4 (batch size 8)", "net3 (batch size 8)"]
-    served = em.predict_placement(job, _profile(SENS[job]), co, [_profile(SENS[c]) for c in co])
+    served = em.predict_placement(job, profile(SENS[job]), co, [profile(SENS[c]) for c in co])
     assert served is not None and served.model.startswith("compose/")
     # each pair at the bound (60 %): a third of solo speed is 1.6 x 1.6 = 2.56 x the time, 156 %, not 60 %
     assert 150.0 < served.interference_pct <= 156.0 + 1e-9
     # a running job's own prediction keeps the bound (what stage 2 publishes as its slowdown: [-100, max_pct])
-    running = em.predict_sample(_sample(job, co, math.nan), "placement")
+    running = em.predict_sample(sample(job, co, math.nan), "placement")
     assert running is not None and running.model.startswith("compose/") and running.interference_pct == 60.0 and running.clipped

@@ -4,23 +4,15 @@ profiles say (what no feature model can know of a pair it never saw)."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
+from jobsets import FAST, SENS, composed_pct, profile, sample
 
-from models.datasets import Sample
 from models.derive import DERIVED
 from models.environment import EnvironmentModels
-from models.modelconfig import ModelConfig
 
-SENS = {f"net{i} (batch size 8)": 10.0 + 12.0 * i for i in range(5)}
 JOB, CO, OTHER = "net3 (batch size 8)", "net0 (batch size 8)", "net4 (batch size 8)"
 """The pair never measured, whose slowdown is 60 points more than the profiles say; JOB next to CO and OTHER never
 measured either."""
-
-
-def _profile(s: float) -> dict[str, float]:
-    return {"S": s, "V": s / 2, "E": 100 + s, "M": 1000.0, "throughput": 10.0}
 
 
 def _pair_pct(job: str, co: str) -> float:
@@ -28,15 +20,7 @@ def _pair_pct(job: str, co: str) -> float:
 
 
 def _truth(job: str, co: list[str]) -> float:
-    return (math.prod(1 + _pair_pct(job, c) / 100 for c in co) - 1) * 100
-
-
-def _sample(job: str, co: list[str], y: float) -> Sample:
-    key = " + ".join(sorted((job, *co)))
-    return Sample(job, tuple(co), y, key, "v100", {}, _profile(SENS[job]), tuple(_profile(SENS[c]) for c in co))
-
-
-FAST = ModelConfig(online_models=("river.LinearRegression",), batch_models=("ExtraTrees", "LinearRegression"), final_fits=2)
+    return composed_pct(_pair_pct, job, co)
 
 
 def _trained(rng: np.random.Generator) -> EnvironmentModels:
@@ -46,10 +30,10 @@ def _trained(rng: np.random.Generator) -> EnvironmentModels:
         for a in names:
             for b in names:
                 if {a, b} != {JOB, CO}:
-                    em.learn_sample(_sample(a, [b], _pair_pct(a, b) + float(rng.normal(0, 0.5))))
+                    em.learn_sample(sample(a, [b], _pair_pct(a, b) + float(rng.normal(0, 0.5))))
         for x in names:
             if x not in (JOB, CO, OTHER):
-                em.learn_sample(_sample(JOB, [CO, x], _truth(JOB, [CO, x]) + float(rng.normal(0, 0.5))))
+                em.learn_sample(sample(JOB, [CO, x], _truth(JOB, [CO, x]) + float(rng.normal(0, 0.5))))
     em.refit_now()
     return em
 
@@ -57,12 +41,12 @@ def _trained(rng: np.random.Generator) -> EnvironmentModels:
 def test_a_pair_never_measured_is_derived_from_the_job_sets_of_three_it_was_measured_in() -> None:
     em = _trained(np.random.default_rng(0))
     truth = _pair_pct(JOB, CO)
-    served = em.predict_placement(JOB, _profile(SENS[JOB]), [CO], [_profile(SENS[CO])])
+    served = em.predict_placement(JOB, profile(SENS[JOB]), [CO], [profile(SENS[CO])])
     assert served is not None and served.regime == "new" and served.model == DERIVED
     assert abs(served.interference_pct - truth) < 2.0, (truth, served.interference_pct)
     # the feature models never saw the pair: they miss its 60 points
     em.compose_scores[True].n, em.compose_scores[True].composed_abs, em.compose_scores[True].served_abs = 100, 9.0, 1.0
-    model = em.predict_placement(JOB, _profile(SENS[JOB]), [CO], [_profile(SENS[CO])])
+    model = em.predict_placement(JOB, profile(SENS[JOB]), [CO], [profile(SENS[CO])])
     assert model is not None and model.model != DERIVED and truth - model.interference_pct > 20.0
 
 
@@ -70,9 +54,9 @@ def test_a_what_if_of_three_never_measured_is_composed_from_a_derived_pair() -> 
     em = _trained(np.random.default_rng(1))
     co = [CO, OTHER]  # never measured; JOB next to OTHER alone was
     truth = _truth(JOB, co)
-    served = em.predict_placement(JOB, _profile(SENS[JOB]), co, [_profile(SENS[c]) for c in co])
+    served = em.predict_placement(JOB, profile(SENS[JOB]), co, [profile(SENS[c]) for c in co])
     assert served is not None and served.regime == "new" and served.model.startswith("compose/")
     assert abs(served.interference_pct - truth) < 4.0, (truth, served.interference_pct)
     em.compose_scores[True].n, em.compose_scores[True].composed_abs, em.compose_scores[True].served_abs = 100, 9.0, 1.0
-    guessed = em.predict_placement(JOB, _profile(SENS[JOB]), co, [_profile(SENS[c]) for c in co])  # the pair a model's
+    guessed = em.predict_placement(JOB, profile(SENS[JOB]), co, [profile(SENS[c]) for c in co])  # the pair a model's
     assert guessed is not None and guessed.model.startswith("compose/") and truth - guessed.interference_pct > 40.0
