@@ -11,12 +11,7 @@ from aip.cli import main
 from models.crossval import cross_validate, grouped_folds, holdout_folds
 from models.datasets import Dataset, Sample, load, load_gavel
 
-
-@pytest.fixture(autouse=True)
-def few_identity_trees(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The job-identity baseline's forest with 20 trees (100 in the product), except where a test measures against it."""
-    if "one_hot_baseline" not in request.node.name:
-        monkeypatch.setattr("models.evaluate.IDENTITY_TREES", 20)
+pytestmark = pytest.mark.usefixtures("few_identity_trees")
 
 
 def test_gavel_features_beat_one_hot_baseline(data_dir) -> None:  # type: ignore[no-untyped-def]

@@ -16,11 +16,7 @@ from models.evaluate import candidate_scores, evaluate, fit_candidate
 
 MODELS = ("LinearRegression", "DecisionTree", "KNN")
 
-@pytest.fixture(autouse=True)
-def few_identity_trees(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The job-identity baseline's forest with 20 trees (100 in the product), except where a test measures against it."""
-    if "one_hot_baseline" not in request.node.name:
-        monkeypatch.setattr("models.evaluate.IDENTITY_TREES", 20)
+pytestmark = pytest.mark.usefixtures("few_identity_trees")
 
 
 
