@@ -8,12 +8,12 @@ group) and its target.
 
 from __future__ import annotations
 
-import ast
 import csv
 import dataclasses
 import gzip
 import itertools
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -127,12 +127,20 @@ def _interp_log(table: Sequence[tuple[float, float]], b: float) -> float:
     return table[-1][1]
 
 
+_GAVEL_KEY = re.compile(r"\('([^'\\]*)', (\d+)\)")
+
+
 def _job_name(key: str) -> tuple[str, int]:
-    try:
-        name, scale = ast.literal_eval(key)
-    except (ValueError, SyntaxError) as exc:
-        raise DatasetError(f"unexpected Gavel job key {key!r}") from exc
-    return str(name), int(scale)
+    """A Gavel job key, the repr of a (name, scale factor) tuple, read as text: ``ast.literal_eval`` compiles, and in
+    CPython 3.11 a compile beside another thread's can fail ("AST constructor recursion depth mismatch").
+
+    >>> _job_name("('LM (batch size 40)', 2)")
+    ('LM (batch size 40)', 2)
+    """
+    m = _GAVEL_KEY.fullmatch(key)
+    if m is None:
+        raise DatasetError(f"unexpected Gavel job key {key!r}")
+    return m[1], int(m[2])
 
 
 def load_gavel(path: Path, gpu: str = "v100", *, scale: int = 1, miso: bool = True) -> Dataset:
