@@ -298,14 +298,16 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 BUILTIN = {
     "gavel": DATA_DIR / "gavel" / "physical_cluster_throughputs.json",
     "paper": DATA_DIR / "aip_paper" / "colocation_rows.csv",
-    # measured on one NVIDIA H200 by `aip experiment` (data/h200/README.md); in a clone of the repository only
+    # measured on one NVIDIA H200 by `aip experiment` (data/h200/README.md); in a clone of the repository only:
+    # 5 jobs solo and all 10 pairs; a second run of 4 of them, 6 pairs and 3 triples
     "h200": Path(__file__).resolve().parents[1] / "data" / "h200" / "observations.csv.gz",
+    "h200-triples": Path(__file__).resolve().parents[1] / "data" / "h200" / "run2" / "observations.csv.gz",
 }
 """Datasets that ship with the project (licences beside them), by short name."""
 
 
 def resolve(name_or_path: Path | str) -> Path:
-    """A short name of :data:`BUILTIN` (``gavel``, ``paper``, ``h200``) or a path.
+    """A short name of :data:`BUILTIN` (``gavel``, ``paper``, ``h200``, ``h200-triples``) or a path.
 
     >>> resolve("gavel").name, resolve("some/file.csv").name
     ('physical_cluster_throughputs.json', 'file.csv')

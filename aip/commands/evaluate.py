@@ -18,7 +18,7 @@ def register(sub: Any) -> None:
         help="offline evaluation: error per model x category, AIP selection, time taken",
         description="Gavel throughput JSON, an observations CSV (docs/ARCHITECTURE.md, Dataset formats) or the paper's rows.",
     )
-    p.add_argument("dataset", help="path to the dataset file, or a shipped one by name: gavel, paper, h200")
+    p.add_argument("dataset", help="path to the dataset file, or a shipped one by name: gavel, paper, h200, h200-triples")
     p.add_argument("--gpu", help="GPU type / environment to evaluate (Gavel: k80, p100, v100; default v100)")
     p.add_argument("--mode", choices=("observed", "placement"), help="feature mode (default: what the dataset has)")
     p.add_argument(

@@ -147,3 +147,19 @@ def test_the_shipped_h200_measurement_loads_by_name_from_its_gzip_csv() -> None:
     assert {s.environment for s in ds.samples} == {"NVIDIA H200"}
     assert {s.job_type for s in ds.samples} == set(jobs)
     assert all(0 < s.target < 200 for s in ds.samples)  # measured interference rates, 20.8-120.8 % per job
+
+
+def test_the_shipped_h200_triples_run_loads_by_name_with_its_pairs_and_triples() -> None:
+    """`aip evaluate h200-triples` reads data/h200/run2/observations.csv.gz: 6 pairs and 3 triples of 4 jobs."""
+    from models.datasets import load
+
+    ds = load("h200-triples")
+    jobs = ("cnn-bs256", "lstm-bs40", "resnet50-bs32", "vgg16-bs32")
+    sets = {frozenset((s.job_type, *s.co_job_types)) for s in ds.samples}
+    assert len(ds.samples) == 42 and len(set(ds.groups)) == 9
+    assert {x for x in sets if len(x) == 2} == {frozenset((a, b)) for i, a in enumerate(jobs) for b in jobs[i + 1 :]}
+    triples = {x for x in sets if len(x) == 3}
+    assert len(triples) == 3 and frozenset(("vgg16-bs32", "lstm-bs40", "cnn-bs256")) not in triples  # skipped
+    assert sum(len(s.co_job_types) == 2 for s in ds.samples) == 18  # 3 jobs x 2 windows x 3 triples
+    assert {s.environment for s in ds.samples} == {"NVIDIA H200"} and {s.job_type for s in ds.samples} == set(jobs)
+    assert all(0 < s.target < 250 for s in ds.samples)  # measured interference rates per window, 7.5-208.9 %
