@@ -98,6 +98,11 @@ class Settings:
         "while progress is due (a running job reported it, or one finished less than this ago), metric windows wait "
         "for jobs.lifecycle up to this long (event time)",
     )
+    backlog_hold_s: float = _setting(
+        3600.0,
+        "while a GPU's jobs.lifecycle partition has records this worker has not applied yet (it reads a backlog), metric "
+        "windows wait for them up to this long (event time)",
+    )
     stage1_batch: int = _setting(1000, "stage 1 handles input in batches of up to this many events (1: event by event)")
     stage1_batch_wait_s: float = _setting(0.05, "stage 1 waits at most this long to fill a batch (stage1_batch > 1)")
     observation_batch_bytes: int = _setting(

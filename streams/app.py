@@ -177,7 +177,7 @@ class Streams:
         settings, t = self.settings, self.topics
         self.stage1 = Stage1(
             settings.window_s, settings.lateness_s, settings.lifecycle_hold_s, progress_hold_s=settings.progress_hold_s,
-            source_of=self._source_of, every_window=True,
+            backlog_hold_s=settings.backlog_hold_s, source_of=self._source_of, every_window=True,
         )  # fmt: skip
         self.writer_id = f"{group_instance_id(settings) or socket.gethostname()}-{os.getpid()}"
         self.state = Stage1State(

@@ -84,6 +84,13 @@ class TopicNames:
         except Exception:  # not assigned here, or the consumer is not running
             return None
 
+    def assigned(self, topic: str, partition: int) -> bool:
+        """Whether this worker reads ``partition`` of ``topic`` (True when its consumer cannot say)."""
+        try:
+            return self.tp(topic, partition)[0] in self.app.consumer.assignment()
+        except Exception:  # the consumer is not running
+            return True
+
 
 @dataclass(eq=False)
 class Inputs:
@@ -218,11 +225,14 @@ class Inputs:
         windows wait for it: reading a backlog, faust may hand over minutes of one
         partition's metrics before any of its lifecycle events (measured: up to 5,736 valid
         lifecycle events dead-lettered as late in the stage-1 bench before this rule).
-        Asked per event: one batch can span minutes of event time.
+        Asked per event: one batch can span minutes of event time.  A lifecycle partition this worker does not
+        read (the topics created with different partition counts) is not waited for.
         """
         high = self.names.highwater(LIFECYCLE, partition)
+        if high is None:
+            return self.names.assigned(LIFECYCLE, partition)
         applied = self.state.offsets.applied(self.names.tp(LIFECYCLE, partition)[1])
-        return high is None or (applied is None and high > 0) or (applied is not None and applied + 1 < high)
+        return (applied is None and high > 0) or (applied is not None and applied + 1 < high)
 
     # ------------------------------------------------------------------ what stage 1 makes
     def publish_observations(self, observations: list[Observation]) -> None:

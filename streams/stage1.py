@@ -126,6 +126,7 @@ class Stage1:
         loader: Callable[[str], GpuState | None] | None = None,
         min_samples: int = 1,
         progress_hold_s: float = 600.0,
+        backlog_hold_s: float = 3600.0,
         max_held: int = 1000,
         source_of: Callable[[str], str] | None = None,
         every_window: bool = False,
@@ -136,6 +137,7 @@ class Stage1:
         self.lateness_s = lateness_s
         self.hold_s = max(hold_s, lateness_s)
         self.progress_hold_s = max(progress_hold_s, self.hold_s)
+        self.backlog_hold_s = max(backlog_hold_s, self.progress_hold_s)
         self.profiles = profiles if profiles is not None else SoloProfiles()
         self.loader = loader
         self.min_samples = min_samples
@@ -185,7 +187,7 @@ class Stage1:
         """Add a sample to its window; return the observations of windows that close.
 
         ``lifecycle_pending``: lifecycle records of this GPU are known to be unread (the
-        caller knows its input positions): windows then wait for them up to ``progress_hold_s``
+        caller knows its input positions): windows then wait for them up to ``backlog_hold_s``
         instead of ``hold_s``, so that reading a backlog with metrics far ahead does not close
         windows without their job set.
 
@@ -283,7 +285,9 @@ class Stage1:
             and math.floor((st.metrics_wm - self.lateness_s) / self.window_s) <= st.closed  # window_index
         ):
             return []  # no window can close: the limit is never past the metrics watermark less the lateness
-        limit = st.closable(self.window_s, self.lateness_s, self.hold_s, self.progress_hold_s, lifecycle_pending)
+        limit = st.closable(
+            self.window_s, self.lateness_s, self.hold_s, self.progress_hold_s, lifecycle_pending, self.backlog_hold_s
+        )
         if limit is None or (st.closed is not None and limit <= st.closed):
             return []
         out: list[Observation] = []

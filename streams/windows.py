@@ -2,15 +2,12 @@
 
 Everything here is pure, and a GPU's state is msgspec Structs (:class:`GpuState`, :class:`Job`), encoded as they
 are, so the same state can live in a checkpoint, a changelog record, a test, or a benchmark.  Windows close on
-event time only: a window ``[start, end)`` closes once both input streams of
-the GPU have passed ``end + lateness``.  How far metrics alone may run ahead of
-the lifecycle stream depends on what the lifecycle stream is known to carry
-(:func:`close_limit`): while a running job reports progress, the lifecycle
-stream is live, so windows wait for it (capped at ``progress_hold_s`` to bound
-memory); otherwise (black-box jobs, an idle GPU) metrics may run ``hold_s``
-ahead.  Replaying at any speed, with any
-interleaving of the two topics within those bounds, closes the same windows
-with the same contents.
+event time only: a window ``[start, end)`` closes once both input streams of the GPU have passed ``end + lateness``.
+How far metrics alone may run ahead of the lifecycle stream depends on what that stream is known to carry
+(:func:`lifecycle_wait_s`): while its partition has records not applied yet, up to ``backlog_hold_s``; while a running
+job reports progress, the stream is live, up to ``progress_hold_s`` (bounded memory); otherwise (black-box jobs, an
+idle GPU) ``hold_s``.  Replaying at any speed, with any interleaving of the two topics within those bounds, closes the
+same windows with the same contents.
 """
 
 from __future__ import annotations
@@ -138,34 +135,41 @@ def watermark(metrics_wm: float, lifecycle_wm: float | None, hold_s: float) -> f
     return max(min(metrics_wm, lw), metrics_wm - hold_s)
 
 
-def close_limit(
-    metrics_wm: float,
-    lifecycle_wm: float | None,
-    awaits_progress: bool,
-    hold_s: float,
-    progress_hold_s: float,
-    lateness_s: float,
+def lifecycle_wait_s(
+    lifecycle_pending: bool, awaits_progress: bool, hold_s: float, progress_hold_s: float, backlog_hold_s: float
 ) -> float:
-    """Event time before which windows of a GPU may close.
+    """How far (event time) a GPU's metrics may run ahead of its lifecycle stream before its windows close without it.
 
-    ``awaits_progress``: a job that is running on the GPU (started, not finished)
-    has reported progress, so more lifecycle events are due.  Then windows wait for
-    the lifecycle watermark however far metrics run ahead (reading a backlog, faust
-    may read one topic minutes of event time ahead of the other), up to
-    ``progress_hold_s`` (bounded memory when a reporter dies without ``finished``).
-    Otherwise the lifecycle stream may be silent for good, and metrics wait only
-    ``hold_s``.  A pure function of the two watermarks and the job set: any
-    interleaving of the topics within these holds closes the same windows.
+    ``lifecycle_pending``: the GPU's lifecycle partition has records not applied yet (the worker reads a backlog):
+    they are in the broker, so windows wait for them up to ``backlog_hold_s``, however the consumer interleaves the
+    two topics (faust handed over all 1,800 s of a backlog's metrics with its lifecycle partition 57 % read).
+    ``awaits_progress``: a job running on the GPU (started, not finished) has reported progress, so more lifecycle
+    events are due: up to ``progress_hold_s`` (bounded memory when a reporter dies without ``finished``).
+    Otherwise the lifecycle stream may be silent for good: ``hold_s``.
 
-    >>> close_limit(1000.0, 500.0, True, 120.0, 600.0, 5.0)  # progress due: wait for lifecycle
+    >>> lifecycle_wait_s(True, False, 120.0, 600.0, 3600.0), lifecycle_wait_s(False, True, 120.0, 600.0, 3600.0)
+    (3600.0, 600.0)
+    >>> lifecycle_wait_s(False, False, 120.0, 600.0, 3600.0)  # black-box or idle: short hold
+    120.0
+    """
+    if lifecycle_pending:
+        return max(hold_s, progress_hold_s, backlog_hold_s)
+    return max(hold_s, progress_hold_s) if awaits_progress else hold_s
+
+
+def close_limit(metrics_wm: float, lifecycle_wm: float | None, wait_s: float, lateness_s: float) -> float:
+    """Event time before which windows of a GPU may close: both streams passed it, or metrics passed it by ``wait_s``
+    (:func:`lifecycle_wait_s`).  A pure function of the two watermarks and the wait: any interleaving of the topics
+    within the wait closes the same windows.
+
+    >>> close_limit(1000.0, 500.0, 600.0, 5.0)  # progress due: wait for lifecycle
     495.0
-    >>> close_limit(1000.0, 500.0, False, 120.0, 600.0, 5.0)  # black-box or idle: short hold
+    >>> close_limit(1000.0, 500.0, 120.0, 5.0)  # black-box or idle: short hold
     875.0
-    >>> close_limit(1000.0, 100.0, True, 120.0, 600.0, 5.0)  # reporter silent beyond the cap
+    >>> close_limit(1000.0, 100.0, 600.0, 5.0)  # reporter silent beyond the cap
     395.0
     """
-    hold = max(hold_s, progress_hold_s) if awaits_progress else hold_s
-    return watermark(metrics_wm, lifecycle_wm, hold) - lateness_s
+    return watermark(metrics_wm, lifecycle_wm, wait_s) - lateness_s
 
 
 class Job(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
@@ -218,6 +222,7 @@ class Job(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
         i = bisect.bisect_left(p, before, key=lambda e: e[0])  # type: ignore[arg-type,return-value]
         if i > 1:
             del p[: i - 1]
+
 
 class GpuState(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     """Open windows, stream watermarks and job timeline of one GPU: what the checkpoint and the changelog hold of it
@@ -277,18 +282,24 @@ class GpuState(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
             self.progress_end = job.end if self.progress_end is None else max(self.progress_end, job.end)
 
     def closable(
-        self, window_s: float, lateness_s: float, hold_s: float, progress_hold_s: float = 0.0, lifecycle_pending: bool = False
+        self,
+        window_s: float,
+        lateness_s: float,
+        hold_s: float,
+        progress_hold_s: float = 0.0,
+        lifecycle_pending: bool = False,
+        backlog_hold_s: float = 0.0,
     ) -> int | None:
         """Index of the first window that may not close yet (None: nothing known).
 
         ``lifecycle_pending``: the GPU's lifecycle input has records not yet applied (its
-        partition is behind, or not read at all yet), so windows wait for them as they do
-        while progress is due."""
+        partition is behind, or not read at all yet), so windows wait for them up to ``backlog_hold_s``
+        (:func:`lifecycle_wait_s`)."""
         if self.metrics_wm is None:
             return None
         due = lifecycle_pending or self.awaits_progress(self.metrics_wm, progress_hold_s)
-        limit = close_limit(self.metrics_wm, self.lifecycle_wm, due, hold_s, progress_hold_s, lateness_s)
-        return math.floor(limit / window_s)
+        wait_s = lifecycle_wait_s(lifecycle_pending, due, hold_s, progress_hold_s, backlog_hold_s)
+        return math.floor(close_limit(self.metrics_wm, self.lifecycle_wm, wait_s, lateness_s) / window_s)
 
     def classify(self, start: float, end: float) -> tuple[list[str], bool]:
         """(ids of jobs that ran the whole window, whether the job set changed inside it)."""

@@ -17,21 +17,28 @@ from streams.app import create_app
 from streams.checkpoint import TopicPartition
 from streams.stage1 import LateEvent, SavedStage1, Stage1
 from streams.stage2 import Stage2
-from streams.windows import GpuState, Job, close_limit
+from streams.windows import GpuState, Job, close_limit, lifecycle_wait_s
 
 
 # ------------------------------------------------------------------ the closing rule (pure)
 def test_close_limit_waits_for_lifecycle_while_progress_is_due() -> None:
+    def limit(metrics_wm: float, lifecycle_wm: float | None, progress_due: bool, pending: bool = False) -> float:
+        return close_limit(metrics_wm, lifecycle_wm, lifecycle_wait_s(pending, progress_due, 120.0, 600.0, 3600.0), 5.0)
+
     # a job reports progress: metrics 500 s ahead of the lifecycle stream still wait for it
-    assert close_limit(1000.0, 500.0, True, 120.0, 600.0, 5.0) == 495.0
+    assert limit(1000.0, 500.0, True) == 495.0
     # nobody reports progress (black box, idle): metrics wait only hold_s
-    assert close_limit(1000.0, 500.0, False, 120.0, 600.0, 5.0) == 875.0
+    assert limit(1000.0, 500.0, False) == 875.0
     # lifecycle ahead of metrics: metrics decide either way
-    assert close_limit(100.0, 500.0, True, 120.0, 600.0, 5.0) == close_limit(100.0, 500.0, False, 120.0, 600.0, 5.0) == 95.0
+    assert limit(100.0, 500.0, True) == limit(100.0, 500.0, False) == limit(100.0, 500.0, False, pending=True) == 95.0
     # a reporter silent beyond the cap: memory stays bounded
-    assert close_limit(10_000.0, 100.0, True, 120.0, 600.0, 5.0) == 10_000.0 - 600.0 - 5.0
+    assert limit(10_000.0, 100.0, True) == 10_000.0 - 600.0 - 5.0
     # no lifecycle event at all yet
-    assert close_limit(1000.0, None, False, 120.0, 600.0, 5.0) == 875.0
+    assert limit(1000.0, None, False) == 875.0
+    # the lifecycle partition has records not applied yet: metrics 900 s ahead still wait for them, up to backlog_hold_s
+    assert limit(1900.0, 1000.0, False, pending=True) == limit(1900.0, 1000.0, True, pending=True) == 995.0
+    assert limit(1000.0, None, False, pending=True) == 1000.0 - 3600.0 - 5.0
+    assert limit(10_000.0, 100.0, True, pending=True) == 10_000.0 - 3600.0 - 5.0
 
 
 def test_awaits_progress_only_for_running_jobs_that_reported_progress() -> None:
@@ -79,9 +86,11 @@ def test_metrics_read_before_any_lifecycle_wait_while_the_lifecycle_partition_is
 
     Without lifecycle events the short hold applies, so windows closed without their jobs and the
     lifecycle events that followed were dead-lettered as late (thousands in the stage-1 bench).  The
-    worker knows the lifecycle partition has unread records and says so: windows then wait.
+    worker knows the lifecycle partition has unread records and says so: windows then wait, here for 1,200 s of
+    metrics read ahead, beyond ``progress_hold_s`` (a full-speed backlog of 1,800 s was read with its lifecycle
+    partition 57 % behind).
     """
-    evs = scenario(solo_s=200, co_s=300)
+    evs = scenario(solo_s=200, co_s=1000)
     metrics = [e for e in evs if hasattr(e, "power_w")]
     lifecycle = [e for e in evs if not hasattr(e, "power_w")]
     key = lambda o: o.observation_id  # noqa: E731
@@ -107,18 +116,21 @@ def test_metrics_read_before_any_lifecycle_wait_while_the_lifecycle_partition_is
 
 def test_worker_marks_lifecycle_partitions_with_unapplied_records(tmp_path: Path) -> None:
     streams = create_app(Settings(topic_prefix="unit.", state_dir=str(tmp_path)), web=False)
-    highwater = {0: 10, 1: 10, 2: 0}  # partition 3 not fetched yet
+    highwater = {0: 10, 1: 10, 2: 0}  # partition 3 not fetched yet, 4 read by another worker
 
     class Consumer:
         def highwater(self, tp: Any) -> int | None:
             assert tp.topic == "unit.jobs.lifecycle"
             return highwater.get(tp.partition)
 
+        def assignment(self) -> set[Any]:
+            return {streams.names.tp("jobs.lifecycle", p)[0] for p in range(4)}
+
     streams.app._consumer = Consumer()  # type: ignore[assignment]
     for topic, partition, offset in (("jobs.lifecycle", 0, 9), ("jobs.lifecycle", 1, 4), ("gpu.metrics", 2, 100)):
         streams.state.offsets.store(TopicPartition(topic, partition), offset)
-    pending = [p for p in range(4) if streams.inputs.lifecycle_pending(p)]
-    assert pending == [1, 3]  # 0 caught up, 1 behind, 2 empty, 3 unknown
+    pending = [p for p in range(5) if streams.inputs.lifecycle_pending(p)]
+    assert pending == [1, 3]  # 0 caught up, 1 behind, 2 empty, 3 unknown; 4 not read here: not waited for
 
 
 # ------------------------------------------------------------------ checkpoints and replays
@@ -130,7 +142,9 @@ def test_stage1_restored_from_a_checkpoint_dedupes_the_replay() -> None:
     first = Stage1(window_s=10.0, lateness_s=2.0)
     cut, crash = len(evs) // 3, 2 * len(evs) // 3
     got = feed(first, evs[:cut])
-    saved = msgspec.json.decode(msgspec.json.encode(first.to_state()), type=SavedStage1)  # checkpoint, then offsets committed at `cut`
+    saved = msgspec.json.decode(
+        msgspec.json.encode(first.to_state()), type=SavedStage1
+    )  # checkpoint, then offsets committed at `cut`
     feed(first, evs[cut:crash])  # processed (observations published) but not committed: lost with the process
     emitted_before_crash = got
     second = Stage1(window_s=10.0, lateness_s=2.0)
