@@ -175,10 +175,7 @@ class Streams:
     def _stage1(self) -> None:
         """Stage 1 and its state."""
         settings, t = self.settings, self.topics
-        self.stage1 = Stage1(
-            settings.window_s, settings.lateness_s, settings.lifecycle_hold_s, progress_hold_s=settings.progress_hold_s,
-            backlog_hold_s=settings.backlog_hold_s, source_of=self._source_of, every_window=True,
-        )  # fmt: skip
+        self.stage1 = Stage1.from_settings(settings, source_of=self._source_of, every_window=True)
         self.writer_id = f"{group_instance_id(settings) or socket.gethostname()}-{os.getpid()}"
         self.state = Stage1State(
             self.stage1,

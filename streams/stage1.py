@@ -13,7 +13,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -22,6 +22,9 @@ from events.records import Occupancy, RwSource
 from streams.features import KEYS, interference_rate, means, percent_change, throughput
 from streams.profiles import LOCAL, SoloProfiles
 from streams.windows import NKEYS, GpuState, Job, add_extras, add_sample, extra_mean, job_utilisation, new_acc
+
+if TYPE_CHECKING:
+    from config import Settings
 
 
 class LateEvent(Exception):
@@ -151,6 +154,14 @@ class Stage1:
         # environment -> where R/W come from (RW_SOURCES), set by its first window: a window from the
         # other source gets no R/W (counted), so one profile never mixes DRAM % with PCIe KB/s
         self.rw_sources: dict[str, str] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **kw: Any) -> Stage1:
+        """Stage 1 with the window and hold settings of ``settings`` (:class:`config.Settings`), as the worker runs it."""
+        s = settings
+        return cls(
+            s.window_s, s.lateness_s, s.lifecycle_hold_s, progress_hold_s=s.progress_hold_s, backlog_hold_s=s.backlog_hold_s, **kw
+        )
 
     # ------------------------------------------------------------------ state
     def to_state(self) -> SavedStage1:

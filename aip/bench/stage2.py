@@ -60,14 +60,7 @@ def units(gpus: int, duration_s: float, seed: int = SEED) -> Iterator[tuple[str,
     from streams.stage1 import Stage1
 
     s = Settings()
-    stage1 = Stage1(
-        s.window_s,
-        s.lateness_s,
-        s.lifecycle_hold_s,
-        progress_hold_s=s.progress_hold_s,
-        backlog_hold_s=s.backlog_hold_s,
-        every_window=True,
-    )
+    stage1 = Stage1.from_settings(s, every_window=True)
     for topic, record in Simulator(gpus, seed=seed, start_ts=START_TS, duration_s=duration_s).events():
         out = stage1.on_metric(record) if topic == METRICS else stage1.on_job(record)
         for obs in out:

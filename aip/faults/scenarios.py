@@ -47,13 +47,7 @@ def reference_observations(settings: Settings, events: Iterable[tuple[str, Any]]
     """Stage 1 fed one event at a time in order, without Kafka: what a worker must publish."""
     from streams.stage1 import Stage1
 
-    ref = Stage1(
-        settings.window_s,
-        settings.lateness_s,
-        settings.lifecycle_hold_s,
-        progress_hold_s=settings.progress_hold_s,
-        backlog_hold_s=settings.backlog_hold_s,
-    )
+    ref = Stage1.from_settings(settings)
     out: dict[str, Observation] = {}
     for topic, record in events:
         for o in ref.on_metric(record) if topic == METRICS else ref.on_job(record):

@@ -139,14 +139,7 @@ def test_full_speed_replay_gives_the_paced_observations(worker: WorkerProcess) -
         return Simulator(gpus=1, gpu_model="k80", seed=11, start_ts=START_TS, duration_s=900).events()
 
     s = worker.settings
-    reference = Stage1(
-        s.window_s,
-        s.lateness_s,
-        s.lifecycle_hold_s,
-        progress_hold_s=s.progress_hold_s,
-        backlog_hold_s=s.backlog_hold_s,
-        every_window=True,
-    )
+    reference = Stage1.from_settings(s, every_window=True)
     expected = []
     for topic, record in events():
         expected.extend(reference.on_metric(record) if topic == "gpu.metrics" else reference.on_job(record))
@@ -245,14 +238,7 @@ def test_host_batches_and_an_older_per_gpu_producer_feed_one_worker(worker: Work
     new = list(Simulator(gpus=6, gpu_model="p100", seed=21, start_ts=t0, duration_s=600, gpus_per_host=3).events())
     old = list(Simulator(gpus=2, gpu_model="p100", seed=22, start_ts=t0, duration_s=600).events())
     s = worker.settings
-    reference = Stage1(
-        s.window_s,
-        s.lateness_s,
-        s.lifecycle_hold_s,
-        progress_hold_s=s.progress_hold_s,
-        backlog_hold_s=s.backlog_hold_s,
-        every_window=True,
-    )
+    reference = Stage1.from_settings(s, every_window=True)
     expected = set()
     for topic, record in sorted(new + old, key=lambda e: e[1].ts):
         out = reference.on_metric(record) if topic == "gpu.metrics" else reference.on_job(record)

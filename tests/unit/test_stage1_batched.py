@@ -82,14 +82,7 @@ def test_host_batches_and_per_gpu_records_give_the_same_observations(tmp_path: A
     assert any(o.rw_source == "dram_bw_util_pct" for o in per_gpu) and any(o.proc_sm_util_pct is not None for o in per_gpu)
 
     s = Settings()
-    reference = Stage1(
-        s.window_s,
-        s.lateness_s,
-        s.lifecycle_hold_s,
-        progress_hold_s=s.progress_hold_s,
-        backlog_hold_s=s.backlog_hold_s,
-        every_window=True,
-    )
+    reference = Stage1.from_settings(s, every_window=True)
     expected = []
     for topic, record in fleet:  # lifecycle pending, as the worker without a consumer sees it
         expected += reference.on_metric(record, True) if topic == METRICS else reference.on_job(record, True)
