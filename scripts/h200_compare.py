@@ -82,16 +82,18 @@ def name(s: frozenset[str]) -> str:
     return " + ".join(sorted(s))
 
 
+def markdown(head: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)])
+
+
 def solo_table(first: pd.DataFrame, second: pd.DataFrame) -> str:
     a, b = solo_profiles(first), solo_profiles(second)
-    lines = [
-        "| job | first run steps/s | second run steps/s | change % | first run SM % | second run SM % |",
-        "|---|---|---|---|---|---|",
-    ]
+    rows = []
     for job in sorted(a.keys() & b.keys()):
         (t1, s1), (t2, s2) = a[job], b[job]
-        lines.append(f"| {job} | {t1:.1f} | {t2:.1f} | {(t2 / t1 - 1) * 100:+.1f} | {s1:.1f} | {s2:.1f} |")
-    return "\n".join(lines)
+        rows.append([job, f"{t1:.1f}", f"{t2:.1f}", f"{(t2 / t1 - 1) * 100:+.1f}", f"{s1:.1f}", f"{s2:.1f}"])
+    head = ["job", "first run steps/s", "second run steps/s", "change %", "first run SM %", "second run SM %"]
+    return markdown(head, rows)
 
 
 def pair_table(j1: pd.DataFrame, j2: pd.DataFrame) -> tuple[str, dict[str, float]]:
@@ -99,17 +101,14 @@ def pair_table(j1: pd.DataFrame, j2: pd.DataFrame) -> tuple[str, dict[str, float
     m = j1.merge(j2, on=["job_set", "job_type"], suffixes=("_1", "_2"))
     m = m[m["job_set"].map(len) == 2]
     m = m.assign(set_name=m["job_set"].map(name)).sort_values(["set_name", "job_type"])
-    lines = [
-        "| pair | job | first run rate % (windows) | second run rate % (windows) | second - first (points) "
-        "| first run co-located steps/s | second run co-located steps/s |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in m.itertuples():
-        lines.append(
-            f"| {r.set_name} | {r.job_type} | {r.rate_pct_1:.1f} ({r.rate_min_pct_1:.1f}-{r.rate_max_pct_1:.1f}) "
-            f"| {r.rate_pct_2:.1f} ({r.rate_min_pct_2:.1f}-{r.rate_max_pct_2:.1f}) | {r.rate_pct_2 - r.rate_pct_1:+.1f} "
-            f"| {r.steps_per_s_1:.1f} | {r.steps_per_s_2:.1f} |"
-        )
+    head = ["pair", "job", "first run rate % (windows)", "second run rate % (windows)", "second - first (points)",
+            "first run co-located steps/s", "second run co-located steps/s"]  # fmt: skip
+    rows = [
+        [r.set_name, r.job_type, f"{r.rate_pct_1:.1f} ({r.rate_min_pct_1:.1f}-{r.rate_max_pct_1:.1f})",
+         f"{r.rate_pct_2:.1f} ({r.rate_min_pct_2:.1f}-{r.rate_max_pct_2:.1f})", f"{r.rate_pct_2 - r.rate_pct_1:+.1f}",
+         f"{r.steps_per_s_1:.1f}", f"{r.steps_per_s_2:.1f}"]
+        for r in m.itertuples()
+    ]  # fmt: skip
     diff = (m["rate_pct_2"] - m["rate_pct_1"]).abs()
     within = pd.concat([m["rate_max_pct_1"] - m["rate_min_pct_1"], m["rate_max_pct_2"] - m["rate_min_pct_2"]])
     stats = {
@@ -120,23 +119,20 @@ def pair_table(j1: pd.DataFrame, j2: pd.DataFrame) -> tuple[str, dict[str, float
         "within_run_window_spread_mean": float(within.mean()),
         "co_located_steps_change_pct_mean": float(((m["steps_per_s_2"] / m["steps_per_s_1"] - 1) * 100).mean()),
     }
-    return "\n".join(lines), stats
+    return markdown(head, rows), stats
 
 
 def triple_table(j2: pd.DataFrame, j1: pd.DataFrame) -> tuple[str, dict[str, float]]:
     c = composed(j2, pair_rates(j2))
     c["composed_first_pct"] = composed(j2, pair_rates(j1))["composed_pct"]
     c = c.assign(set_name=c["job_set"].map(name)).sort_values(["set_name", "job_type"])
-    lines = [
-        "| job set | job | measured % | composed % | error (points) | sum of the pair rates % "
-        "| composed from the first run's pairs % |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in c.itertuples():
-        lines.append(
-            f"| {r.set_name} | {r.job_type} | {r.measured_pct:.1f} | {r.composed_pct:.1f} "
-            f"| {r.composed_pct - r.measured_pct:+.1f} | {r.additive_pct:.1f} | {r.composed_first_pct:.1f} |"
-        )
+    head = ["job set", "job", "measured %", "composed %", "error (points)", "sum of the pair rates %",
+            "composed from the first run's pairs %"]  # fmt: skip
+    rows = [
+        [r.set_name, r.job_type, f"{r.measured_pct:.1f}", f"{r.composed_pct:.1f}", f"{r.composed_pct - r.measured_pct:+.1f}",
+         f"{r.additive_pct:.1f}", f"{r.composed_first_pct:.1f}"]
+        for r in c.itertuples()
+    ]  # fmt: skip
     err = c["composed_pct"] - c["measured_pct"]
     err1 = c["composed_first_pct"] - c["measured_pct"]
     stats = {
@@ -147,7 +143,7 @@ def triple_table(j2: pd.DataFrame, j1: pd.DataFrame) -> tuple[str, dict[str, flo
         "mae_first_run_pairs": float(err1.abs().mean()),
         "mae_additive": float((c["additive_pct"] - c["measured_pct"]).abs().mean()),
     }
-    return "\n".join(lines), stats
+    return markdown(head, rows), stats
 
 
 def main(argv: list[str] | None = None) -> int:
