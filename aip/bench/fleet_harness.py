@@ -20,6 +20,11 @@ PROFILE_ENV = "AIP_BENCH_FLEET_PROFILE"
 """A folder: every worker (and harness child) of the run is sampled by py-spy into ``<folder>/<name>.txt``, as
 collapsed stacks (py-spy from ``AIP_PYSPY`` or ``PATH``; without it the run goes on unprofiled)."""
 PROFILE_RATE_HZ = 67
+SEND_BATCH_BYTES = 1_000_000
+"""The sender's producer batches (kafka-python's ``batch_size``, 16 KB by default: a few host batches).  Sending 6 s
+of a 10,000-GPU fleet's host batches unpaced to the embedded broker cost 0.050-0.051 ms of CPU a record against
+0.097-0.104 with the default; in the 600 s 10,000-GPU run the sender took 38.0 % of a core, 73.1 % before
+(docs/BENCHMARKS.md)."""
 
 
 def send(settings: Any, gpus: int, gpus_per_host: int, start_ts: float, duration_s: float, stop: Any, counts: Any,
@@ -39,7 +44,7 @@ def send(settings: Any, gpus: int, gpus_per_host: int, start_ts: float, duration
     try:
         sim = Simulator(gpus, "v100", seed=23, start_ts=start_ts, duration_s=duration_s, gpus_per_host=gpus_per_host)
         out["hosts"] = len({g.host for g in sim.gpus})
-        with RecordProducer(settings, linger_ms=20, max_request_size=8_000_000) as p:
+        with RecordProducer(settings, linger_ms=20, max_request_size=8_000_000, batch_size=SEND_BATCH_BYTES) as p:
             for topic, record in paced(host_batches(sim.events()), 1.0, sim.start_ts):
                 if stop.is_set():
                     break
