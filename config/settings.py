@@ -140,6 +140,12 @@ class Settings:
         "it never binds; faster (a paced run, a replay) it keeps the models as fresh as in real time, and a backlog "
         "after an outage takes the refits' time longer (0: no bound; aip bench accuracy runs with 60)",
     )
+    refit_interval_s: float = _setting(
+        300.0,
+        "seconds of event time at least between an environment's batch refits (due every refit_every observations or "
+        "at drift); a refit costs the same however many observations came since the last, so a large fleet would "
+        "otherwise refit back to back; an environment's first refit does not wait (0: no wait)",
+    )
     serving: str = _setting(
         "stage2",
         "where predictions, what-if entries and alerts are made: stage2 (with learning, in the one worker of the "
@@ -253,6 +259,8 @@ class Settings:
             raise SettingsError("window_s must be positive and lateness_s non-negative")
         if self.refit_max_lag_s < 0:
             raise SettingsError("refit_max_lag_s (AIP_REFIT_MAX_LAG_S) must be 0 (off) or a number of seconds, e.g. 60")
+        if self.refit_interval_s < 0:
+            raise SettingsError("refit_interval_s (AIP_REFIT_INTERVAL_S) must be 0 (every refit_every) or a number of seconds, e.g. 300")
         if not 0 < self.fetch_max_wait_s <= 30:
             raise SettingsError("fetch_max_wait_s (AIP_FETCH_MAX_WAIT_S) must be in (0, 30] seconds, e.g. 0.25")
 

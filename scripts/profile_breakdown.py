@@ -18,7 +18,8 @@ IDLE = re.compile(r"(^|;)[\w.<>]*(select|wait|sleep|_wait_for_tstate_lock|get) \
 """A stack whose innermost frame waits: left out (py-spy's ``--nonblocking`` cannot tell idle threads)."""
 PARTS: tuple[tuple[str, str], ...] = (
     ("imports (first use of a library)", r"importlib\._bootstrap"),
-    ("stage-2 model fits (executor threads)", r"concurrent/futures/thread\.py|\(models/zoo/"),
+    ("stage-2 refits (executor threads)", r"concurrent/futures/thread\.py|run_refit \(models/refit\.py"),
+    ("stage-2 learning (online learners, candidates' tests, selection)", r"(Stage2\.learn|EnvironmentModels\.learn\w*) \("),
     ("stage-1 decode (msgspec, batch envelope)", r"\((events/(codec|records|batches|__init__)\.py|msgspec)"),
     ("prometheus metrics", r"\((streams/(metrics|interference_metrics)\.py|prometheus_client/)"),
     ("changelog and checkpoint", r"\(streams/(changelog|checkpoint|state|commits)\.py"),

@@ -192,8 +192,9 @@ class Streams:
         """Stage 2: one learner per environment; serving from its models (stage2) or from snapshots (sharded)."""
         settings = self.settings
         self.stage2 = Stage2(
-            state_dir=state_dir(settings), max_pct=settings.prediction_max_pct, refit_max_lag_s=settings.refit_max_lag_s
-        )
+            state_dir=state_dir(settings), max_pct=settings.prediction_max_pct, refit_max_lag_s=settings.refit_max_lag_s,
+            refit_interval_s=settings.refit_interval_s,
+        )  # fmt: skip
         self.serving = Serving(
             settings.alert_threshold_pct, settings.alert_clear_pct, clock=self.clock, max_pct=settings.prediction_max_pct,
             learner=None if self.sharded else self.stage2, max_jobs_per_gpu=settings.max_jobs_per_gpu,

@@ -227,8 +227,8 @@ class App(faust.App):
     async def maybe_start_producer(self) -> Any:
         """The started producer at once.  faust's is a ``stampede`` (callers share one future): three event-loop turns
         per call, and faust's producer buffer calls it for every record it sends.  With a task holding the loop 50 ms
-        a turn, a buffered record waited 9.5 s at the median, 0.11 s with this (docs/BENCHMARKS.md, "Fleet", eleventh
-        session)."""
+        a turn, a buffered record waited 9.5 s at the median, 0.11 s with this (docs/BENCHMARKS.md, "The producer
+        buffer's pace")."""
         producer = self.producer
         if producer.started and not self.in_transaction:
             return producer

@@ -42,8 +42,8 @@ class Refits:
 
     async def now(self, env: str) -> None:
         """Refit ``env`` now if it is due and none is running, and wait for it (after a rebuild: refit, then serve)."""
-        models = self.stage2.models_for(env)
-        if env in self.running or not models.refit_due():
+        self.stage2.models_for(env)
+        if env in self.running or not self.stage2.due(env):
             return
         self.running.add(env)
         await self._run(env, self.stage2.refit_task(env))
@@ -55,7 +55,7 @@ class Refits:
         t0 = time.monotonic()
         future = self._futures.get(env)
         if future is None:
-            if env in self.running or not self.stage2.models_for(env).refit_due():
+            if env in self.running or not self.stage2.due(env):
                 return
             future = self._start(env, self.stage2.refit_task(env))
         await asyncio.shield(future)  # a cancelled caller (a stopping worker) leaves the refit to give up by itself

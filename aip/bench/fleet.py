@@ -28,7 +28,10 @@ BEHIND_S = 30.0
 """A run ends this long after its duration even when the sender is behind (a fleet this machine cannot simulate
 at real time: it did not keep up, and what it sent is what its costs are divided by)."""
 GPUS_PER_HOST = 8
-READ_METRICS = ("aip_stream_consumer_lag_records", "aip_stream_consumed_records_total", "aip_stream_published_records_total")
+READ_METRICS = (
+    "aip_stream_consumer_lag_records", "aip_stream_consumed_records_total", "aip_stream_published_records_total",
+    "aip_stream_stage_events_total",
+)  # fmt: skip
 """The worker's series the harness reads: it asks for only these (``name[]``), so a page holds no per-GPU series."""
 METRICS_PATH = "/metrics?" + "&".join(f"name[]={n}" for n in READ_METRICS)
 STAGES = {"stage1": ("gpu.metrics", "jobs.lifecycle"), "stage2": ("interference.observations",)}
@@ -68,7 +71,10 @@ def _snapshot(workers: list[Any]) -> dict[str, Any]:
 
     from aip.faults.worker import metric_values
 
-    out: dict[str, Any] = {"lag": dict.fromkeys(STAGES, 0.0), "consumed": {}, "observations": 0.0, "cpu_s": [], "rss_mb": []}
+    out: dict[str, Any] = {
+        "lag": dict.fromkeys(STAGES, 0.0), "consumed": {}, "observations": 0.0, "refits": 0.0, "refits_on_drift": 0.0, "refit_ms": 0.0, "cpu_s": [],
+        "rss_mb": [],
+    }  # fmt: skip
     for w in workers:
         try:
             text = w.get(METRICS_PATH, timeout_s=5.0)
@@ -81,6 +87,8 @@ def _snapshot(workers: list[Any]) -> dict[str, Any]:
                 metric_values(text, "aip_stream_consumed_records_total", topic=t)
             )
         out["observations"] += sum(metric_values(text, "aip_stream_published_records_total", topic="observations"))
+        for kind, key in (("refits_applied", "refits"), ("refits_on_drift", "refits_on_drift"), ("refit_ms", "refit_ms")):
+            out[key] += sum(metric_values(text, "aip_stream_stage_events_total", stage="stage2", kind=kind))
         try:
             proc = psutil.Process(w.pid)
             times = proc.cpu_times()
@@ -164,6 +172,7 @@ def run_fleet(
                     progress(f"the sender is {time.monotonic() - t0 - duration_s:.0f} s behind real time: stopped")
                 snap = _snapshot(procs)
                 snap["harness_cpu_s"] = {k: harness.cpu_s(pid) for k, pid in pids.items()}
+                snap["sent"] = sent[1]
                 series.append((time.monotonic() - t0, snap))
                 progress(
                     f"{time.monotonic() - t0:5.0f} s: sent {sent[1]} GPU samples; lag stage 1 "
@@ -254,16 +263,36 @@ def run_fleet(
             occupancy: {"predictions": len(v), "p50": _round(percentile(v, 0.5)), "p99": _round(percentile(v, 0.99))}
             for occupancy, v in sorted(preds.get("by_occupancy", {}).items())
         },
+        "refits": round(end["refits"] - base["refits"]),
+        "refits_on_drift": round(end["refits_on_drift"] - base["refits_on_drift"]),
+        "refit_wall_s": round((end["refit_ms"] - base["refit_ms"]) / 1000.0, 2),
         "worker_cpu_pct": [round(100.0 * c / elapsed, 1) for c in cpu_s],
         "worker_rss_mb": [round(r, 1) for r in end["rss_mb"]],
         "harness_cpu_pct": {k: round(100.0 * c / elapsed, 1) for k, c in harness_cpu_s.items()},
         "cpu_ms_per_gpu_sample": round(1000.0 * sum(cpu_s) / sent_stats["samples"], 4) if sent_stats["samples"] else None,
         "cpu_ms_per_observation": round(1000.0 * sum(cpu_s) / observations, 2) if observations else None,
+        "cpu_ms_per_gpu_sample_last_half": last_half_cost([(t, sum(s["cpu_s"]), s["sent"]) for t, s in series]),
         "sender_behind": behind,
         "kept_up": bool(
             all_consumed and not behind and not any(v["grows"] for v in lag.values()) and (p99 is None or p99 <= bound_s)
         ),
     }
+
+
+def last_half_cost(points: list[tuple[float, float, float]]) -> float | None:
+    """The workers' CPU milliseconds per GPU sample over the second half of a run, from ``(t, worker CPU seconds,
+    GPU samples sent)`` taken along it: a young fleet's first minutes (its first refits, the first co-location of
+    each job type, models' caches renewed as they grow) weigh less there.  None with too few points.
+
+    >>> last_half_cost([(0.0, 0.0, 0), (5.0, 1.0, 1000), (10.0, 2.0, 2000), (15.0, 2.5, 3000), (20.0, 3.0, 4000)])
+    0.5
+    """
+    if len(points) < 3:
+        return None
+    half = points[-1][0] / 2.0
+    start = next(p for p in points if p[0] >= half)
+    end = points[-1]
+    return round(1000.0 * (end[1] - start[1]) / (end[2] - start[2]), 4) if end[2] > start[2] else None
 
 
 CURVE_GPUS = (500, 2000, 10_000)

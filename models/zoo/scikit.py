@@ -223,6 +223,9 @@ def _hgb(seed: int) -> Any:
     # the copies), on binned features (255 bins), without row subsampling -- a different, faster model, own name
     from sklearn.ensemble import HistGradientBoostingRegressor
 
+    from models.zoo import hgbbinning
+
+    hgbbinning.install()  # weighted rows' bin thresholds in one pass per feature (scikit-learn 1.8-1.9 sorted 254 times)
     return HistGradientBoostingRegressor(
         max_iter=50, max_depth=4, learning_rate=0.15, min_samples_leaf=1, early_stopping=False, random_state=seed
     )

@@ -115,3 +115,37 @@ def test_after_a_rebuild_and_its_refit_the_next_live_window_is_not_behind() -> N
     models = stage2.models["v100"]
     models.drift.detected = True  # a refit due: only the clocks decide
     assert not stage2.behind("v100", last + 10.0) and stage2.behind("v100", last + 70.0)
+
+
+def _at(stage2: Stage2, observations: list[Any], start_s: float, step_s: float) -> float:
+    """Learn ``observations`` with window ends ``start_s``, ``start_s + step_s``, ...; the last window end."""
+    end = start_s
+    for i, o in enumerate(observations):
+        end = start_s + i * step_s
+        stage2.on_observation(msgspec.structs.replace(o, window_start=end - 10.0, window_end=end))
+    return end
+
+
+def test_refits_wait_the_interval_of_event_time_but_the_first() -> None:
+    history = gavel_observations(1200, seed=4)
+    stage2 = Stage2(refit_interval_s=300.0, refit_share=1.0)
+    end = _at(stage2, history[:40], 0.0, 1.0)
+    models = stage2.models["v100"]
+    assert models.refit_due() and stage2.due("v100")  # the first refit does not wait
+    [(env, task)] = stage2.refits_due()
+    stage2.apply_refit(env, task())  # its rows were taken at window end 39
+    end = _at(stage2, history[40:560], end + 0.5, 0.5)  # 520 observations over 260 s
+    assert models.refit_due() and end - 39.0 < 300.0
+    assert not stage2.due("v100") and stage2.refits_due() == []
+    models.drift.detected = True  # drift waits too
+    assert not stage2.due("v100")
+    models.drift.detected = False
+    end = _at(stage2, history[560:600], end + 1.0, 1.0)  # 300 s of event time since the rows were taken
+    assert end - 39.0 >= 300.0 and stage2.due("v100") and len(stage2.refits_due()) == 1
+    # without an interval, every refit_every observations
+    every = Stage2(refit_share=1.0)
+    _at(every, history[:40], 0.0, 1.0)
+    [(env, task)] = every.refits_due()
+    every.apply_refit(env, task())
+    _at(every, history[40:560], 40.0, 0.5)
+    assert every.due("v100") and len(every.refits_due()) == 1
