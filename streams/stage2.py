@@ -70,14 +70,16 @@ class Stage2:
         """How far the stream may outrun an environment's refits (:meth:`behind`), in seconds of event time beyond
         the wall-clock seconds passed; 0: no bound."""
         self.refit_interval_s = refit_interval_s
-        """Seconds of event time between an environment's periodic refits (:meth:`due`): from when the rows of its
-        served models were taken to the latest window learned; 0: every ``ModelConfig.refit_every`` observations."""
+        """Seconds of event time at least between an environment's refits (:meth:`due`): from when the rows of its
+        served models were taken to the latest window learned; 0: no wait."""
         self.learned_ts: dict[str, float] = {}
         """Per environment: the latest window end learned."""
         self.fit_at: dict[str, tuple[float, float]] = {}
         """Per environment: (latest window end, :attr:`refit_clock`) when the served models' rows were taken (their
         first observation's before the first refit); ``refit_at``: the same of the refit in flight."""
         self.refit_at: dict[str, tuple[float, float]] = {}
+        self.refit_on_drift: dict[str, bool] = {}
+        """Per environment, whether the refit in flight was made due by drift (counted ``refits_on_drift`` when applied)."""
         # observations partition -> offset of the last observation applied (in memory) / covered by the snapshot
         self.positions: dict[int, int] = {}
         self.covers: dict[int, int] = {}
@@ -282,8 +284,7 @@ class Stage2:
         """The refit task of ``env`` now, whatever :attr:`refit_share` says (the caller checked it is due)."""
         if env in self.learned_ts:
             self.refit_at[env] = (self.learned_ts[env], self.refit_clock())
-        if self.models[env].drift.detected:
-            self.counters["refits_on_drift"] += 1
+        self.refit_on_drift[env] = self.models[env].drift.detected
         return self.models[env].refit_task()
 
     def behind(self, env: str, event_ts: float) -> bool:
@@ -307,8 +308,10 @@ class Stage2:
     def apply_refit(self, env: str, result: Any) -> Leaderboard | None:
         self.models[env].apply_refit(result)
         taken = self.refit_at.pop(env, None)
+        on_drift = self.refit_on_drift.pop(env, False)
         if result is not None:
             self.counters["refits_applied"] += 1
+            self.counters["refits_on_drift"] += on_drift
             self.counters["refit_ms"] += round(getattr(result, "seconds", 0.0) * 1e3)
             if taken is not None:
                 self.fit_at[env] = taken

@@ -281,8 +281,9 @@ def run_fleet(
 
 def last_half_cost(points: list[tuple[float, float, float]]) -> float | None:
     """The workers' CPU milliseconds per GPU sample over the second half of a run, from ``(t, worker CPU seconds,
-    GPU samples sent)`` taken along it: a young fleet's first minutes (its first refits, the first co-location of
-    each job type, models' caches renewed as they grow) weigh less there.  None with too few points.
+    GPU samples sent)`` taken along it.  The simulated fleet starts empty and its jobs arrive over the first minutes:
+    the first half has fewer co-located windows (observations, what-if entries, refits) than a fleet in its stride.
+    None with too few points.
 
     >>> last_half_cost([(0.0, 0.0, 0), (5.0, 1.0, 1000), (10.0, 2.0, 2000), (15.0, 2.5, 3000), (20.0, 3.0, 4000)])
     0.5

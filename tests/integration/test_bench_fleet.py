@@ -30,3 +30,6 @@ def test_a_fleet_runs_through_two_workers_and_every_sample_is_consumed(tmp_path)
     assert any("lag stage 1" in line for line in lines)  # progress while it runs
     harness = out["harness_cpu_pct"]  # the sender, the reader, the broker and the bench itself, apart from the workers
     assert set(harness) == {"broker", "sender", "reader", "bench"} and harness["sender"] > 0 and harness["broker"] > 0
+    # the learner's refits, read from its /metrics: those on drift among them, wall seconds only where one was applied
+    assert 0 <= out["refits_on_drift"] <= out["refits"] and (out["refit_wall_s"] > 0) == (out["refits"] > 0)
+    assert out["cpu_ms_per_gpu_sample_last_half"] is not None and out["cpu_ms_per_gpu_sample_last_half"] > 0
