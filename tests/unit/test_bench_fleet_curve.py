@@ -26,7 +26,7 @@ def test_a_worker_asked_for_named_series_renders_only_those_with_the_whole_pages
 
     from streams.metrics import StreamMetrics
 
-    m = StreamMetrics(Counter(), Counter(), highwater=lambda topic, partition: 10)
+    m = StreamMetrics(Counter(), Counter(refits_applied=2, refit_ms=900), highwater=lambda topic, partition: 10)
     m.consumed_message("gpu.metrics", 0, 3)
     m.published["observations"] += 5
 
