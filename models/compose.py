@@ -122,8 +122,9 @@ def compose_samples(
     by_key = dict(zip(unique, pairs, strict=True))
     if memo is not None:
         memo.update(((k, intervals), r) for k, r in by_key.items())
-        by_key = {k: memo[(k, intervals)] for k in keys}
-    preds = iter([by_key[k] for k in keys])
+        preds = iter([memo[(k, intervals)] for k in keys])
+    else:
+        preds = iter([by_key[k] for k in keys])
     out: list[Composition | None] = []
     for s in samples:
         rs = [next(preds) for _ in s.co_job_types]

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from events import Alert, Leaderboard, Observation, Prediction, WhatIf, to_dict
+from events import Alert, Leaderboard, Observation, Prediction, WhatIf
 from events.records import AlertSource, AlertState
 from models.environment import EnvironmentModels, Served
 from models.modelconfig import ModelConfig
@@ -81,7 +81,8 @@ class Serving:
         """Per environment, the snapshot version served (-1: none yet); empty with a learner."""
         self.max_jobs_per_gpu = max_jobs_per_gpu
         """Jobs a GPU may run (0: no limit): one running as many is full, and publishes no what-if entries."""
-        self.latest: dict[str, dict[str, dict[str, Any]]] = {}  # gpu -> job -> mode -> prediction dict
+        self.latest: dict[str, dict[str, dict[str, Prediction]]] = {}
+        """gpu -> job -> mode -> its latest prediction, for the jobs of the GPU's latest window served (the HTTP view)."""
         self.raised: dict[str, list[str]] = {}
         """gpu -> its jobs with a raised alert, for the GPUs whose caller keeps no state of them (setting stage2)."""
         self.counters: Counter[str] = learner.counters if learner is not None else Counter()
@@ -144,8 +145,13 @@ class Serving:
             change = judge(raised, obs.job_id, value, self.threshold, self.clear_level)
             if change is not None:
                 out.alerts.append(alert_of(obs, change, value, source, self.threshold, self.clear_level, now))
+        jobs = self.latest.setdefault(obs.gpu_uuid, {})
+        if len(jobs) > 1 + len(obs.co_job_ids):  # a job gone from the GPU: its predictions are no longer current
+            current = {obs.job_id, *obs.co_job_ids}
+            for gone in [j for j in jobs if j not in current]:
+                del jobs[gone]
         for pred in out.predictions:
-            self.latest.setdefault(obs.gpu_uuid, {}).setdefault(obs.job_id, {})[pred.mode] = to_dict(pred)
+            jobs.setdefault(obs.job_id, {})[pred.mode] = pred
         return out
 
     def _raised_of(self, gpu: str) -> list[str]:

@@ -12,7 +12,8 @@ def register(app: Any, streams: Any) -> None:
 
     @app.page("/predictions/{gpu_uuid}")
     async def predictions(web: Any, request: Any, gpu_uuid: str) -> Any:
-        return web.json({"gpu_uuid": gpu_uuid, "jobs": streams.serving.latest.get(gpu_uuid, {})})
+        jobs = streams.serving.latest.get(gpu_uuid, {})
+        return web.json({"gpu_uuid": gpu_uuid, "jobs": {j: {m: to_dict(p) for m, p in modes.items()} for j, modes in jobs.items()}})
 
     @app.page("/serving")
     async def serving(web: Any, request: Any) -> Any:

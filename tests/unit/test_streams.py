@@ -290,6 +290,17 @@ def test_stage2_dedupes_predicts_and_alerts() -> None:
     assert stage.serving.latest["GPU-A"]["j1"].keys() == {"observed", "placement"}
 
 
+def test_a_gpus_latest_predictions_are_of_the_jobs_it_runs_now() -> None:
+    stage = LearnAndServe.build(clock=lambda: BASE)
+    j1 = observations()[-1]
+    j2 = msgspec.structs.replace(j1, job_id="j2", job_type="lm", co_job_ids=["j1"], co_job_types=["resnet"])
+    for o in (*observations(), j2):
+        stage.on_observation(o)
+    assert set(stage.serving.latest["GPU-A"]) == {"j1", "j2"}
+    stage.on_observation(alone(j1, 10.0))  # j2 left: its predictions are not current any more
+    assert set(stage.serving.latest["GPU-A"]) == {"j1"}
+
+
 def test_stage2_predictions_say_their_regime_and_stay_in_range(tmp_path) -> None:
     stage = LearnAndServe.build(clock=lambda: BASE, max_pct=20.0, state_dir=tmp_path)
     outs = [stage.on_observation(o) for o in observations()]
