@@ -102,11 +102,7 @@ class Measurements:
 
     def novel(self, job_types: Iterable[str]) -> bool:
         """Whether one of ``job_types`` was never measured here, as a job or a co-runner."""
-        types = self.types
-        for t in job_types:  # a loop, not any(): asked for every question of every what-if entry
-            if t not in types:
-                return True
-        return False
+        return any(t not in self.types for t in job_types)
 
     def update(self, key: str, y: float, job_types: Sequence[str] = ()) -> None:
         """Count measurement ``y`` of slot ``key``, whose job and co-runners are ``job_types``."""
