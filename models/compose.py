@@ -21,8 +21,6 @@ from models.prediction import Composition, PredictionResult
 from models.rolling import ResidualWindow
 from models.views import Views
 
-PairMemo = dict[Any, "PredictionResult | None"]
-"""Pair predictions kept across calls of :func:`compose_samples` (its ``memo``)."""
 PredictMany = Callable[[Sequence[tuple[Views, str]], bool], list[PredictionResult | None]]
 """Each (views, mode) predicted by the candidate serving it; the bool: with intervals."""
 
@@ -87,19 +85,13 @@ class ComposeScore:
 
 
 def compose_samples(
-    samples: Sequence[Sample],
-    predict_many: PredictMany,
-    max_pct: float,
-    *,
-    intervals: bool = True,
-    memo: PairMemo | None = None,
+    samples: Sequence[Sample], predict_many: PredictMany, max_pct: float, *, intervals: bool = True
 ) -> list[Composition | None]:
     """Each sample's slowdown composed from its job's predicted slowdown next to each co-runner alone
     (:func:`compose_pct`, the pairs predicted by ``predict_many(asks, intervals)``), bounded to ``-100`` and to what pairs each at ``max_pct`` compose to (a
     slowdown compounds past any one pair's bound: Gavel-style sharing, not a cap), with the composed interval and whether
     every pair was measured; None where a pair has no prediction.  ``intervals`` False: no composed interval
-    (None), the pairs predicted without theirs.  ``memo``: pair predictions kept across calls by the caller, for
-    as long as ``predict_many`` answers the same (frozen models: :class:`streams.whatif.WhatIfCache`)."""
+    (None), the pairs predicted without theirs."""
     # each distinct pair predicted once per call: a window's what-if asks the pairs of the jobs already there
     # once per newcomer (same types, same profiles, so the same prediction)
     keys: list[tuple[Any, ...]] = []
@@ -116,15 +108,11 @@ def compose_samples(
         for co, cs in zip(s.co_job_types, s.co_solos, strict=True):
             key = (s.job_type, co, items(s.solo), items(cs))
             keys.append(key)
-            if key not in unique and (memo is None or (key, intervals) not in memo):
+            if key not in unique:
                 unique[key] = Sample(s.job_type, (co,), math.nan, "", s.environment, {}, dict(s.solo), (dict(cs),))
     pairs = predict_many([(Views(p), "placement") for p in unique.values()], intervals)
     by_key = dict(zip(unique, pairs, strict=True))
-    if memo is not None:
-        memo.update(((k, intervals), r) for k, r in by_key.items())
-        preds = iter([memo[(k, intervals)] for k in keys])
-    else:
-        preds = iter([by_key[k] for k in keys])
+    preds = iter([by_key[k] for k in keys])
     out: list[Composition | None] = []
     for s in samples:
         rs = [next(preds) for _ in s.co_job_types]

@@ -48,7 +48,7 @@ from pathlib import Path
 from events import MODES, REGIMES, Leaderboard, Observation, ServedModel
 from models import persist
 from models.candidates import KINDS, Candidate
-from models.compose import ComposeScore, PairMemo, compose_samples, serve_composed
+from models.compose import ComposeScore, compose_samples, serve_composed
 from models.datasets import Sample
 from models.derive import ThreeIndex, derive_pairs
 from models.drift import ServedErrorDrift
@@ -264,12 +264,11 @@ class EnvironmentModels:
         return plan_interval(plan, value, median=median, novel=self.novel_residuals, min_samples=c.min_samples, max_pct=c.max_pct)
 
     def predict_samples(
-        self, asks: Sequence[tuple[Sample, str]], *, compose: bool = True, what_if: bool = False, pairs: PairMemo | None = None
+        self, asks: Sequence[tuple[Sample, str]], *, compose: bool = True, what_if: bool = False
     ) -> list[PredictionResult | None]:
         """Each (sample, mode) as :meth:`predict` answers it; ``compose=False``: a job set of 3+ never measured as the
         serving candidate predicts it, not composed from its pairs (:meth:`_serve_composed`).  ``what_if``: the
-        questions of :meth:`predict_placements` (a composed slowdown may pass ``max_pct``); ``pairs``: a memo of pair
-        predictions (:func:`models.compose.compose_samples`) a caller keeps while these models do not change."""
+        questions of :meth:`predict_placements` (a composed slowdown may pass ``max_pct``)."""
         samples = [s for s, _ in asks]
         plans = [self._plan(Views(s), mode) for s, mode in asks]
         if not compose:
@@ -282,7 +281,7 @@ class EnvironmentModels:
         ]
         # the pairs' composed interval is used only where job sets of 3+ have no interval of their own yet
         pair_intervals = self.many_residuals.offsets() is None
-        made = self._compose([samples[i] for i in many], intervals=pair_intervals, pairs=pairs) if many else []
+        made = self._compose([samples[i] for i in many], intervals=pair_intervals) if many else []
         compositions = dict(zip(many, made, strict=True))
         served = [
             i for i, c in compositions.items()
@@ -341,17 +340,18 @@ class EnvironmentModels:
         """What-if: the slowdown of ``job_type`` if co-located with ``co_job_types``."""
         return self.predict_placements([(job_type, job_solo, co_job_types, co_solos)])[0]
 
-    def predict_placements(self, asks: Sequence[PlacementAsk], pairs: PairMemo | None = None) -> list[PredictionResult | None]:
-        """:meth:`predict_placement` of each (job type, solo, co-runners' types, their solos): one ``predict`` a candidate."""
+    def predict_placements(self, asks: Sequence[PlacementAsk]) -> list[PredictionResult | None]:
+        """:meth:`predict_placement` of each (job type, solo profile, co-runners' types, their solo profiles), in
+        one ``predict`` per batch candidate."""
         samples = [
             Sample(jt, tuple(co), math.nan, "", self.environment, {}, dict(solo), tuple(co_solos))
             for jt, solo, co, co_solos in asks
         ]  # fmt: skip
-        return self.predict_samples([(s, "placement") for s in samples], what_if=True, pairs=pairs)
+        return self.predict_samples([(s, "placement") for s in samples], what_if=True)
 
-    def _compose(self, samples: Sequence[Sample], *, intervals: bool = True, pairs: PairMemo | None = None) -> list[Composition | None]:
+    def _compose(self, samples: Sequence[Sample], *, intervals: bool = True) -> list[Composition | None]:
         """:func:`models.compose.compose_samples` of ``samples`` by the candidates serving their pairs."""
-        return compose_samples(samples, lambda a, iv: self._predict_many(a, intervals=iv), self.config.max_pct, intervals=intervals, memo=pairs)
+        return compose_samples(samples, lambda asks, iv: self._predict_many(asks, intervals=iv), self.config.max_pct, intervals=intervals)
 
     def _serve_composed(
         self,

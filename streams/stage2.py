@@ -62,7 +62,7 @@ class Stage2:
         self.refit_share = refit_share
         """Refits of an environment take at most this share of the time: after a refit of ``d`` seconds the next
         one waits ``d * (1 / share - 1)`` (:meth:`refits_due`).  A worker that keeps up is not held back (its
-        refits are due every ``ModelConfig.refit_every`` observations, further apart than that); a saturated one spends
+        refits are due every ``ModelConfig.refit_every`` observations and :attr:`refit_interval_s`, further apart); a saturated one spends
         the rest on its observations.  1.0: no wait."""
         self.refit_clock = refit_clock
         self.refit_ready_at: dict[str, float] = {}

@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from events import WhatIf
-from models.compose import PairMemo
 from models.environment import EnvironmentModels, PlacementAsk
 
 Profile = Mapping[str, float | None]
@@ -68,19 +67,18 @@ def what_if_entries(
     running_types: Sequence[str],
     running_solos: Sequence[Profile],
     counters: Counter[str] | None = None,
-    pairs: PairMemo | None = None,
 ) -> list[WhatIf]:
     """For each known job type (sorted) as a newcomer: its predicted slowdown and the summed slowdown of the jobs
     already there, every value within ``[-100, models.config.max_pct]`` (:func:`bounded_entry`; the entries bounded
     are counted in ``counters``, ``what_if_clipped``).  Every question of the window is asked in one
-    :meth:`EnvironmentModels.predict_placements` (``pairs``: its memo of pair predictions)."""
+    :meth:`EnvironmentModels.predict_placements`."""
     asks: list[PlacementAsk] = []
     for jt in sorted(known):
         asks.append((jt, known[jt], list(running_types), list(running_solos)))
         for i, (rt, rs) in enumerate(zip(running_types, running_solos, strict=True)):
             others = [j for j in range(len(running_types)) if j != i]
             asks.append((rt, rs, [running_types[j] for j in others] + [jt], [running_solos[j] for j in others] + [known[jt]]))
-    results = iter(models.predict_placements(asks, pairs))
+    results = iter(models.predict_placements(asks))
     entries = []
     for jt in sorted(known):
         newcomer = next(results)
@@ -123,19 +121,10 @@ class WhatIfCache:
     (:meth:`forget`: a new snapshot).  The models change a little with every observation; the entries served
     are at most that old.  The count bounds a small fleet's staleness, the time a large one's cost: 10,000 GPUs
     learn 256 observations in about a second, while every distinct job set of an environment asks its own
-    entries.  Without the cache every window paid its own (docs/BENCHMARKS.md, "Stage 2 per observation").
-
-    ``pairs``: models that do not change between two marks (snapshots, setting ``serving`` sharded) also keep their
-    pair predictions per mark: a job set of three asked by a what-if is composed from its pairs
-    (:func:`models.compose.compose_samples`), and the same pairs come back in the entries of many running sets."""
+    entries.  Without the cache every window paid its own (docs/BENCHMARKS.md, "Stage 2 per observation")."""
 
     def __init__(
-        self,
-        every: int = 256,
-        min_s: float = 60.0,
-        capacity: int = 50_000,
-        counters: Counter[str] | None = None,
-        pairs: bool = False,
+        self, every: int = 256, min_s: float = 60.0, capacity: int = 50_000, counters: Counter[str] | None = None
     ) -> None:
         self.counters = counters
         """Where :func:`what_if_entries` counts the entries it bounds (``what_if_clipped``, once per computation)."""
@@ -143,8 +132,6 @@ class WhatIfCache:
         self.min_s = min_s
         self.capacity = capacity
         self.entries_by_key: dict[tuple[Any, ...], list[WhatIf]] = {}
-        self.pairs: dict[str, PairMemo] | None = {} if pairs else None
-        """Per environment, the pair predictions of its models at its mark (with ``pairs``)."""
         self.marks: dict[str, Mark] = {}
         self.hits = 0
         self.misses = 0
@@ -189,17 +176,10 @@ class WhatIfCache:
         self.misses += 1
         if len(self.entries_by_key) >= self.capacity:
             self.entries_by_key.clear()
-        pairs = None
-        if self.pairs is not None:
-            pairs = self.pairs.setdefault(env, {})
-            if len(pairs) >= self.capacity:
-                pairs.clear()
-        entries = self.entries_by_key[key] = what_if_entries(models, known, running_types, running_solos, self.counters, pairs)
+        entries = self.entries_by_key[key] = what_if_entries(models, known, running_types, running_solos, self.counters)
         return entries
 
     def forget(self, environment: str) -> None:
         """Drop the entries of ``environment`` (its models were replaced: a new snapshot, see :mod:`streams.serving`)."""
         self.marks.pop(environment, None)
-        if self.pairs is not None:
-            self.pairs.pop(environment, None)
         self.entries_by_key = {k: e for k, e in self.entries_by_key.items() if k[0] != environment}

@@ -30,7 +30,7 @@ class LinearModels:
         self.config = SimpleNamespace(max_pct=300.0)
         self.asks: list[PlacementAsk] = []
 
-    def predict_placements(self, asks: Sequence[PlacementAsk], pairs: Any = None) -> list[PredictionResult | None]:
+    def predict_placements(self, asks: Sequence[PlacementAsk]) -> list[PredictionResult | None]:
         self.asks.extend(asks)
         return [PredictionResult(linear_pct(solo, co_solos), "stub", "all", "placement", None) for _, solo, _, co_solos in asks]
 
