@@ -260,7 +260,7 @@ class Settings:
         if self.refit_max_lag_s < 0:
             raise SettingsError("refit_max_lag_s (AIP_REFIT_MAX_LAG_S) must be 0 (off) or a number of seconds, e.g. 60")
         if self.refit_interval_s < 0:
-            raise SettingsError("refit_interval_s (AIP_REFIT_INTERVAL_S) must be 0 (every refit_every) or a number of seconds, e.g. 300")
+            raise SettingsError("refit_interval_s (AIP_REFIT_INTERVAL_S) must be 0 (no wait) or a number of seconds, e.g. 300")
         if not 0 < self.fetch_max_wait_s <= 30:
             raise SettingsError("fetch_max_wait_s (AIP_FETCH_MAX_WAIT_S) must be in (0, 30] seconds, e.g. 0.25")
 

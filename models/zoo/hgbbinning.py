@@ -69,11 +69,11 @@ def install() -> bool:
     """Put :func:`find_binning_thresholds` in scikit-learn's place, once; False where the installed release is not
     one it mirrors (the original stays)."""
     global _original
+    if _original is not None:  # asked at every HistGradientBoosting made
+        return True
     import sklearn
     from sklearn.ensemble._hist_gradient_boosting import binning
 
-    if _original is not None:
-        return True
     if tuple(int(p) for p in sklearn.__version__.split(".")[:2]) not in SKLEARN_VERSIONS:
         return False
     _original = binning._find_binning_thresholds
