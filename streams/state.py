@@ -77,7 +77,8 @@ class Stage1State:
         self.released: list[Any] = []  # observations of adopted held job-windows whose profile was known: to publish
         self._logged: dict[int, dict[TopicPartition, int]] = {}  # input positions last written to the changelog
         self._restoring: dict[int, asyncio.Future[int]] = {}  # input partitions whose changelog is being read
-        self._ready: set[int] = set()  # input partitions whose changelog was read since they were assigned here
+        self._read: set[int] = set()  # input partitions whose changelog was read since they were assigned here
+        self._ready: set[int] = set()  # ... and checked against the first offsets the group handed over (:meth:`restored`)
         self._encoded: dict[str, msgspec.Raw] | None = None  # within :meth:`encoding_once`: each GPU's state as JSON
 
     @contextlib.contextmanager
@@ -237,7 +238,7 @@ class Stage1State:
             return 0
         finally:
             self._restoring.pop(partition, None)
-            self._ready.add(partition)
+            self._read.add(partition)
         self.stage1.counters["changelog_skipped_records"] += state.skipped  # another version's form
         local = self.offsets.of_partition(partition)
         if not state.newer_than(local) or state.window_s != self.stage1.window_s:
@@ -273,7 +274,8 @@ class Stage1State:
         return future
 
     def ready(self, partition: int) -> bool:
-        """Whether events of ``partition`` may be applied (its changelog was read since it was assigned here)."""
+        """Whether events of ``partition`` may be applied: its changelog was read since it was assigned here, and
+        it reached the first offsets the group handed over (:meth:`restored`)."""
         return not self.enabled or partition in self._ready
 
     async def restored(self, firsts: dict[int, dict[TopicPartition, int]]) -> None:
@@ -284,11 +286,13 @@ class Stage1State:
         The group resumes a partition at the last owner's committed offset, and the last owner writes its
         changelog before it commits: a changelog whose positions stop short of that offset was read before
         the last owner's final write (it left the group late). Read it again until it reaches the offset
-        (at most ``catch_up_s``), so the events in between are not skipped."""
+        (at most ``catch_up_s``), so the events in between are not skipped.  The read started at the assignment
+        may have finished before the first event came: it is checked all the same."""
         for p in sorted(firsts):
             if p in self._ready:
                 continue
-            await asyncio.shield(self._restore_task(p))
+            if p not in self._read or p in self._restoring:
+                await asyncio.shield(self._restore_task(p))
             deadline = time.monotonic() + self.catch_up_s
             while not self.offsets.covers(p, firsts[p]) and time.monotonic() < deadline:
                 await asyncio.sleep(0.5)
@@ -309,6 +313,7 @@ class Stage1State:
         lost = self.assigned - mine
         for p in sorted(mine - self.assigned) if self.enabled else ():
             self._restore_task(p)  # start reading its changelog now; stage 1 waits for it before the first event
+        self._read -= lost
         self._ready -= lost
         self.assigned = mine
         if not lost:

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # Never let a developer's environment point tests at a real cluster.
 for _name in list(os.environ):
-    if _name.startswith("AIP_"):
+    if _name.startswith("AIP_") and not _name.startswith("AIP_TEST_"):  # AIP_TEST_*: knobs of the tests themselves
         del os.environ[_name]
 # grpcio's fork support restarts its poller thread in a forked child, where subprocess then closes the poller's epoll
 # descriptor: in a test process that had run a fake kubelet (gRPC), a broker started next aborted before its exec

@@ -138,6 +138,24 @@ class WorkerProcess:
             return 0.0
         return sum(metric_values(text, name, **labels))
 
+    def samples(self, *names: str) -> dict[str, float]:
+        """The non-zero samples of the series ``names``, keyed ``name{labels}`` ({} when the worker does not answer)."""
+        try:
+            text = self.get("/metrics", timeout_s=10.0)
+        except OSError:
+            return {}
+        return {
+            f"{s.name}{{{','.join(f'{k}={v}' for k, v in sorted(s.labels.items()))}}}": s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name in names and s.value
+        }
+
+    def handover_lines(self) -> list[str]:
+        """The lines of its log that tell where stage 1's partitions went (the worker logs them as warnings)."""
+        told = ("stage 1 continues", "stage 1 keeps", "forgetting", "stops short", "could not read the stage-1")
+        return [line.split("] ", 3)[-1] for line in self.log_tail(10**7).splitlines() if any(t in line for t in told)]
+
     def rss_mb(self) -> float:
         return float(psutil.Process(self.pid).memory_info().rss / 2**20)
 

@@ -128,6 +128,37 @@ def test_a_changelog_short_of_the_committed_offset_is_read_again_until_it_reache
     assert new.stage1.counters["changelog_behind"] == 0
 
 
+def test_a_short_changelog_read_at_the_assignment_is_read_again_when_the_first_event_comes(tmp_path: Path) -> None:
+    """The read the assignment starts can finish before the partition's first event: it is still checked against
+    the offset that event shows, and read again."""
+    events = _events()[:600]
+    old, log = _writing(tmp_path, "old")
+    old.assigned = {0}
+    _replay(old, events, 0, 300)
+    old.publish_changelog()
+    early = list(log)
+    reads = []
+
+    def read(p: int) -> changelog.PartitionState:
+        reads.append(p)
+        return changelog.fold([(k, v) for k, v, _ in (early if len(reads) == 1 else log)])
+
+    new = _state(tmp_path, "new", read=read, catch_up_s=10.0)
+    new.enabled = True
+
+    async def assigned_then_first_event() -> None:
+        new.assign({0})  # starts the read
+        await asyncio.sleep(0.1)
+        assert reads == [0]  # read before any event of the partition came
+        _replay(old, events, 300)
+        old.publish_changelog()  # the last owner's final write, then its commit at offset 600
+        await new.restored({0: {TopicPartition("gpu.metrics", 0): 600}})
+
+    asyncio.run(assigned_then_first_event())
+    assert len(reads) == 2 and new.positions == old.positions and new.ready(0)
+    assert new.stage1.counters["changelog_behind"] == 0
+
+
 def test_records_fold_to_what_was_written_and_records_of_another_form_are_left_out() -> None:
     """A GPU's record (its state, its held job-windows) and a partition's positions fold back to what was written;
     positions stay ``"topic:partition"`` keys on the wire; a record of another version's form is left out, counted."""
