@@ -1161,6 +1161,9 @@ def rebalance(
             "changelog_restored_gpus": sum(
                 int(w.counter("aip_stream_stage_events_total", stage="stage1", kind="changelog_restored_gpus")) for w in remaining
             ),
+            "input_offsets_skipped": sum(
+                int(w.counter("aip_stream_stage_events_total", stage="stage1", kind="input_offsets_skipped")) for w in remaining
+            ),
             "profiles_agree": agree,
             "solo_profiles": len(_profiles(remaining[0]) or {}),
             "missing_examples": sorted(missing)[:5],

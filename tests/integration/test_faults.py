@@ -77,3 +77,4 @@ def test_workers_joining_and_leaving_lose_no_window_and_share_profiles(settings:
     assert result["learned_final"] == result["labelled_observations"] > 0
     assert result["lost"] == 0 and result["observations_expected"] > 0
     assert result["changelog_restored_gpus"] > 0  # moved partitions' GPUs continued from the stage-1 changelog
+    assert result["input_offsets_skipped"] == 0  # every input offset reached stage 1 on the workers that remain

@@ -183,3 +183,4 @@ def test_workers_joining_and_leaving_with_serving_sharded_lose_nothing(settings:
     assert result["lost"] == 0 and result["observations_expected"] > 0
     assert result["learned_final"] == result["labelled_observations"] > 0
     assert result["profiles_agree"] and result["changelog_restored_gpus"] > 0
+    assert result["input_offsets_skipped"] == 0
