@@ -207,8 +207,13 @@ def test_prometheus_alerts_on_the_gpus_the_alerts_topic_has_in_alert(stack: tupl
     wait_for(topic_agrees, timeout_s=60, interval_s=1, what="the alerts topic to hold every alert the worker counts")
     assert alerts
     expected = gpus_in_alert_on_the_topic(observations, alerts, HORIZON_WINDOWS * s.window_s)
-    shown = {r["metric"]["gpu_uuid"] for r in prometheus.query("aip:gpu_interference_percent:max")}
-    assert expected and shown - expected, f"the run must have GPUs in alert and GPUs not: {expected} of {shown}"
+    assert expected, "the run must have GPUs in alert"
+
+    def shown() -> set[str]:
+        return {r["metric"]["gpu_uuid"] for r in prometheus.query("aip:gpu_interference_percent:max")}
+
+    # the worker can settle within a second of the run: Prometheus scrapes it and evaluates the rule every second
+    wait_for(lambda: shown() - expected, timeout_s=30, interval_s=0.5, what="Prometheus to show GPUs not in alert too")
 
     # after the rule's for: delay, Prometheus fires on exactly those GPUs; they were pending first
     try:
