@@ -291,3 +291,15 @@ def test_a_workers_consumer_fetches_with_the_configured_wait(tmp_path: Path, wai
         return int(thread._create_worker_consumer(streams.app.transport)._fetch_max_wait_ms)
 
     assert asyncio.run(created()) == expected_ms
+
+
+def test_offsets_that_never_reached_stage_1_are_counted(tmp_path: Path) -> None:
+    """Input topics have no gaps of their own: an offset beyond the last applied plus one means records between were
+    lost on the way (counted, the range logged); a replay (an offset not beyond) and a partition's first record are
+    not."""
+    settings = Settings(topic_prefix="unit.", window_s=10.0, lateness_s=2.0, state_dir=str(tmp_path))
+    app = create_app(settings, web=False)
+    events = [e for e in _events(app, scenario()) if e.message.topic == app.topics.metrics][:40]
+    for e in events[:10] + events[25:30] + events[5:8]:  # 10-24 never delivered; 5-7 delivered again
+        app.inputs.handle_input(e)
+    assert app.stage1.counters["input_offsets_skipped"] == 15
