@@ -153,7 +153,7 @@ class WorkerProcess:
 
     def handover_lines(self) -> list[str]:
         """The lines of its log that tell where stage 1's partitions went (the worker logs them as warnings)."""
-        told = ("stage 1 continues", "stage 1 keeps", "forgetting", "stops short", "could not read the stage-1")
+        told = ("stage 1 continues", "stage 1 keeps", "stage 1 skipped", "forgetting", "stops short", "could not read the stage-1")
         return [line.split("] ", 3)[-1] for line in self.log_tail(10**7).splitlines() if any(t in line for t in told)]
 
     def rss_mb(self) -> float:
