@@ -6,6 +6,8 @@ Memory-only storage: it is the local and test default, not durable storage.
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import signal
 import socket
 import subprocess
@@ -148,7 +150,7 @@ class EmbeddedBroker:
         else:
             self._log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+            cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=functools.partial(die_with_parent, os.getpid())
         )
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:

@@ -20,8 +20,10 @@ def exit_with_parent(owner_pid: int | None = None) -> None:  # pragma: no cover 
         os._exit(0)
 
 
-def die_with_parent() -> None:  # pragma: no cover - runs in the child
+def die_with_parent(owner_pid: int | None = None) -> None:  # pragma: no cover - runs in the child
     """``preexec_fn`` for children: :func:`exit_with_parent`, and the child gets its own process group
-    (Ctrl-C goes to the parent, which stops its children in order)."""
-    exit_with_parent()
+    (Ctrl-C goes to the parent, which stops its children in order).  Give the parent's pid
+    (``functools.partial(die_with_parent, os.getpid())``): a parent killed between the fork and the child's
+    ``prctl`` sends no signal, and the child, seeing another parent, exits instead of living on as an orphan."""
+    exit_with_parent(owner_pid)
     os.setpgrp()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -177,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
             worker = subprocess.Popen(
                 _aip("worker", "--no-create-topics", "--web-port", str(web_port), *kafka_args),
                 stdin=subprocess.DEVNULL,
-                preexec_fn=die_with_parent,
+                preexec_fn=functools.partial(die_with_parent, os.getpid()),
                 stdout=worker_log,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -189,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.PIPE,
-                    preexec_fn=die_with_parent,
+                    preexec_fn=functools.partial(die_with_parent, os.getpid()),
                 )
             else:
                 producer = Producer(settings, events, args.speedup, stop)
