@@ -61,6 +61,24 @@ def consumed(worker: WorkerProcess) -> dict[str, float]:
     return {t: sum(metric_values(page, "aip_stream_consumed_records_total", topic=t)) for t in ("gpu.metrics", "jobs.lifecycle")}
 
 
+def consumed_when_caught_up(worker: WorkerProcess) -> dict[str, float]:
+    """:func:`consumed`, once the worker has read all there is of both input topics (no lag, the counts unchanged a
+    second later): a test before may have left it reading the last records of its run."""
+    last: dict[str, float] = {}
+
+    def caught_up() -> bool:
+        nonlocal last
+        page = worker.get("/metrics")
+        lag = sum(sum(metric_values(page, "aip_stream_consumer_lag_records", topic=t)) for t in ("gpu.metrics", "jobs.lifecycle"))
+        now = consumed(worker)
+        done = lag == 0 and now == last
+        last = now
+        return done
+
+    wait_for(caught_up, timeout_s=60, interval_s=1.0, what="the worker to read all of both input topics")
+    return last
+
+
 def dead_letters_counted(worker: WorkerProcess) -> float:
     """Every dead letter the worker has sent, whatever the reason."""
     return sum(metric_values(worker.get("/metrics"), "aip_stream_deadletters_total"))
@@ -173,8 +191,8 @@ def test_bad_records_are_dead_lettered_exactly_and_the_worker_keeps_going(worker
         encode(ev).replace(b'"step_time_s":0.1', b'"step_time_s":null'),  # progress without step time
         b"[]",
     ]
+    consumed_before = consumed_when_caught_up(worker)
     counted_before = dead_letters_counted(worker)
-    consumed_before = consumed(worker)
     with RecordProducer(s) as p:  # keyed by GPU, as producers before host batches
         p.send("gpu.metrics", good, key=gpu)
         for value in bad_metrics:
