@@ -105,17 +105,17 @@ def test_lost_partitions_are_forgotten_and_held_windows_move_with_their_gpu(tmp_
     assert new.stage1.held_count() == 1 and not new.released  # held until new-type's solo profile arrives
 
 
-def test_a_changelog_short_of_the_committed_offset_is_read_again_until_it_reaches_it(tmp_path: Path) -> None:
-    """The last owner left the group late: its final write came after the new owner's first read."""
+def _late_final_write(tmp_path: Path) -> tuple[list[tuple[str, Any]], Stage1State, Stage1State, list[int]]:
+    """The last owner (returned first) wrote the changelog at offset 299; the new owner's first read returns that,
+    every later read all the last owner wrote by then.  Returns the events, the last owner, the new owner (its
+    changelog in use) and the partitions it read, in order."""
     events = _events()[:600]
     old, log = _writing(tmp_path, "old")
     old.assigned = {0}
     _replay(old, events, 0, 300)
     old.publish_changelog()
     early = list(log)
-    _replay(old, events, 300)
-    old.publish_changelog()  # the final write, then the commit at offset 600
-    reads = []
+    reads: list[int] = []
 
     def read(p: int) -> changelog.PartitionState:
         reads.append(p)
@@ -123,6 +123,14 @@ def test_a_changelog_short_of_the_committed_offset_is_read_again_until_it_reache
 
     new = _state(tmp_path, "new", read=read, catch_up_s=10.0)
     new.enabled = True
+    return events, old, new, reads
+
+
+def test_a_changelog_short_of_the_committed_offset_is_read_again_until_it_reaches_it(tmp_path: Path) -> None:
+    """The last owner left the group late: its final write came after the new owner's first read."""
+    events, old, new, reads = _late_final_write(tmp_path)
+    _replay(old, events, 300)
+    old.publish_changelog()  # the final write, then the commit at offset 600
     asyncio.run(new.restored({0: {TopicPartition("gpu.metrics", 0): 600}}))
     assert len(reads) == 2 and new.positions == old.positions and new.ready(0)
     assert new.stage1.counters["changelog_behind"] == 0
@@ -131,20 +139,7 @@ def test_a_changelog_short_of_the_committed_offset_is_read_again_until_it_reache
 def test_a_short_changelog_read_at_the_assignment_is_read_again_when_the_first_event_comes(tmp_path: Path) -> None:
     """The read the assignment starts can finish before the partition's first event: it is still checked against
     the offset that event shows, and read again."""
-    events = _events()[:600]
-    old, log = _writing(tmp_path, "old")
-    old.assigned = {0}
-    _replay(old, events, 0, 300)
-    old.publish_changelog()
-    early = list(log)
-    reads = []
-
-    def read(p: int) -> changelog.PartitionState:
-        reads.append(p)
-        return changelog.fold([(k, v) for k, v, _ in (early if len(reads) == 1 else log)])
-
-    new = _state(tmp_path, "new", read=read, catch_up_s=10.0)
-    new.enabled = True
+    events, old, new, reads = _late_final_write(tmp_path)
 
     async def assigned_then_first_event() -> None:
         new.assign({0})  # starts the read
