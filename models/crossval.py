@@ -310,24 +310,26 @@ def cross_validate(
             jobs.append((mode, cat, columns))
     rank = {name: i for i, name in enumerate(COST_ORDER)}
     order = sorted(models, key=lambda n: rank.get(n, len(rank)))  # longest fits first: the pool ends balanced
-    calls = [(mode, cat, columns, i, name, seed) for name in order for mode, cat, columns in jobs for i in range(len(folds))]
+    every_fold = tuple(range(len(folds)))
+    calls = [(mode, cat, columns, every_fold, name, seed) for name in order for mode, cat, columns in jobs]
     own = fits is None
     runner = Fits(workers) if fits is None else fits
     try:
         runner.publish(arrays)
         step = max(1, len(calls) // 20)
         results = runner.run(
-            cv_fit, calls,
-            None if progress is None else lambda d, n: None if d % step and d != n else progress(f"cross-validated {d}/{n} fits"),
+            cv_fits, calls,
+            None if progress is None else lambda d, n: None if d % step and d != n else progress(f"cross-validated {d}/{n} models"),
         )  # fmt: skip
     finally:
         if own:
             runner.__exit__(None, None, None)
     oof = {(mode, cat, name): np.full(len(y), np.nan) for mode, cat, _ in jobs for name in models}
     seconds = dict.fromkeys(oof, 0.0)
-    for (mode, cat, _, i, name, _), (pred, sec) in zip(calls, results, strict=True):
-        oof[(mode, cat, name)][folds[i][1]] = pred
-        seconds[(mode, cat, name)] += sec
+    for (mode, cat, _, _, name, _), per_fold in zip(calls, results, strict=True):
+        for i, (pred, sec) in enumerate(per_fold):
+            oof[(mode, cat, name)][folds[i][1]] = pred
+            seconds[(mode, cat, name)] += sec
     scores: list[Score] = []
     for mode, cat, _ in jobs:
         trained = sum(len(arrays[f"tr_{mode}_{i}"]) for i in range(len(folds))) // max(1, len(folds) - 1)
@@ -379,6 +381,14 @@ def cv_fit(store: Store, mode: str, cat: str, columns: list[str], fold: int, nam
     t0 = time.perf_counter()
     pred = make_batch(name, seed).fit_prepared(data).predict_array(test_a)
     return (pred if inverse is None else pred[inverse]), time.perf_counter() - t0
+
+
+def cv_fits(
+    store: Store, mode: str, cat: str, columns: list[str], folds: Sequence[int], name: str, seed: int
+) -> list[tuple[np.ndarray, float]]:
+    """:func:`cv_fit` of each of ``folds``: one task of the pool per model x category x mode (a task's round trip
+    costs the refit's own process CPU that the pool's workers would use, docs/BENCHMARKS.md, "Models")."""
+    return [cv_fit(store, mode, cat, columns, fold, name, seed) for fold in folds]
 
 
 def final_fit(store: Store, mode: str, cat: str, columns: list[str], name: str, seed: int) -> Any:

@@ -334,6 +334,45 @@ def fit_kernel_svr(pipeline: Any, data: Prepared) -> Any:
     return _fit_svr(pipeline, a, t, weight)
 
 
+def fit_forest(forest: Any, data: Prepared) -> Any:
+    """:func:`fit_weighted` for a forest, each tree made as a copy of one configured tree.
+
+    scikit-learn makes each tree by ``clone`` and ``set_params`` of its template, both through ``get_params``,
+    which reads the constructor's signature with :mod:`inspect`: about 0.5 ms a tree, a quarter of a small
+    forest's fit here (docs/BENCHMARKS.md, "Models").  The copies get the same parameters and the same random
+    states (one draw per ``random_state`` parameter, in the order scikit-learn draws them), so the forest is
+    the same tree for tree (``tests/unit/test_models_contract.py``)."""
+    from sklearn.base import clone
+
+    template: Any = None
+    seeded: list[str] = []
+
+    def make_estimator(append: bool = True, random_state: Any = None) -> Any:
+        nonlocal template
+        if template is None:
+            template = clone(forest.estimator_)
+            template.set_params(**{p: getattr(forest, p) for p in forest.estimator_params})
+            seeded.extend(k for k in sorted(template.get_params(deep=True)) if k == "random_state" or k.endswith("__random_state"))
+        tree = object.__new__(type(template))
+        tree.__dict__.update(template.__dict__)
+        if random_state is not None:
+            draws = {k: random_state.randint(np.iinfo(np.int32).max) for k in seeded}
+            nested = {k: v for k, v in draws.items() if "__" in k}
+            for k in draws.keys() - nested.keys():
+                setattr(tree, k, draws[k])
+            if nested:
+                tree.set_params(**nested)
+        if append:
+            forest.estimators_.append(tree)
+        return tree
+
+    forest._make_estimator = make_estimator
+    try:
+        return fit_weighted(forest, data)
+    finally:
+        del forest._make_estimator
+
+
 def fit_monotone(estimator: Any, data: Prepared) -> Any:
     """Constrained to be non-decreasing in every co-runner load feature (:func:`monotone_direction`)."""
     estimator.set_params(monotonic_cst=[monotone_direction(c) for c in data.cols.columns])
@@ -378,8 +417,8 @@ SKLEARN: dict[str, Spec] = {
     "GradientBoosting": Spec(_gbr, fit_subsampled),
     "HistGradientBoosting": Spec(_hgb),
     "HistGradientBoosting-monotone": Spec(_hgb, fit_monotone),
-    "RandomForest": Spec(_rf, predict=forest_predict, threaded=False),
-    "ExtraTrees": Spec(_extra, predict=forest_predict, threaded=False),
+    "RandomForest": Spec(_rf, fit_forest, forest_predict, threaded=False),
+    "ExtraTrees": Spec(_extra, fit_forest, forest_predict, threaded=False),
 }
 """The scikit-learn models.  Every one is fitted on the distinct feature rows (weights = copies; KNN: distinct
 points, mean target): exact for LinearRegression and the MSE trees (DecisionTree; ExtraTrees in distribution); RandomForest's

@@ -12,6 +12,7 @@ import pytest
 
 from models import persist, zoo
 from models.zoo import online, scikit
+from models.zoo.frames import Prepared
 
 ALL = [("batch", n) for n in zoo.BATCH] + [("online", n) for n in zoo.ONLINE]
 
@@ -153,6 +154,26 @@ def test_forest_predict_gives_the_floats_of_scikit_learn_predict() -> None:
         forest.fit(X, y)
         assert np.array_equal(forest_predict(forest, rows), forest.predict(rows))
         assert np.array_equal(forest_predict(forest, rows[:1]), forest.predict(rows[:1]))
+
+
+@pytest.mark.parametrize("name", ["RandomForest", "ExtraTrees"])
+def test_a_forest_of_copied_trees_is_scikit_learns_forest(name: str) -> None:
+    """``fit_forest`` makes each tree as a copy of one configured tree: on weighted rows (duplicates) the trees,
+    their random states and the predictions are scikit-learn's own fit's, and the forest keeps no trace of it."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(300, 5))
+    X = np.vstack([X, X[:120]])
+    y = X[:, 0] * X[:, 1] + rng.normal(size=len(X))
+    data = Prepared.of_array([f"c{i}" for i in range(5)], X, y)
+    fast = scikit.fit_forest(scikit.SKLEARN[name].factory(3), data)
+    plain = scikit.fit_weighted(scikit.SKLEARN[name].factory(3), data)
+    assert len(fast.estimators_) == len(plain.estimators_) > 1
+    for a, b in zip(fast.estimators_, plain.estimators_, strict=True):
+        assert a.random_state == b.random_state and a.get_params() == b.get_params()
+        assert np.array_equal(a.tree_.threshold, b.tree_.threshold) and np.array_equal(a.tree_.value, b.tree_.value)
+    assert np.array_equal(fast.predict(X), plain.predict(X))
+    assert "_make_estimator" not in vars(fast)
+    assert len({id(t) for t in fast.estimators_}) == len(fast.estimators_)
 
 
 @pytest.mark.parametrize("rows", [3, 5])
