@@ -338,30 +338,23 @@ def fit_forest(forest: Any, data: Prepared) -> Any:
     """:func:`fit_weighted` for a forest, each tree made as a copy of one configured tree.
 
     scikit-learn makes each tree by ``clone`` and ``set_params`` of its template, both through ``get_params``,
-    which reads the constructor's signature with :mod:`inspect`: about 0.5 ms a tree, a quarter of a small
-    forest's fit here (docs/BENCHMARKS.md, "Models").  The copies get the same parameters and the same random
-    states (one draw per ``random_state`` parameter, in the order scikit-learn draws them), so the forest is
-    the same tree for tree (``tests/unit/test_models_contract.py``)."""
+    which reads the constructor's signature with :mod:`inspect`: about a tenth of a 25-tree fit of 800 rows
+    (docs/BENCHMARKS.md, "Models").  A copy gets the same parameters and the same random state (scikit-learn's one
+    draw for a tree's ``random_state``), so the forest is the same tree for tree
+    (``tests/unit/test_models_contract.py``)."""
     from sklearn.base import clone
 
     template: Any = None
-    seeded: list[str] = []
 
     def make_estimator(append: bool = True, random_state: Any = None) -> Any:
         nonlocal template
         if template is None:
             template = clone(forest.estimator_)
             template.set_params(**{p: getattr(forest, p) for p in forest.estimator_params})
-            seeded.extend(k for k in sorted(template.get_params(deep=True)) if k == "random_state" or k.endswith("__random_state"))
         tree = object.__new__(type(template))
         tree.__dict__.update(template.__dict__)
         if random_state is not None:
-            draws = {k: random_state.randint(np.iinfo(np.int32).max) for k in seeded}
-            nested = {k: v for k, v in draws.items() if "__" in k}
-            for k in draws.keys() - nested.keys():
-                setattr(tree, k, draws[k])
-            if nested:
-                tree.set_params(**nested)
+            tree.random_state = random_state.randint(np.iinfo(np.int32).max)
         if append:
             forest.estimators_.append(tree)
         return tree
