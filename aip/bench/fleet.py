@@ -73,13 +73,14 @@ def _snapshot(workers: list[Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {
         "lag": dict.fromkeys(STAGES, 0.0), "consumed": {}, "observations": 0.0, "refits": 0.0, "refits_on_drift": 0.0, "refit_ms": 0.0, "cpu_s": [],
-        "rss_mb": [],
+        "rss_mb": [], "unread": 0,
     }  # fmt: skip
     for w in workers:
         try:
             text = w.get(METRICS_PATH, timeout_s=5.0)
-        except OSError:
+        except OSError:  # a worker too busy to answer: its counts are not in this snapshot (``unread``)
             text = ""
+            out["unread"] += 1
         for stage, topics in STAGES.items():
             out["lag"][stage] += sum(sum(metric_values(text, "aip_stream_consumer_lag_records", topic=t)) for t in topics)
         for t in ("gpu.metrics", "jobs.lifecycle", "interference.observations"):
@@ -100,6 +101,29 @@ def _snapshot(workers: list[Any]) -> dict[str, Any]:
             out["cpu_s"].append(0.0)
             out["rss_mb"].append(0.0)
     return out
+
+
+def _read_snapshot(workers: list[Any], tries: int = 5) -> dict[str, Any]:
+    """:func:`_snapshot` with every worker's page read: tried again (a second apart) while one is ``unread``; the
+    last try whatever it read."""
+    snap = _snapshot(workers)
+    for _ in range(tries - 1):
+        if not snap["unread"]:
+            break
+        time.sleep(1.0)
+        snap = _snapshot(workers)
+    return snap
+
+
+def read_points(series: list[tuple[float, dict[str, Any]]], stage: str) -> list[tuple[float, float]]:
+    """A stage's lag over the run, from the snapshots that read every worker: one that could not read a worker (too
+    busy to answer within its timeout, as a worker far behind may be) holds no lag of it, and counted as 0 it would
+    hide a lag that grows.
+
+    >>> read_points([(0.0, {"lag": {"stage1": 5.0}, "unread": 0}), (5.0, {"lag": {"stage1": 1.0}, "unread": 1})], "stage1")
+    [(0.0, 5.0)]
+    """
+    return [(t, s["lag"][stage]) for t, s in series if not s["unread"]]
 
 
 def run_fleet(
@@ -160,7 +184,7 @@ def run_fleet(
                 "reader": reader.pid,
                 "bench": os.getpid(),
             }
-            base = _snapshot(procs) | {"harness_cpu_s": {k: harness.cpu_s(pid) for k, pid in pids.items()}}
+            base = _read_snapshot(procs) | {"harness_cpu_s": {k: harness.cpu_s(pid) for k, pid in pids.items()}}
             workers_pids: dict[str, int | None] = {f"w{i}": w.pid for i, w in enumerate(procs)}
             profilers = harness.start_profilers(workers_pids | pids, duration_s)
             t0 = time.monotonic()
@@ -186,7 +210,10 @@ def run_fleet(
             )
             if sent_stats.get("error"):
                 raise RuntimeError(f"the fleet's sender failed: {sent_stats['error']}")
-            end = series[-1][1] if series else _snapshot(procs) | {"harness_cpu_s": base["harness_cpu_s"]}
+            end = dict(series[-1][1]) if series else _read_snapshot(procs) | {"harness_cpu_s": base["harness_cpu_s"]}
+            last_read = next((snap for _t, snap in reversed(series) if not snap["unread"]), None)
+            if end["unread"] and last_read is not None:  # the workers' counts as last read; CPU (psutil) as it is
+                end.update({k: last_read[k] for k in ("observations", "refits", "refits_on_drift", "refit_ms")})
             try:  # what was sent is consumed: the counts check (a slow worker may need longer than the run)
                 wait_until(
                     lambda: (
@@ -199,7 +226,7 @@ def run_fleet(
                 )
             except TimeoutError:
                 pass
-            drained = _snapshot(procs)
+            drained = _read_snapshot(procs)
             stop.set()
             reader.join(30)
             preds: dict[str, Any] = json.loads(reader_out.read_text()) if reader_out.exists() else {}
@@ -223,7 +250,7 @@ def run_fleet(
     lag: dict[str, Any] = {}
     rates = {"stage1": (sent_stats["batches"] + sent_stats["job_batches"]) / elapsed, "stage2": observations / elapsed}
     for stage in STAGES:
-        points = [(t, s["lag"][stage]) for t, s in series]
+        points = read_points(series, stage)
         most = max((v for _t, v in points), default=0.0)
         lag[stage] = {
             "max_records": int(most),
@@ -273,6 +300,7 @@ def run_fleet(
         "cpu_ms_per_observation": round(1000.0 * sum(cpu_s) / observations, 2) if observations else None,
         "cpu_ms_per_gpu_sample_last_half": last_half_cost([(t, sum(s["cpu_s"]), s["sent"]) for t, s in series]),
         "sender_behind": behind,
+        "metrics_unread": sum(1 for _t, snap in series if snap["unread"]),
         "kept_up": bool(
             all_consumed and not behind and not any(v["grows"] for v in lag.values()) and (p99 is None or p99 <= bound_s)
         ),

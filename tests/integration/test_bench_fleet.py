@@ -24,6 +24,7 @@ def test_a_fleet_runs_through_two_workers_and_every_sample_is_consumed(tmp_path)
     by = out["latency_s_by_occupancy"]
     assert set(by) <= {"colocated", "solo", "idle"} and sum(v["predictions"] for v in by.values()) == out["predictions"] > 0
     assert isinstance(out["kept_up"], bool) and out["cpu_ms_per_gpu_sample"] > 0
+    assert isinstance(out["metrics_unread"], int) and out["metrics_unread"] >= 0
     assert out["observations"] > 0
     late = out["sender_late_s"]  # each batch acknowledged after it was handed over, so every quantile is too
     assert late["handed_p50"] <= late["acked_p50"] and late["handed_p99"] <= late["acked_p99"]

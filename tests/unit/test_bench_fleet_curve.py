@@ -40,3 +40,16 @@ def test_a_worker_asked_for_named_series_renders_only_those_with_the_whole_pages
     assert "aip_stream_prediction_delay" in full and "aip_stream_prediction_delay" not in named
     for name in READ_METRICS:
         assert metric_values(named, name) == metric_values(full, name) != []
+
+
+def test_a_lag_that_grows_is_seen_through_a_worker_too_busy_to_answer() -> None:
+    """A worker far behind may not answer its /metrics within the timeout: that snapshot holds no lag of it. Counted
+    as 0, it made the lowest lag of the last quarter 0, and a lag growing from 20,000 to 380,000 records "did not
+    grow" (a 600 s run of 10,000 GPUs)."""
+    from aip.bench.fleet import grows, read_points
+
+    series = [(5.0 * i, {"lag": {"stage1": 1000.0 * i}, "unread": 0}) for i in range(16)]
+    series[14] = (70.0, {"lag": {"stage1": 0.0}, "unread": 1})
+    assert not grows([(t, s["lag"]["stage1"]) for t, s in series], tolerance=10.0)  # how it was read before
+    assert grows(read_points(series, "stage1"), tolerance=10.0)
+    assert read_points([(0.0, {"lag": {"stage1": 7.0}, "unread": 0})], "stage1") == [(0.0, 7.0)]
