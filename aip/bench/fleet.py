@@ -73,7 +73,7 @@ def _snapshot(workers: list[Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {
         "lag": dict.fromkeys(STAGES, 0.0), "consumed": {}, "observations": 0.0, "refits": 0.0, "refits_on_drift": 0.0, "refit_ms": 0.0, "cpu_s": [],
-        "rss_mb": [], "unread": 0,
+        "rss_mb": [], "unread": 0, "lag_by_worker": [],
     }  # fmt: skip
     for w in workers:
         try:
@@ -81,8 +81,13 @@ def _snapshot(workers: list[Any]) -> dict[str, Any]:
         except OSError:  # a worker too busy to answer: its counts are not in this snapshot (``unread``)
             text = ""
             out["unread"] += 1
-        for stage, topics in STAGES.items():
-            out["lag"][stage] += sum(sum(metric_values(text, "aip_stream_consumer_lag_records", topic=t)) for t in topics)
+        own = {
+            stage: sum(sum(metric_values(text, "aip_stream_consumer_lag_records", topic=t)) for t in topics)
+            for stage, topics in STAGES.items()
+        }
+        out["lag_by_worker"].append(own)
+        for stage, behind in own.items():
+            out["lag"][stage] += behind
         for t in ("gpu.metrics", "jobs.lifecycle", "interference.observations"):
             out["consumed"][t] = out["consumed"].get(t, 0.0) + sum(
                 metric_values(text, "aip_stream_consumed_records_total", topic=t)
@@ -256,6 +261,10 @@ def run_fleet(
             "max_records": int(most),
             "max_s": round(most / rates[stage], 2) if rates[stage] else None,
             "grows": grows(points, tolerance=max(10.0, 2.0 * rates[stage])),
+            "max_records_by_worker": [
+                int(max((snap["lag_by_worker"][i][stage] for _t, snap in series if not snap["unread"]), default=0.0))
+                for i in range(workers)
+            ],
         }
     p50, p99 = percentile(preds.get("latencies_s", []), 0.5), percentile(preds.get("latencies_s", []), 0.99)
     bound_s = settings.window_s + settings.lateness_s + 5.0

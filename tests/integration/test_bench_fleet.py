@@ -17,8 +17,10 @@ def test_a_fleet_runs_through_two_workers_and_every_sample_is_consumed(tmp_path)
     assert out["gpu_samples_sent"] >= 400 * 25  # 1 Hz for 30 s (no samples at the first tick)
     assert out["gpu_samples_consumed"] == out["gpu_samples_sent"]
     assert set(out["lag"]) == {"stage1", "stage2"} and all(
-        set(v) == {"max_records", "max_s", "grows"} for v in out["lag"].values()
+        set(v) == {"max_records", "max_s", "grows", "max_records_by_worker"} for v in out["lag"].values()
     )
+    for v in out["lag"].values():  # each worker's own lag: the stage's is their sum, so none above the stage's highest
+        assert len(v["max_records_by_worker"]) == 2 and all(0 <= w <= v["max_records"] for w in v["max_records_by_worker"])
     assert len(out["worker_cpu_pct"]) == len(out["worker_rss_mb"]) == 2 and all(r > 0 for r in out["worker_rss_mb"])
     assert 0 <= out["p50_s"] <= out["read_p50_s"] and out["p99_s"] <= out["read_p99_s"]  # published, then read
     by = out["latency_s_by_occupancy"]
