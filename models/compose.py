@@ -84,14 +84,37 @@ class ComposeScore:
         return self.n < self.min_samples or self.composed_abs <= (1.0 + self.margin) * self.served_abs
 
 
+PairKey = tuple[Any, ...]
+"""A pair's key: (job type, co-runner's type, the job's solo profile items, the co-runner's), :func:`pair_key`."""
+
+
+def profile_items(profile: Mapping[str, float | None]) -> tuple[Any, ...]:
+    return tuple(sorted(profile.items()))
+
+
+def pair_key(job_type: str, co_type: str, solo: Mapping[str, float | None], co_solo: Mapping[str, float | None]) -> PairKey:
+    """The key of the pair ``job_type`` next to ``co_type`` with these solo profiles (what its prediction depends on).
+
+    >>> pair_key("a", "b", {"S": 2.0, "M": 1.0}, {})
+    ('a', 'b', (('M', 1.0), ('S', 2.0)), ())
+    """
+    return (job_type, co_type, profile_items(solo), profile_items(co_solo))
+
+
 def compose_samples(
-    samples: Sequence[Sample], predict_many: PredictMany, max_pct: float, *, intervals: bool = True
+    samples: Sequence[Sample],
+    predict_many: PredictMany,
+    max_pct: float,
+    *,
+    intervals: bool = True,
+    pairs: Mapping[PairKey, PredictionResult | None] | None = None,
 ) -> list[Composition | None]:
     """Each sample's slowdown composed from its job's predicted slowdown next to each co-runner alone
     (:func:`compose_pct`, the pairs predicted by ``predict_many(asks, intervals)``), bounded to ``-100`` and to what pairs each at ``max_pct`` compose to (a
     slowdown compounds past any one pair's bound: Gavel-style sharing, not a cap), with the composed interval and whether
     every pair was measured; None where a pair has no prediction.  ``intervals`` False: no composed interval
-    (None), the pairs predicted without theirs."""
+    (None), the pairs predicted without theirs.  ``pairs``: pairs already predicted (with their intervals), by
+    :func:`pair_key`; only the others are predicted here."""
     # each distinct pair predicted once per call: a window's what-if asks the pairs of the jobs already there
     # once per newcomer (same types, same profiles, so the same prediction)
     keys: list[tuple[Any, ...]] = []
@@ -101,17 +124,18 @@ def compose_samples(
     def items(p: Mapping[str, float | None]) -> tuple[Any, ...]:
         k = profiles.get(id(p))
         if k is None:
-            k = profiles[id(p)] = tuple(sorted(p.items()))
+            k = profiles[id(p)] = profile_items(p)
         return k
 
     for s in samples:
         for co, cs in zip(s.co_job_types, s.co_solos, strict=True):
             key = (s.job_type, co, items(s.solo), items(cs))
             keys.append(key)
-            if key not in unique:
+            if key not in unique and (pairs is None or key not in pairs):
                 unique[key] = Sample(s.job_type, (co,), math.nan, "", s.environment, {}, dict(s.solo), (dict(cs),))
-    pairs = predict_many([(Views(p), "placement") for p in unique.values()], intervals)
-    by_key = dict(zip(unique, pairs, strict=True))
+    by_key = dict(zip(unique, predict_many([(Views(p), "placement") for p in unique.values()], intervals), strict=True))
+    if pairs is not None:
+        by_key.update((k, pairs[k]) for k in keys if k not in by_key)
     preds = iter([by_key[k] for k in keys])
     out: list[Composition | None] = []
     for s in samples:

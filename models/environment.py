@@ -42,13 +42,13 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from events import MODES, REGIMES, Leaderboard, Observation, ServedModel
 from models import persist
 from models.candidates import KINDS, Candidate
-from models.compose import ComposeScore, compose_samples, serve_composed
+from models.compose import ComposeScore, PairKey, compose_samples, pair_key, serve_composed
 from models.datasets import Sample
 from models.derive import ThreeIndex, derive_pairs
 from models.drift import ServedErrorDrift
@@ -264,15 +264,30 @@ class EnvironmentModels:
         return plan_interval(plan, value, median=median, novel=self.novel_residuals, min_samples=c.min_samples, max_pct=c.max_pct)
 
     def predict_samples(
-        self, asks: Sequence[tuple[Sample, str]], *, compose: bool = True, what_if: bool = False
+        self,
+        asks: Sequence[tuple[Sample, str]],
+        *,
+        compose: bool = True,
+        what_if: bool = False,
+        pairs: Mapping[PairKey, PredictionResult | None] | None = None,
     ) -> list[PredictionResult | None]:
         """Each (sample, mode) as :meth:`predict` answers it; ``compose=False``: a job set of 3+ never measured as the
         serving candidate predicts it, not composed from its pairs (:meth:`_serve_composed`).  ``what_if``: the
-        questions of :meth:`predict_placements` (a composed slowdown may pass ``max_pct``)."""
+        questions of :meth:`predict_placements` (a composed slowdown may pass ``max_pct``).  ``pairs``: a
+        :meth:`pair_table` that the placement-mode pairs asked, and the compositions' pairs, come from where it has
+        them."""
         samples = [s for s, _ in asks]
-        plans = [self._plan(Views(s), mode) for s, mode in asks]
+        tabled = {} if pairs is None else self._tabled(asks, pairs)
+        plans = [None if i in tabled else self._plan(Views(s), mode) for i, (s, mode) in enumerate(asks)]
+
+        def results(served: Collection[int] = ()) -> list[PredictionResult | None]:
+            out = self._results(plans, served)
+            for i, r in tabled.items():
+                out[i] = r
+            return out
+
         if not compose:
-            return self._finish(samples, self._results(plans), compose=False, what_if=what_if)
+            return self._finish(samples, results(), compose=False, what_if=what_if)
         # compositions first: a job set of 3+ whose composition is served needs no prediction of its own
         many = [
             i
@@ -281,13 +296,26 @@ class EnvironmentModels:
         ]
         # the pairs' composed interval is used only where job sets of 3+ have no interval of their own yet
         pair_intervals = self.many_residuals.offsets() is None
-        made = self._compose([samples[i] for i in many], intervals=pair_intervals) if many else []
+        made = self._compose([samples[i] for i in many], intervals=pair_intervals, pairs=pairs) if many else []
         compositions = dict(zip(many, made, strict=True))
         served = [
             i for i, c in compositions.items()
             if c is not None and self.compose_scores[c[2]].serve_composed() and plans[i] is not None and plans[i].candidate.answers  # type: ignore[union-attr]
         ]  # fmt: skip
-        return self._finish(samples, self._results(plans, served), compose=True, what_if=what_if, compositions=compositions)
+        return self._finish(samples, results(served), compose=True, what_if=what_if, compositions=compositions)
+
+    @staticmethod
+    def _tabled(
+        asks: Sequence[tuple[Sample, str]], pairs: Mapping[PairKey, PredictionResult | None]
+    ) -> dict[int, PredictionResult | None]:
+        """The asks of :meth:`predict_samples` that ``pairs`` answers (placement-mode pairs in it), by index."""
+        out = {}
+        for i, (s, mode) in enumerate(asks):
+            if mode == "placement" and len(s.co_job_types) == 1:
+                key = pair_key(s.job_type, s.co_job_types[0], s.solo, s.co_solos[0])
+                if key in pairs:
+                    out[i] = pairs[key]
+        return out
 
     def serve(self, obs: Observation) -> Served:
         """:meth:`predict` of ``obs`` in both modes, its features computed once, kept for :meth:`learn`."""
@@ -340,18 +368,41 @@ class EnvironmentModels:
         """What-if: the slowdown of ``job_type`` if co-located with ``co_job_types``."""
         return self.predict_placements([(job_type, job_solo, co_job_types, co_solos)])[0]
 
-    def predict_placements(self, asks: Sequence[PlacementAsk]) -> list[PredictionResult | None]:
+    def predict_placements(
+        self, asks: Sequence[PlacementAsk], *, pairs: Mapping[PairKey, PredictionResult | None] | None = None
+    ) -> list[PredictionResult | None]:
         """:meth:`predict_placement` of each (job type, solo profile, co-runners' types, their solo profiles), in
-        one ``predict`` per batch candidate."""
+        one ``predict`` per batch candidate; ``pairs``: see :meth:`predict_samples`."""
         samples = [
             Sample(jt, tuple(co), math.nan, "", self.environment, {}, dict(solo), tuple(co_solos))
             for jt, solo, co, co_solos in asks
         ]  # fmt: skip
-        return self.predict_samples([(s, "placement") for s in samples], what_if=True)
+        return self.predict_samples([(s, "placement") for s in samples], what_if=True, pairs=pairs)
 
-    def _compose(self, samples: Sequence[Sample], *, intervals: bool = True) -> list[Composition | None]:
+    def pair_table(self, profiles: Mapping[str, Mapping[str, float | None]]) -> dict[PairKey, PredictionResult | None]:
+        """Every pair of ``profiles``' job types (each next to each, itself included) predicted as the compositions
+        of :meth:`predict_samples` predict their pairs, with intervals, in one :meth:`_predict_many` in sorted
+        order: what a pair gives is then the same whoever asks first (a batch model's arithmetic may differ in the
+        last bits with the rows of its call), and each pair of a state of the models is predicted once."""
+        types = sorted(profiles)
+        keys = [pair_key(a, b, profiles[a], profiles[b]) for a in types for b in types]
+        asks = [
+            (Views(Sample(a, (b,), math.nan, "", self.environment, {}, dict(profiles[a]), (dict(profiles[b]),))), "placement")
+            for a in types for b in types
+        ]  # fmt: skip
+        return dict(zip(keys, self._predict_many(asks), strict=True))
+
+    def _compose(
+        self,
+        samples: Sequence[Sample],
+        *,
+        intervals: bool = True,
+        pairs: Mapping[PairKey, PredictionResult | None] | None = None,
+    ) -> list[Composition | None]:
         """:func:`models.compose.compose_samples` of ``samples`` by the candidates serving their pairs."""
-        return compose_samples(samples, lambda asks, iv: self._predict_many(asks, intervals=iv), self.config.max_pct, intervals=intervals)
+        return compose_samples(
+            samples, lambda asks, iv: self._predict_many(asks, intervals=iv), self.config.max_pct, intervals=intervals, pairs=pairs
+        )  # fmt: skip
 
     def _serve_composed(
         self,

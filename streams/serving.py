@@ -86,7 +86,7 @@ class Serving:
         self.raised: dict[str, list[str]] = {}
         """gpu -> its jobs with a raised alert, for the GPUs whose caller keeps no state of them (setting stage2)."""
         self.counters: Counter[str] = learner.counters if learner is not None else Counter()
-        self.what_ifs = WhatIfCache(what_if_every, what_if_min_s, counters=self.counters)
+        self.what_ifs = WhatIfCache(what_if_every, what_if_min_s, counters=self.counters, pair_tables=learner is None)
 
     # ------------------------------------------------------------ models
     def install(self, environment: str, version: int, models: EnvironmentModels, known: Mapping[str, Profile]) -> bool:

@@ -11,7 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from events import WhatIf
+from models.compose import PairKey
 from models.environment import EnvironmentModels, PlacementAsk
+from models.prediction import PredictionResult
 
 Profile = Mapping[str, float | None]
 
@@ -67,18 +69,19 @@ def what_if_entries(
     running_types: Sequence[str],
     running_solos: Sequence[Profile],
     counters: Counter[str] | None = None,
+    pairs: Mapping[PairKey, PredictionResult | None] | None = None,
 ) -> list[WhatIf]:
     """For each known job type (sorted) as a newcomer: its predicted slowdown and the summed slowdown of the jobs
     already there, every value within ``[-100, models.config.max_pct]`` (:func:`bounded_entry`; the entries bounded
     are counted in ``counters``, ``what_if_clipped``).  Every question of the window is asked in one
-    :meth:`EnvironmentModels.predict_placements`."""
+    :meth:`EnvironmentModels.predict_placements` (``pairs``: its pair table, see there)."""
     asks: list[PlacementAsk] = []
     for jt in sorted(known):
         asks.append((jt, known[jt], list(running_types), list(running_solos)))
         for i, (rt, rs) in enumerate(zip(running_types, running_solos, strict=True)):
             others = [j for j in range(len(running_types)) if j != i]
             asks.append((rt, rs, [running_types[j] for j in others] + [jt], [running_solos[j] for j in others] + [known[jt]]))
-    results = iter(models.predict_placements(asks))
+    results = iter(models.predict_placements(asks, pairs=pairs))
     entries = []
     for jt in sorted(known):
         newcomer = next(results)
@@ -124,10 +127,21 @@ class WhatIfCache:
     entries.  Without the cache every window paid its own (docs/BENCHMARKS.md, "Stage 2 per observation")."""
 
     def __init__(
-        self, every: int = 256, min_s: float = 60.0, capacity: int = 50_000, counters: Counter[str] | None = None
+        self,
+        every: int = 256,
+        min_s: float = 60.0,
+        capacity: int = 50_000,
+        counters: Counter[str] | None = None,
+        *,
+        pair_tables: bool = False,
     ) -> None:
         self.counters = counters
         """Where :func:`what_if_entries` counts the entries it bounds (``what_if_clipped``, once per computation)."""
+        self.pair_tables = pair_tables
+        """Compose job sets of three from one :meth:`EnvironmentModels.pair_table` per state of the models (the
+        known types' every pair, predicted once), not from the pairs each window's entries ask: for models that
+        change only when replaced (a snapshot served), where each state serves many windows."""
+        self.pairs: dict[str, dict[PairKey, PredictionResult | None]] = {}
         self.every = max(1, every)
         self.min_s = min_s
         self.capacity = capacity
@@ -176,10 +190,16 @@ class WhatIfCache:
         self.misses += 1
         if len(self.entries_by_key) >= self.capacity:
             self.entries_by_key.clear()
-        entries = self.entries_by_key[key] = what_if_entries(models, known, running_types, running_solos, self.counters)
+        pairs = None
+        if self.pair_tables:
+            pairs = self.pairs.get(env)
+            if pairs is None:
+                pairs = self.pairs[env] = models.pair_table(known)
+        entries = self.entries_by_key[key] = what_if_entries(models, known, running_types, running_solos, self.counters, pairs)
         return entries
 
     def forget(self, environment: str) -> None:
         """Drop the entries of ``environment`` (its models were replaced: a new snapshot, see :mod:`streams.serving`)."""
         self.marks.pop(environment, None)
+        self.pairs.pop(environment, None)
         self.entries_by_key = {k: e for k, e in self.entries_by_key.items() if k[0] != environment}

@@ -30,9 +30,13 @@ class LinearModels:
         self.config = SimpleNamespace(max_pct=300.0)
         self.asks: list[PlacementAsk] = []
 
-    def predict_placements(self, asks: Sequence[PlacementAsk]) -> list[PredictionResult | None]:
+    def predict_placements(self, asks: Sequence[PlacementAsk], *, pairs: Any = None) -> list[PredictionResult | None]:
         self.asks.extend(asks)
         return [PredictionResult(linear_pct(solo, co_solos), "stub", "all", "placement", None) for _, solo, _, co_solos in asks]
+
+    def pair_table(self, profiles: Mapping[str, Mapping[str, float | None]]) -> dict[Any, PredictionResult | None]:
+        """No pairs tabled: every question reaches :meth:`predict_placements`, whose asks the tests read."""
+        return {}
 
     def serve(self, obs: Observation) -> Any:
         results = {mode: PredictionResult(SERVED_PCT, "stub", "all", mode, None) for mode in ("observed", "placement")}

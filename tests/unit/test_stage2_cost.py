@@ -9,6 +9,7 @@ import msgspec
 from test_streams import BASE, alone, observations
 
 from aip.bench import stage2 as bench
+from models.compose import pair_key
 from models.environment import EnvironmentModels, draw
 from models.modelconfig import ModelConfig
 from models.synthetic import gavel_observations
@@ -130,3 +131,45 @@ def test_bench_stage2_keys_and_counts() -> None:
     assert result["stage2_what_if_hits"] + result["stage2_what_if_misses"] <= 2 * answered
     assert result["stage2_observations_learned"] == sum(1 for k, _ in items if k == "colocated")
     assert result["stage2_refits_total"] >= 1 and result["stage2_gpus"] == 4
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    return (a is None) == (b is None) and (a is None or abs(a - b) <= 1e-9 * max(1.0, abs(b)))
+
+
+def _same_entries(a: list, b: list) -> bool:
+    """The same entries but for a batch model's last bits (its arithmetic may differ with the rows of its call)."""
+    return len(a) == len(b) and all(
+        x.job_type == y.job_type and x.regime == y.regime and _close(x.newcomer_pct, y.newcomer_pct)
+        and _close(x.existing_pct, y.existing_pct)
+        and (x.interval_pct is None) == (y.interval_pct is None)
+        and (x.interval_pct is None or all(_close(u, v) for u, v in zip(x.interval_pct, y.interval_pct, strict=True)))
+        for x, y in zip(a, b, strict=True)
+    )  # fmt: skip
+
+
+def test_entries_from_the_pair_table_are_the_pairwise_ones_and_the_same_whichever_set_asks_first() -> None:
+    em, known = _learned(600)
+    em.refit_now()  # batch candidates serving, as in a snapshot
+    table = em.pair_table(known)
+    assert len(table) == len(known) ** 2 and any(r is not None for r in table.values())
+    sets = [sorted(known)[i : i + k] for k in (1, 2) for i in range(0, 6, 2)]
+    served = {}
+    for running in sets:
+        solos = [known[t] for t in running]
+        with_table = what_if_entries(em, known, running, solos, pairs=table)
+        assert with_table and _same_entries(with_table, what_if_entries(em, known, running, solos))
+        served[tuple(running)] = with_table
+    # what is served for a pair is the table's: a pair doctored in it is what the entry says
+    a, b = sorted(known)[:2]
+    key = pair_key(b, a, known[b], known[a])
+    assert table[key] is not None
+    doctored = {**table, key: dataclasses.replace(table[key], interference_pct=12.5)}
+    [entry] = [w for w in what_if_entries(em, known, [a], [known[a]], pairs=doctored) if w.job_type == b]
+    assert entry.newcomer_pct == 12.5 != next(w for w in served[(a,)] if w.job_type == b).newcomer_pct
+    # sharded serving: two caches (two workers) asked the sets in opposite orders publish the same entries, bit for bit
+    one, other = WhatIfCache(pair_tables=True), WhatIfCache(pair_tables=True)
+    for running in sets:
+        assert one.entries(em, known, running, [known[t] for t in running]) == served[tuple(running)]
+    for running in sets[::-1]:
+        assert other.entries(em, known, running, [known[t] for t in running]) == served[tuple(running)]
