@@ -40,7 +40,7 @@ class SklearnModel:
 
     def predict_array(self, a: np.ndarray) -> np.ndarray:
         """Predict rows already in :attr:`cols` order and filled."""
-        if not self.spec.threaded:
+        if not self.spec.threaded or len(a) <= self.spec.one_thread_rows:
             return self.spec.predict(self.estimator, a)
         with one_thread():
             return self.spec.predict(self.estimator, a)
@@ -278,6 +278,41 @@ def _predict(estimator: Any, a: np.ndarray) -> np.ndarray:
     return np.asarray(estimator.predict(a), dtype=float)
 
 
+def pipeline_predict(pipeline: Any, a: np.ndarray) -> np.ndarray:
+    """A pipeline's ``predict`` (the same floats), its scalers and linear or kernel SVR last steps computed as
+    scikit-learn computes them, without its per-call checks of input, fitted state and tags, which took most of a
+    pipeline's ``predict`` of a few rows in a worker's profile (docs/BENCHMARKS.md); other steps ask their own."""
+    x = np.array(a, dtype=np.float64, order="C")  # what the scaler's input check makes (a copy)
+    for _, step in pipeline.steps[:-1]:
+        x = _transform(step, x)
+    return np.asarray(_final_predict(pipeline.steps[-1][1], x), dtype=float)
+
+
+def _transform(step: Any, x: np.ndarray) -> np.ndarray:
+    from sklearn.preprocessing import StandardScaler
+
+    if type(step) is not StandardScaler:
+        return np.ascontiguousarray(step.transform(x), dtype=np.float64)
+    if step.with_mean:
+        x -= step.mean_
+    if step.with_std:
+        x /= step.scale_
+    return x
+
+
+def _final_predict(estimator: Any, x: np.ndarray) -> np.ndarray:
+    from sklearn.linear_model import LinearRegression
+    from sklearn.svm import SVR, LinearSVR
+
+    kind = type(estimator)
+    if kind in (LinearRegression, LinearSVR):  # LinearModel._decision_function
+        coef = estimator.coef_
+        return x @ coef + estimator.intercept_ if coef.ndim == 1 else x @ coef.T + estimator.intercept_
+    if kind is SVR and not estimator._sparse and not callable(estimator.kernel):  # BaseLibSVM.predict, dense input
+        return estimator._dense_predict(x)
+    return estimator.predict(x)
+
+
 # How each scikit-learn model is fitted on a :class:`Prepared` training set: the distinct feature rows, each
 # weighted by its copies (see SKLEARN); the estimator fitted is returned.
 
@@ -382,6 +417,15 @@ class Spec(NamedTuple):
     """Its ``predict`` may run OpenMP or BLAS threads (asked in :func:`one_thread`); False: one thread whatever the
     limits (the trees' :func:`forest_predict` and :func:`tree_predict`), asked without the context, which costs more
     than a tree's prediction of a few rows (threadpoolctl reads every library's thread count to restore it)."""
+    one_thread_rows: int = 0
+    """Up to this many rows its ``predict`` runs on one thread whatever the limits, and is asked without the context
+    (14 us, against 6 us for a pipeline's :func:`pipeline_predict` of two rows): OpenBLAS multiplies a matrix by a
+    vector on one thread below 9,216 elements (``GEMM_MULTITHREAD_THRESHOLD`` 4 x 2,304), libsvm has no threads."""
+
+
+FEW_ROWS = 16
+"""Rows a linear model or SVR predicts on one thread (:attr:`Spec.one_thread_rows`): 16 rows of SVR-poly's feature
+map of 20 columns (230 monomials) are 3,680 elements."""
 
 
 FOREST_LEAF_SHARE = 0.0005
@@ -402,11 +446,11 @@ def _extra(seed: int) -> Any:
 
 
 SKLEARN: dict[str, Spec] = {
-    "LinearRegression": Spec(_linear, fit_scaled_weighted),
-    "SVR-linear": Spec(_svr_linear, fit_kernel_svr),
-    "SVR-poly": Spec(_svr_poly, fit_kernel_svr),
+    "LinearRegression": Spec(_linear, fit_scaled_weighted, pipeline_predict, one_thread_rows=FEW_ROWS),
+    "SVR-linear": Spec(_svr_linear, fit_kernel_svr, pipeline_predict, one_thread_rows=FEW_ROWS),
+    "SVR-poly": Spec(_svr_poly, fit_kernel_svr, pipeline_predict, one_thread_rows=FEW_ROWS),
     "DecisionTree": Spec(_tree, fit_leaf_weighted, tree_predict, threaded=False),
-    "KNN": Spec(_knn, fit_neighbours),
+    "KNN": Spec(_knn, fit_neighbours, pipeline_predict),
     "GradientBoosting": Spec(_gbr, fit_subsampled),
     "HistGradientBoosting": Spec(_hgb),
     "HistGradientBoosting-monotone": Spec(_hgb, fit_monotone),

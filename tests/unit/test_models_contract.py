@@ -156,6 +156,23 @@ def test_forest_predict_gives_the_floats_of_scikit_learn_predict() -> None:
         assert np.array_equal(forest_predict(forest, rows[:1]), forest.predict(rows[:1]))
 
 
+@pytest.mark.parametrize("name", ["LinearRegression", "SVR-linear", "SVR-poly", "KNN"])
+@pytest.mark.parametrize("n", [40, 400])  # SVR-poly: the kernel SVR (dual) on few rows, its feature map (primal) on more
+def test_pipeline_predict_gives_the_floats_of_scikit_learn_predict(name: str, n: int) -> None:
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(n, 5)) * [1.0, 10.0, 100.0, 0.1, 1.0]
+    y = X[:, 0] * X[:, 1] + X[:, 2] + rng.normal(size=n)
+    data = Prepared.of_array([f"c{i}" for i in range(5)], X, y)
+    spec = scikit.SKLEARN[name]
+    pipe = spec.fit(spec.factory(0), data)
+    assert spec.predict is scikit.pipeline_predict
+    rows = rng.normal(size=(30, 5)) * [1.0, 10.0, 100.0, 0.1, 1.0]
+    for a in (rows, rows[:1], X[:7]):
+        kept = a.copy()
+        assert np.array_equal(scikit.pipeline_predict(pipe, a), pipe.predict(a))
+        assert np.array_equal(a, kept)
+
+
 @pytest.mark.parametrize("name", ["RandomForest", "ExtraTrees"])
 def test_a_forest_of_copied_trees_is_scikit_learns_forest(name: str) -> None:
     """``fit_forest`` makes each tree as a copy of one configured tree: on weighted rows (duplicates) the trees,
