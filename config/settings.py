@@ -104,7 +104,14 @@ class Settings:
         "windows wait for them up to this long (event time)",
     )
     stage1_batch: int = _setting(1000, "stage 1 handles input in batches of up to this many events (1: event by event)")
-    stage1_batch_wait_s: float = _setting(0.05, "stage 1 waits at most this long to fill a batch (stage1_batch > 1)")
+    stage1_batch_wait_s: float = _setting(
+        0.25,
+        "stage 1 waits at most this long to fill a batch (stage1_batch > 1); an idle reader wakes this often, as "
+        "faust's batches do",
+    )
+    stage2_batch_wait_s: float = _setting(
+        0.25, "stage 2 waits at most this long to fill a batch of up to 200 observation records (wakes as often when idle)"
+    )
     observation_batch_bytes: int = _setting(
         256 * 1024,
         "stage 1 publishes the observations of one input batch as one record per environment (ObservationBatch) of at "
@@ -263,6 +270,9 @@ class Settings:
             raise SettingsError("refit_interval_s (AIP_REFIT_INTERVAL_S) must be 0 (no wait) or a number of seconds, e.g. 300")
         if not 0 < self.fetch_max_wait_s <= 30:
             raise SettingsError("fetch_max_wait_s (AIP_FETCH_MAX_WAIT_S) must be in (0, 30] seconds, e.g. 0.25")
+        for name in ("stage1_batch_wait_s", "stage2_batch_wait_s"):
+            if not 0 < getattr(self, name) <= 10:
+                raise SettingsError(f"{name} (AIP_{name.upper()}) must be in (0, 10] seconds, e.g. 0.25")
 
     @property
     def bootstrap_servers(self) -> list[str]:

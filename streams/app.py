@@ -264,7 +264,7 @@ class Streams:
                     await self.inputs.stage1_event(event)
 
         async def stage2(stream: Any) -> None:
-            async for batch in stream.take_events(200, within=0.02):
+            async for batch in stream.take_events(200, within=s.stage2_batch_wait_s):
                 await self.loop.stage2_batch(batch)
 
         if with_stage2:
