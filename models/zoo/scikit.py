@@ -423,9 +423,9 @@ class Spec(NamedTuple):
     vector on one thread below 9,216 elements (``GEMM_MULTITHREAD_THRESHOLD`` 4 x 2,304), libsvm has no threads."""
 
 
-FEW_ROWS = 16
-"""Rows a linear model or SVR predicts on one thread (:attr:`Spec.one_thread_rows`): 16 rows of SVR-poly's feature
-map of 20 columns (230 monomials) are 3,680 elements."""
+FEW_ROWS = 4
+"""Rows a linear model or SVR predicts on one thread (:attr:`Spec.one_thread_rows`): 4 rows of SVR-poly's feature map
+of 60 columns (1,890 monomials) are 7,560 elements.  Serving asks one or two rows a call."""
 
 
 FOREST_LEAF_SHARE = 0.0005
