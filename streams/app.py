@@ -39,7 +39,7 @@ from models import parallel
 from streams import changelog, outputs, views
 from streams.checkpoint import Checkpoint
 from streams.commits import AUTO_COMMIT_OFF_EVERY, AUTO_COMMIT_OFF_S, Commits, WorkerMonitor
-from streams.consumer import App
+from streams.consumer import App, KeyPartitioner, RawSchema
 from streams.deadletters import DeadLetters
 from streams.inputs import Inputs, TopicNames
 from streams.interference_metrics import HORIZON_WINDOWS, InterferenceMetrics
@@ -117,6 +117,7 @@ def app_config(settings: Settings, *, web: bool = True, web_port: int | None = N
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
         producer_acks=1,
+        producer_partitioner=KeyPartitioner(),
         broker_rebalance_timeout=settings.rebalance_timeout_s,
         broker_session_timeout=10.0,
         broker_heartbeat_interval=1.0,
@@ -163,7 +164,7 @@ class Streams:
 
     def _topics(self) -> None:
         app, t = self.app, self.topics
-        raw: dict[str, Any] = dict(key_serializer="raw", value_serializer="raw")
+        raw: dict[str, Any] = dict(schema=RawSchema())
         self.inputs_topic = app.topic(t.metrics, t.lifecycle, **raw)
         self.observations = app.topic(t.observations, **raw)
         self.profiles_topic = app.topic(t.profiles, **raw)

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, cast
 
 import faust
+from aiokafka.partitioner import DefaultPartitioner
 from faust.tables import TableManager
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as driver
@@ -184,6 +185,47 @@ class _Consumer(driver.Consumer):
             raise
         finally:
             unset_flag(CONSUMER_FETCHING)
+
+
+class RawSchema(faust.Schema):
+    """Keys and values as the broker gave them (bytes, or None), for topics whose serializers are ``raw``.
+
+    faust's schema passes each key and value through its codec registry and model reconstruction, which with ``raw``
+    serializers return the same bytes: about a fifth of faust's work per message in a worker's profile
+    (docs/BENCHMARKS.md, "Messages without faust's codecs").  Sending is faust's (``dumps_key``/``dumps_value``)."""
+
+    def __init__(self) -> None:
+        super().__init__(key_serializer="raw", value_serializer="raw")
+
+    def compile(self, app: Any, *, default_propagate: bool = False, **_on_errors: Any) -> Any:
+        create_event = app.create_event
+
+        async def decode(message: Any, *, propagate: bool = default_propagate) -> Any:
+            return create_event(message.key, message.value, message.headers, message)
+
+        return decode
+
+
+class KeyPartitioner:
+    """aiokafka's default partitioner (murmur2 of the key, as Java's clients), its answer kept per key and partition
+    list: a worker sends each GPU's predictions under the same few thousand keys, and murmur2 in Python cost about a
+    tenth of the producer's work per record (docs/BENCHMARKS.md).  A key-less record goes where the default sends it."""
+
+    def __init__(self, capacity: int = 65_536) -> None:
+        self.default = DefaultPartitioner()
+        self.capacity = capacity
+        self.known: dict[tuple[bytes, tuple[int, ...]], int] = {}
+
+    def __call__(self, key: Any, all_partitions: list[int], available: list[int]) -> int:
+        if type(key) is not bytes:
+            return int(self.default(key, all_partitions, available))
+        k = (key, tuple(all_partitions))
+        partition = self.known.get(k)
+        if partition is None:
+            if len(self.known) >= self.capacity:
+                self.known.clear()
+            partition = self.known[k] = int(self.default(key, all_partitions, available))
+        return partition
 
 
 class _Transport(driver.Transport):

@@ -72,11 +72,29 @@ class PartitionReader:
         self.consumer.close()
 
 
+FOLLOW_FETCH_WAIT_S = 5.0
+"""How long a follower's fetch waits at the broker for a record (at most half the request timeout).  A broker
+answers a fetch as soon as a record is there (measured on the embedded broker: 4-6 ms from the send to the poll
+with 0.5 s and 3 s alike), so a long wait delays nothing; with kafka-python's 0.5 s, two idle followers took
+0.9 % of a core, a worker's largest cost at rest (docs/BENCHMARKS.md, "What a worker costs doing nothing")."""
+
+
+def follow_fetch_wait_ms(request_timeout_s: float) -> int:
+    """The follower's fetch wait in ms: :data:`FOLLOW_FETCH_WAIT_S`, below half the request timeout (kafka-python
+    requires it below the timeout).
+
+    >>> follow_fetch_wait_ms(30.0), follow_fetch_wait_ms(4.0)
+    (5000, 2000)
+    """
+    return int(min(FOLLOW_FETCH_WAIT_S, request_timeout_s / 2.0) * 1000)
+
+
 class TopicFollower:
     """A thread that reads every partition of ``topic`` from the beginning and hands each batch of
     decoded records to ``deliver`` (called in the thread: hand them over to your event loop); ``raw``:
     ``(key, value)`` pairs instead (a topic without a record class: ``models.snapshots``); ``idle`` is
-    called after a poll that read nothing."""
+    called after a poll that read nothing.  ``poll_s``: how long a poll waits for records (a poll returns as soon
+    as it has some; an empty one is what ``idle`` hears of, and each costs the thread a few hundred microseconds)."""
 
     def __init__(
         self,
@@ -86,8 +104,10 @@ class TopicFollower:
         *,
         raw: bool = False,
         idle: Callable[[], None] | None = None,
+        poll_s: float = 0.5,
     ) -> None:
         self.settings, self.topic, self.deliver, self.raw = settings, topic, deliver, raw
+        self.poll_s = poll_s
         self.idle = idle
         """Called (in the thread) after a poll that read nothing: the follower has caught up for now."""
         self.stopping = threading.Event()
@@ -103,14 +123,17 @@ class TopicFollower:
 
         while not self.stopping.is_set():
             try:
-                consumer = RecordConsumer(self.settings, [self.topic], from_beginning=True)
+                consumer = RecordConsumer(
+                    self.settings, [self.topic], from_beginning=True,
+                    fetch_max_wait_ms=follow_fetch_wait_ms(self.settings.request_timeout_s),
+                )  # fmt: skip
             except Exception as exc:  # the topic does not exist yet, or the broker is away: try again
                 log.warning("cannot follow %s yet: %s", self.topic, exc)
                 self.stopping.wait(2.0)
                 continue
             try:
                 while not self.stopping.is_set():
-                    items = consumer.poll(timeout_s=0.5, max_records=2000)
+                    items = consumer.poll(timeout_s=self.poll_s, max_records=2000)
                     if self.raw:
                         records: list[Any] = [(i.key, i.value) for i in items]
                     else:
