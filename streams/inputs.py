@@ -43,7 +43,7 @@ InputRecord = MetricSample | JobEvent
 
 PROFILES_POLL_S = 2.0
 """The solo-profile follower's poll: records are handed over as soon as they come; an empty poll tells it nothing
-(0.5 s polls cost two idle followers 0.29 % of a core against 0.11 % at 2 s, docs/BENCHMARKS.md)."""
+(two idle followers with 5 s fetch waits: 0.29-0.34 % of a core polling every 0.5 s, 0.11 % every 2 s; docs/BENCHMARKS.md)."""
 
 
 def decode_input(topic: str, value: bytes | None) -> list[InputRecord] | None:

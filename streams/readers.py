@@ -76,7 +76,8 @@ FOLLOW_FETCH_WAIT_S = 5.0
 """How long a follower's fetch waits at the broker for a record (at most half the request timeout).  A broker
 answers a fetch as soon as a record is there (measured on the embedded broker: 4-6 ms from the send to the poll
 with 0.5 s and 3 s alike), so a long wait delays nothing; with kafka-python's 0.5 s, two idle followers took
-0.9 % of a core, a worker's largest cost at rest (docs/BENCHMARKS.md, "What a worker costs doing nothing")."""
+0.9 % of a core, a worker's largest cost at rest (docs/BENCHMARKS.md, "Followers that wait, messages without
+faust's codecs")."""
 
 
 def follow_fetch_wait_ms(request_timeout_s: float) -> int:
