@@ -20,6 +20,10 @@ PROFILE_ENV = "AIP_BENCH_FLEET_PROFILE"
 """A folder: every worker (and harness child) of the run is sampled by py-spy into ``<folder>/<name>.txt``, as
 collapsed stacks (py-spy from ``AIP_PYSPY`` or ``PATH``; without it the run goes on unprofiled)."""
 PROFILE_RATE_HZ = 67
+PROFILE_GIL_ENV = "AIP_BENCH_FLEET_PROFILE_GIL"
+"""Set (to anything but empty or 0): py-spy samples only the thread holding the GIL (``--gil``), so a thread waiting
+for it is not counted where it waits (``--nonblocking`` alone counts a socket write's wait for the GIL as the
+write)."""
 SEND_BATCH_BYTES = 1_000_000
 """The sender's producer batches (kafka-python's ``batch_size``, 16 KB by default: a few host batches).  Sending 6 s
 of a 10,000-GPU fleet's host batches unpaced to the embedded broker cost 0.050-0.051 ms of CPU a record against
@@ -113,8 +117,10 @@ def pyspy() -> str | None:
 
 def start_profilers(pids: dict[str, int | None], duration_s: float) -> list[subprocess.Popen[bytes]]:
     """With ``AIP_BENCH_FLEET_PROFILE`` set and py-spy found: one ``py-spy record`` per process (collapsed stacks,
-    :data:`PROFILE_RATE_HZ`, idle frames left out) for ``duration_s``; else none."""
+    :data:`PROFILE_RATE_HZ`, idle frames left out; with :data:`PROFILE_GIL_ENV`, the GIL's holder only) for
+    ``duration_s``; else none."""
     folder, exe = os.environ.get(PROFILE_ENV), pyspy()
+    gil = ["--gil"] if os.environ.get(PROFILE_GIL_ENV, "") not in ("", "0") else []
     if not folder or not exe:
         return []
     Path(folder).mkdir(parents=True, exist_ok=True)
@@ -132,6 +138,7 @@ def start_profilers(pids: dict[str, int | None], duration_s: float) -> list[subp
                 "--duration",
                 str(int(duration_s)),
                 "--nonblocking",
+                *gil,
                 "--output",
                 str(Path(folder) / f"{name}.txt"),
             ],
