@@ -187,6 +187,11 @@ class Settings:
     )
     web_host: str = _setting("127.0.0.1", "worker HTTP bind address (0.0.0.0 in the container image)")
     web_port: int = _setting(6066, "worker HTTP port: /predictions, /leaderboard, /profiles, /metrics")
+    gc_gen0_threshold: int = _setting(
+        20_000,
+        "a worker freezes what its start made out of the garbage collector and collects the young generation every "
+        "this many allocations (0: Python's collector as it is, every 700)",
+    )
     worker_stop_within_s: float = _setting(
         45.0, "after SIGINT/SIGTERM a worker is gone within this long, its broker reachable or not (then exit 1, no final save)"
     )
@@ -250,6 +255,10 @@ class Settings:
             raise SettingsError("alert_clear_pct must not exceed alert_threshold_pct")
         if self.max_jobs_per_gpu < 0:
             raise SettingsError("max_jobs_per_gpu must be 0 (no limit) or a number of jobs, e.g. 3")
+        if self.gc_gen0_threshold < 0:
+            raise SettingsError(
+                "gc_gen0_threshold must be 0 (Python's collector as it is) or a number of allocations, e.g. 20000"
+            )
         if not self.prediction_max_pct > 0:
             raise SettingsError("prediction_max_pct must be positive (a slowdown in %, e.g. 1000)")
         if self.serving == "sharded" and len(self.snapshot_key) < 16:

@@ -36,7 +36,7 @@ import faust
 from config import Settings
 from events import Topics
 from models import parallel
-from streams import changelog, outputs, views
+from streams import changelog, garbage, outputs, views
 from streams.checkpoint import Checkpoint
 from streams.commits import AUTO_COMMIT_OFF_EVERY, AUTO_COMMIT_OFF_S, Commits, WorkerMonitor
 from streams.consumer import App, KeyPartitioner, RawSchema
@@ -391,6 +391,8 @@ def run_worker(settings: Settings, *, loglevel: str = "warn", web_port: int | No
     """Run one worker in this process until SIGINT or SIGTERM (faust's Worker stops cleanly on both)."""
     streams = create_app(settings, web_port=web_port)
     warm_models(settings.serving)
+    garbage.CLOCK.install()
+    garbage.tune(settings.gc_gen0_threshold)  # the libraries imported, the app built: see streams.garbage
     worker = faust_worker(streams.app, loglevel, settings.worker_stop_within_s)
     try:
         worker.execute_from_commandline()

@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from events import Leaderboard
+from streams import garbage
 
 
 def dead_letter_reason(error: str) -> str:
@@ -104,6 +105,7 @@ class _Collector:
         )
         stuck.add_metric([], float(episodes))
         yield stuck
+        yield from _gc_families()
         error = GaugeMetricFamily(
             "aip_model_mae_points",
             "prequential rolling MAE on measured job sets, points of interference rate",
@@ -132,6 +134,20 @@ class _Collector:
         yield error
         yield selected
         yield served
+
+
+def _gc_families() -> Iterator[Metric]:
+    """The process's garbage collections and their seconds, per generation (:data:`streams.garbage.CLOCK`; zero
+    until a worker installs it)."""
+    seconds = CounterMetricFamily(
+        "aip_worker_gc_seconds", "seconds in the garbage collector, by generation", labels=["generation"]
+    )
+    collections = CounterMetricFamily("aip_worker_gc_collections", "garbage collections, by generation", labels=["generation"])
+    for g, (s, n) in enumerate(zip(garbage.CLOCK.seconds, garbage.CLOCK.collections, strict=True)):
+        seconds.add_metric([str(g)], s)
+        collections.add_metric([str(g)], float(n))
+    yield seconds
+    yield collections
 
 
 @dataclass(eq=False)

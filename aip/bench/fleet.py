@@ -30,7 +30,7 @@ at real time: it did not keep up, and what it sent is what its costs are divided
 GPUS_PER_HOST = 8
 READ_METRICS = (
     "aip_stream_consumer_lag_records", "aip_stream_consumed_records_total", "aip_stream_published_records_total",
-    "aip_stream_stage_events_total",
+    "aip_stream_stage_events_total", "aip_worker_gc_seconds_total",
 )  # fmt: skip
 """The worker's series the harness reads: it asks for only these (``name[]``), so a page holds no per-GPU series."""
 METRICS_PATH = "/metrics?" + "&".join(f"name[]={n}" for n in READ_METRICS)
@@ -73,7 +73,7 @@ def _snapshot(workers: list[Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {
         "lag": dict.fromkeys(STAGES, 0.0), "consumed": {}, "observations": 0.0, "refits": 0.0, "refits_on_drift": 0.0, "refit_ms": 0.0, "cpu_s": [],
-        "rss_mb": [], "unread": 0, "lag_by_worker": [],
+        "gc_s": [], "rss_mb": [], "unread": 0, "lag_by_worker": [],
     }  # fmt: skip
     for w in workers:
         try:
@@ -95,6 +95,7 @@ def _snapshot(workers: list[Any]) -> dict[str, Any]:
         out["observations"] += sum(metric_values(text, "aip_stream_published_records_total", topic="observations"))
         for kind, key in (("refits_applied", "refits"), ("refits_on_drift", "refits_on_drift"), ("refit_ms", "refit_ms")):
             out[key] += sum(metric_values(text, "aip_stream_stage_events_total", stage="stage2", kind=kind))
+        out["gc_s"].append(sum(metric_values(text, "aip_worker_gc_seconds_total")))
         try:
             proc = psutil.Process(w.pid)
             times = proc.cpu_times()
@@ -303,6 +304,7 @@ def run_fleet(
         "refits_on_drift": round(end["refits_on_drift"] - base["refits_on_drift"]),
         "refit_wall_s": round((end["refit_ms"] - base["refit_ms"]) / 1000.0, 2),
         "worker_cpu_pct": [round(100.0 * c / elapsed, 1) for c in cpu_s],
+        "worker_gc_pct": [round(100.0 * max(0.0, e - b) / elapsed, 2) for e, b in zip(end["gc_s"], base["gc_s"], strict=True)],
         "worker_rss_mb": [round(r, 1) for r in end["rss_mb"]],
         "harness_cpu_pct": {k: round(100.0 * c / elapsed, 1) for k, c in harness_cpu_s.items()},
         "cpu_ms_per_gpu_sample": round(1000.0 * sum(cpu_s) / sent_stats["samples"], 4) if sent_stats["samples"] else None,

@@ -22,6 +22,7 @@ def test_a_fleet_runs_through_two_workers_and_every_sample_is_consumed(tmp_path)
     for v in out["lag"].values():  # each worker's own lag: the stage's is their sum, so none above the stage's highest
         assert len(v["max_records_by_worker"]) == 2 and all(0 <= w <= v["max_records"] for w in v["max_records_by_worker"])
     assert len(out["worker_cpu_pct"]) == len(out["worker_rss_mb"]) == 2 and all(r > 0 for r in out["worker_rss_mb"])
+    assert len(out["worker_gc_pct"]) == 2 and all(0.0 <= g < 100.0 for g in out["worker_gc_pct"])  # from their /metrics
     assert 0 <= out["p50_s"] <= out["read_p50_s"] and out["p99_s"] <= out["read_p99_s"]  # published, then read
     by = out["latency_s_by_occupancy"]
     assert set(by) <= {"colocated", "solo", "idle"} and sum(v["predictions"] for v in by.values()) == out["predictions"] > 0

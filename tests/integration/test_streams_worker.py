@@ -146,6 +146,9 @@ def test_measured_interference_matches_simulator_ground_truth(worker: WorkerProc
     published = metric_values(page, "aip_stream_published_records_total", topic="predictions")
     assert metric_values(page, "aip_stream_prediction_delay_seconds_count") == published
     assert metric_values(page, "aip_stream_prediction_delay_seconds_bucket", le="+Inf") == published
+    # the worker tuned its garbage collector at its start (streams.garbage.tune: one full collection, timed)
+    assert metric_values(page, "aip_worker_gc_collections_total", generation="2")[0] >= 1
+    assert metric_values(page, "aip_worker_gc_seconds_total", generation="2")[0] > 0
 
 
 def test_full_speed_replay_gives_the_paced_observations(worker: WorkerProcess) -> None:

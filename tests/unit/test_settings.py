@@ -25,6 +25,7 @@ def test_defaults_point_at_the_embedded_broker() -> None:
         ({"AIP_ALERT_CLEAR_PCT": "90"}, "alert_clear_pct"),
         ({"AIP_STAGE1_BATCH_WAIT_S": "0"}, "stage1_batch_wait_s"),
         ({"AIP_STAGE2_BATCH_WAIT_S": "60"}, "AIP_STAGE2_BATCH_WAIT_S"),
+        ({"AIP_GC_GEN0_THRESHOLD": "-1"}, "gc_gen0_threshold"),
     ],
 )
 def test_bad_values_say_which_setting(env: dict[str, str], message: str) -> None:
