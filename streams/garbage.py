@@ -26,14 +26,13 @@ class GcClock:
 
     >>> c = GcClock()
     >>> c("start", {"generation": 0}); c("stop", {"generation": 0, "collected": 3})
-    >>> c.collections, c.collected, c.seconds[0] >= 0.0
-    ([1, 0, 0], [3, 0, 0], True)
+    >>> c.collections, c.seconds[0] >= 0.0
+    ([1, 0, 0], True)
     """
 
     def __init__(self) -> None:
         self.seconds = [0.0] * GENERATIONS
         self.collections = [0] * GENERATIONS
-        self.collected = [0] * GENERATIONS
         self._started = 0.0
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
@@ -43,7 +42,6 @@ class GcClock:
         g = info["generation"]
         self.seconds[g] += time.perf_counter() - self._started
         self.collections[g] += 1
-        self.collected[g] += info.get("collected", 0)
 
     def install(self) -> GcClock:
         """Time every collection of this process from now on (once: a second call changes nothing)."""
