@@ -121,6 +121,23 @@ def _read_snapshot(workers: list[Any], tries: int = 5) -> dict[str, Any]:
     return snap
 
 
+def interval_line(snap: dict[str, Any], prev: dict[str, Any], seconds: float) -> str:
+    """Each worker's stage-1 lag and CPU over the last interval, and the sender's and the broker's CPU: which process
+    a run that falls behind is short of.
+
+    >>> now = {"lag_by_worker": [{"stage1": 40.0}, {"stage1": 0.0}], "cpu_s": [13.0, 11.0], "harness_cpu_s": {"sender": 6.0, "broker": 3.0}}
+    >>> before = {"cpu_s": [10.0, 10.5], "harness_cpu_s": {"sender": 4.0, "broker": 2.5}}
+    >>> interval_line(now, before, 5.0)
+    'w0 lag 40, 60 % CPU; w1 lag 0, 10 % CPU; sender 40 %, broker 10 %'
+    """
+    if seconds <= 0:
+        return ""
+    pct = [100.0 * max(0.0, c - b) / seconds for c, b in zip(snap["cpu_s"], prev["cpu_s"], strict=True)]
+    harness = {k: 100.0 * max(0.0, snap["harness_cpu_s"].get(k, 0.0) - prev["harness_cpu_s"].get(k, 0.0)) / seconds for k in ("sender", "broker")}
+    workers = "; ".join(f"w{i} lag {lag['stage1']:.0f}, {p:.0f} % CPU" for i, (lag, p) in enumerate(zip(snap["lag_by_worker"], pct, strict=True)))
+    return f"{workers}; sender {harness['sender']:.0f} %, broker {harness['broker']:.0f} %"
+
+
 def read_points(series: list[tuple[float, dict[str, Any]]], stage: str) -> list[tuple[float, float]]:
     """A stage's lag over the run, from the snapshots that read every worker: one that could not read a worker (too
     busy to answer within its timeout, as a worker far behind may be) holds no lag of it, and counted as 0 it would
@@ -203,11 +220,13 @@ def run_fleet(
                 snap = _snapshot(procs)
                 snap["harness_cpu_s"] = {k: harness.cpu_s(pid) for k, pid in pids.items()}
                 snap["sent"] = sent[1]
+                prev_t, prev = series[-1] if series else (0.0, base)
                 series.append((time.monotonic() - t0, snap))
                 progress(
                     f"{time.monotonic() - t0:5.0f} s: sent {sent[1]} GPU samples; lag stage 1 "
                     f"{snap['lag']['stage1']:.0f}, stage 2 {snap['lag']['stage2']:.0f} records; "
-                    f"{snap['observations'] - base['observations']:.0f} observations, {read[0]} predictions"
+                    f"{snap['observations'] - base['observations']:.0f} observations, {read[0]} predictions; "
+                    + interval_line(snap, prev, series[-1][0] - prev_t)
                 )
             elapsed = time.monotonic() - t0
             behind = stop.is_set()
