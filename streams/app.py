@@ -61,6 +61,11 @@ GROUP_STUCK_AFTER_S = 60.0
 """A worker out of a stable consumer-group generation this long says so in its log (:class:`GroupWatch`): well beyond
 a rebalance here (a static member's join and sync take 3 s each on the embedded broker; the session timeout is 10 s)."""
 
+MAX_POLL_INTERVAL_S = 300.0
+"""aiokafka takes a worker out of its group when its application has fetched nothing for this long (Kafka's default
+``max.poll.interval.ms``).  At 30 s a worker saturated by a 10,000-GPU fleet, waiting on its producer and its commits,
+was taken out mid-run (docs/RELIABILITY.md, "Consumer-group membership")."""
+
 LOOP_CLOSE_GRACE_S = 0.1
 """At a worker's stop, the event loop runs this long after every service stopped and before it closes (mode's
 Worker waits 1 s: every stop of a worker, in tests too, waited it)."""
@@ -122,7 +127,7 @@ def app_config(settings: Settings, *, web: bool = True, web_port: int | None = N
         broker_session_timeout=10.0,
         broker_heartbeat_interval=1.0,
         consumer_group_instance_id=group_instance_id(settings),
-        broker_max_poll_interval=30.0,
+        broker_max_poll_interval=MAX_POLL_INTERVAL_S,
         broker_request_timeout=max(settings.request_timeout_s, 31.0),
         web_enabled=web,
         web_port=web_port if web_port is not None else settings.web_port,

@@ -123,10 +123,17 @@ def leave_on_close(coordinator: Any) -> None:
     """Make ``coordinator`` (an aiokafka GroupCoordinator) leave the group when it closes, static membership or not.
 
     aiokafka calls ``_maybe_leave_group`` on close after the last commit; it skips a static member, and also a member
-    of generation 0 (the embedded broker's first generation)."""
+    of generation 0 (the embedded broker's first generation).  It calls it too from its heartbeat task when the
+    application has fetched nothing for ``max_poll_interval``: there aiokafka's own runs (a static member forgets its
+    generation and rejoins under the same instance id when it fetches again, KIP-345), since a LeaveGroup would take
+    a worker that is only slow out of the group (measured: docs/RELIABILITY.md, "Consumer-group membership")."""
+    aiokafka_maybe_leave = coordinator._maybe_leave_group
 
     async def maybe_leave_group() -> None:
-        await leave_group(coordinator)
+        if coordinator._closing.done():
+            await leave_group(coordinator)
+        else:
+            await aiokafka_maybe_leave()
 
     coordinator._maybe_leave_group = maybe_leave_group
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from io import BytesIO
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,7 +18,11 @@ from streams.membership import GroupWatch, LeaveGroup, LeaveGroupRequest_v3, Lea
 class FakeCoordinator:
     """The parts of aiokafka's GroupCoordinator that leaving touches."""
 
-    def __init__(self, member_id: str = "w-1-abc", instance: str | None = "host-1", answer: Any = None, fail: bool = False):
+    def __init__(
+        self, member_id: str = "w-1-abc", instance: str | None = "host-1", answer: Any = None, fail: bool = False,
+        closing: bool = True,
+    ) -> None:  # fmt: skip
+        self._closing = SimpleNamespace(done=lambda: closing)  # aiokafka's future, done once close() began
         self.group_id = "aip-streams"
         self.member_id = member_id
         self.generation = 4
@@ -66,6 +71,16 @@ def test_a_static_member_leaves_on_close() -> None:
     assert isinstance(request, LeaveGroup)
     assert (request.group, request.member_id, request.group_instance_id) == ("aip-streams", "w-1-abc", "host-1")
     assert coordinator.member_id == "" and coordinator.generation == -1
+
+
+def test_a_member_that_fetched_nothing_for_the_poll_interval_does_not_leave() -> None:
+    """aiokafka's heartbeat task calls the same hook when the application has fetched nothing for
+    ``max_poll_interval``: there a static member does what aiokafka does (no LeaveGroup), since the worker is only
+    slow, not stopping."""
+    coordinator = FakeCoordinator(closing=False)
+    leave_on_close(coordinator)
+    asyncio.run(coordinator._maybe_leave_group())
+    assert coordinator.sent == ["aiokafka's own"]
 
 
 def test_a_dynamic_member_leaves_too() -> None:
