@@ -133,8 +133,13 @@ def interval_line(snap: dict[str, Any], prev: dict[str, Any], seconds: float) ->
     if seconds <= 0:
         return ""
     pct = [100.0 * max(0.0, c - b) / seconds for c, b in zip(snap["cpu_s"], prev["cpu_s"], strict=True)]
-    harness = {k: 100.0 * max(0.0, snap["harness_cpu_s"].get(k, 0.0) - prev["harness_cpu_s"].get(k, 0.0)) / seconds for k in ("sender", "broker")}
-    workers = "; ".join(f"w{i} lag {lag['stage1']:.0f}, {p:.0f} % CPU" for i, (lag, p) in enumerate(zip(snap["lag_by_worker"], pct, strict=True)))
+    harness = {
+        k: 100.0 * max(0.0, snap["harness_cpu_s"].get(k, 0.0) - prev["harness_cpu_s"].get(k, 0.0)) / seconds
+        for k in ("sender", "broker")
+    }
+    workers = "; ".join(
+        f"w{i} lag {lag['stage1']:.0f}, {p:.0f} % CPU" for i, (lag, p) in enumerate(zip(snap["lag_by_worker"], pct, strict=True))
+    )
     return f"{workers}; sender {harness['sender']:.0f} %, broker {harness['broker']:.0f} %"
 
 

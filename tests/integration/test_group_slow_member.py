@@ -9,28 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streams.membership import leave_on_close
+from transport import ensure_topics
 
 PARTITIONS = [0, 1, 2, 3]
 MAX_POLL_MS = 3_000
 
 
-def test_a_static_member_that_stops_fetching_for_a_while_stays_in_the_group(broker: Any, group_id: str) -> None:
-    topic = f"t{uuid.uuid4().hex[:10]}"
+def test_a_static_member_that_stops_fetching_for_a_while_stays_in_the_group(settings: Any, broker: Any, group_id: str) -> None:
+    topic = f"{settings.topic_prefix}slow"
+    ensure_topics(settings, [topic], partitions=len(PARTITIONS))
 
     async def scenario() -> tuple[list[int], list[list[int]], dict[str, list[int]], list[str], str]:
-        admin = AIOKafkaAdminClient(bootstrap_servers=broker.address)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(topic, len(PARTITIONS), 1)])
-        finally:
-            await admin.close()
         members: dict[str, AIOKafkaConsumer] = {}
         polls: dict[str, asyncio.Task[None]] = {}
         sent: list[str] = []
