@@ -53,15 +53,13 @@ class GcClock:
 CLOCK = GcClock()
 """The process's clock (the collector is the process's: several apps in one process share it)."""
 
-GEN0_THRESHOLD = 20_000
-"""Container allocations (net) between two young collections, tuned (Python's default: 700)."""
 
-
-def tune(gen0_threshold: int = GEN0_THRESHOLD) -> int:
+def tune(gen0_threshold: int) -> int:
     """Collect once, freeze what is left out of every later collection, and collect the young generation every
-    ``gen0_threshold`` allocations (the older generations' thresholds as they were); return how many objects were
-    frozen.  ``gen0_threshold`` 0: Python's collector as it is (0 returned).  Called once a worker has started (its
-    libraries imported, its app built): what is frozen then lives as long as the worker."""
+    ``gen0_threshold`` container allocations, net (the setting ``gc_gen0_threshold``; Python's default is 700; the
+    older generations' thresholds as they were); return how many objects were frozen.  ``gen0_threshold`` 0:
+    Python's collector as it is (0 returned).  Called once a worker has started (its libraries imported, its app
+    built): what is frozen then lives as long as the worker."""
     if gen0_threshold <= 0:
         return 0
     gc.collect()
