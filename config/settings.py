@@ -56,6 +56,14 @@ class Settings:
         "a stream worker's fetch waits at most this long for new records (faust's own 1.5 s left host-batched "
         "input idle on the embedded broker)",
     )
+    producer_linger_s: float = _setting(
+        0.05,
+        "a stream worker's producer waits up to this long to fill a batch (faust's own 0: many small batches, which "
+        "the embedded broker re-lists on every fetch)",
+    )
+    producer_batch_bytes: int = _setting(
+        256 * 1024, "a stream worker's producer batches records per partition up to this many bytes (faust's own: 16 KB)"
+    )
     direct_delivery: bool = _setting(
         True,
         "a stream worker's fetch loop hands each message to faust's streams without faust's four tasks per message "
@@ -277,6 +285,10 @@ class Settings:
             raise SettingsError("refit_max_lag_s (AIP_REFIT_MAX_LAG_S) must be 0 (off) or a number of seconds, e.g. 60")
         if self.refit_interval_s < 0:
             raise SettingsError("refit_interval_s (AIP_REFIT_INTERVAL_S) must be 0 (no wait) or a number of seconds, e.g. 300")
+        if not 0 <= self.producer_linger_s <= 1:
+            raise SettingsError("producer_linger_s (AIP_PRODUCER_LINGER_S) must be in [0, 1] seconds, e.g. 0.05")
+        if not 1024 <= self.producer_batch_bytes <= 900 * 1024:
+            raise SettingsError("producer_batch_bytes must be between 1024 and 921600 (below Kafka's 1 MB message limit)")
         if not 0 < self.fetch_max_wait_s <= 30:
             raise SettingsError("fetch_max_wait_s (AIP_FETCH_MAX_WAIT_S) must be in (0, 30] seconds, e.g. 0.25")
         for name in ("stage1_batch_wait_s", "stage2_batch_wait_s"):

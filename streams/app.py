@@ -122,6 +122,8 @@ def app_config(settings: Settings, *, web: bool = True, web_port: int | None = N
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
         producer_acks=1,
+        producer_linger=settings.producer_linger_s,
+        producer_max_batch_size=settings.producer_batch_bytes,
         producer_partitioner=KeyPartitioner(),
         broker_rebalance_timeout=settings.rebalance_timeout_s,
         broker_session_timeout=10.0,

@@ -26,6 +26,8 @@ def test_defaults_point_at_the_embedded_broker() -> None:
         ({"AIP_STAGE1_BATCH_WAIT_S": "0"}, "stage1_batch_wait_s"),
         ({"AIP_STAGE2_BATCH_WAIT_S": "60"}, "AIP_STAGE2_BATCH_WAIT_S"),
         ({"AIP_GC_GEN0_THRESHOLD": "-1"}, "gc_gen0_threshold"),
+        ({"AIP_PRODUCER_LINGER_S": "2"}, "AIP_PRODUCER_LINGER_S"),
+        ({"AIP_PRODUCER_BATCH_BYTES": "2000000"}, "producer_batch_bytes"),
     ],
 )
 def test_bad_values_say_which_setting(env: dict[str, str], message: str) -> None:
@@ -53,3 +55,11 @@ def test_readme_documents_every_setting() -> None:
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert markdown_table() in readme, "README's configuration table is stale: run `python -m config`"
+
+
+def test_worker_producer_batches_come_from_the_settings() -> None:
+    from streams.app import app_config
+
+    config = app_config(Settings(producer_linger_s=0.02, producer_batch_bytes=65536), web=False)
+    assert (config["producer_linger"], config["producer_max_batch_size"]) == (0.02, 65536)
+    assert (Settings().producer_linger_s, Settings().producer_batch_bytes) == (0.05, 256 * 1024)
