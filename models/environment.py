@@ -53,7 +53,7 @@ from models.datasets import Sample
 from models.derive import ThreeIndex, derive_pairs
 from models.drift import ServedErrorDrift
 from models.live import LAST_MEASURED, MEDIAN, Measurements, clip_pct
-from models.modelconfig import ModelConfig
+from models.modelconfig import ModelConfig, thinning
 from models.prediction import (
     Composition,
     PlacementAsk,
@@ -76,6 +76,8 @@ from models.selector import Selector
 from models.state import FORMAT, CandidateState, ComposeState, EnvironmentState
 from models.views import VIA, CandidateKey, Views
 
+WINDOWS_COUNTED = 8
+"""Window ends whose observations :class:`EnvironmentModels` counts (windows of several ends arrive interleaved)."""
 STATE_FILE = "state.msgpack"
 """The file :meth:`EnvironmentModels.save` writes in its directory."""
 
@@ -122,6 +124,9 @@ class EnvironmentModels:
         """Log-ratio residuals of what placement mode served for observations holding a job type never measured
         before them (each type's first measurements, the ``novel`` regime's only honest test): the conformal interval
         of a novel type's prediction, multiplicative; in the state (:meth:`to_state`)."""
+        self.window_counts: dict[float, int] = {}
+        """Observations learned per window end, of the last :data:`WINDOWS_COUNTED` windows: how thin the online
+        learners' sample is (:meth:`_thinning`); in the state (:meth:`to_state`)."""
 
     @property
     def measurements(self) -> Measurements:
@@ -144,24 +149,42 @@ class EnvironmentModels:
         whose features and predictions are reused where nothing changed since (the same result, computed once)."""
         if obs.interference_pct is None or not math.isfinite(obs.interference_pct):
             return
+        thin = self._thinning(obs.window_start, obs.window_end)
         if served is not None and served.observation_id == obs.observation_id and served.generation == self.generation:
-            self._learn(served.views, draw(obs.observation_id), served.raw)
+            self._learn(served.views, draw(obs.observation_id), served.raw, thin)
         else:
-            self.learn_sample(sample_of(obs), draw(obs.observation_id))
+            self._learn(Views(sample_of(obs)), draw(obs.observation_id), thin=thin)
+
+    def _thinning(self, start: float, end: float) -> int:
+        """Count an observation of the window ``[start, end)``; return the thinning of the online learners' sample
+        that the window before it calls for (:func:`models.modelconfig.thinning`: 1 unless that window brought more
+        than ``online_sample * online_max_per_s`` observations a second)."""
+        counts = self.window_counts
+        counts[end] = counts.get(end, 0) + 1
+        if len(counts) > WINDOWS_COUNTED:
+            del counts[min(counts)]
+        return thinning(counts.get(start, 0), end - start, self.config)
 
     def learn_sample(self, sample: Sample, draw: int | None = None) -> None:
         """``draw``: the observation's :func:`draw`, which says whether the online learners take it; None: they
         all take it (the heavy ones on their stride of the observation count)."""
         self._learn(Views(sample), draw)
 
-    def _learn(self, views: Views, draw: int | None, raw: Sequence[PredictionResult | None] | None = None) -> None:
-        """``raw``: what :meth:`_predict_many` gives for ``views`` in each mode now (None: computed here)."""
+    def _learn(self, views: Views, draw: int | None, raw: Sequence[PredictionResult | None] | None = None, thin: int = 1) -> None:
+        """``raw``: what :meth:`_predict_many` gives for ``views`` in each mode now (None: computed here).  ``thin``
+        (:meth:`_thinning`): the served model's drift and residuals are tested on one observation in ``thin`` (by
+        ``draw``), the online learners on one in ``online_sample * thin``."""
         sample = views.sample
         y = sample.target
         self.generation += 1
+        tested = thin == 1 or draw is None or draw % thin == 0
         # drift: the error of what predict() serves for this sample, before anything learns it
         # (made here: without intervals, which nothing below reads)
-        for served in raw if raw is not None else self._predict_many([(views, mode) for mode in MODES], intervals=False):
+        if not tested:
+            raw = ()
+        elif raw is None:
+            raw = self._predict_many([(views, mode) for mode in MODES], intervals=False)
+        for served in raw:
             if served is not None and served.mode == "placement" and served.regime == "seen" and served.model == LAST_MEASURED:
                 self.seen_residuals.update(_log_ratio(y, served.interference_pct))
             if served is not None and served.mode == "placement" and served.regime == "novel":
@@ -176,7 +199,7 @@ class EnvironmentModels:
                 self.many_residuals.update(_log_ratio(y, final))
             if served is not None:
                 self.drift.update(served.mode, abs(served.interference_pct - y))
-        self.selector.learn_one(views, y, self.observations, draw)
+        self.selector.learn_one(views, y, self.observations, draw, thin)
         self.observations += 1
         self._since_refit += 1
         self._append(sample)
@@ -492,7 +515,7 @@ class EnvironmentModels:
             FORMAT, self.environment, self.seed, self.config, self.observations, self.last_refit, self.refit_seconds,
             self.refits, 0 if serving else self._since_refit, self.clipped, self.measurements.state(), sorted(sel.own_slots),
             candidates, history, compose, list(self.many_residuals.values), list(self.seen_residuals.values),
-            list(self.novel_residuals.values), serving,
+            list(self.novel_residuals.values), serving, [] if serving else sorted(self.window_counts.items()),
         )  # fmt: skip
 
     @classmethod
@@ -533,6 +556,7 @@ class EnvironmentModels:
         self.many_residuals = ResidualWindow(window, state.many_residuals)
         self.seen_residuals = ResidualWindow(window, state.seen_residuals)
         self.novel_residuals = ResidualWindow(window, state.novel_residuals)
+        self.window_counts = dict(state.window_counts)
         return self
 
     def save(self, directory: Path, *, key_dir: Path | None = None) -> None:

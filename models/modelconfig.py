@@ -7,6 +7,7 @@ served model keeps the tuning it learned with.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from models.zoo import ONLINE, REFIT_BATCH
@@ -26,6 +27,12 @@ class ModelConfig:
     ``online_sample`` by the hash of the observation's id (:func:`models.environment.draw`), the heavy ones on
     their stride within it; the baselines and the newcomer candidates see every one (the batch candidates are
     tested on the same sample, ``batch_sampled``).  1: every observation."""
+    online_max_per_s: float = 10.0
+    """At most about this many observations a second of event time (per environment) are the online learners'
+    sample: where the previous window had more than ``online_sample * online_max_per_s`` a second, the sample
+    thins to one in ``online_sample * k`` (:func:`thinning`), and the served model's drift and residuals are
+    tested on one in ``k``.  A fleet of thousands of GPUs learns as much online as one of a few hundred, at the
+    same cost; a small one is not thinned.  0: no bound."""
     batch_sampled: bool = True
     """The batch candidates are tested on the online learners' sample (one observation in ``online_sample``, the
     same rows: the selection compares them on the same observations); False: on every observation."""
@@ -86,3 +93,20 @@ class ModelConfig:
     """Measurements in the median baseline's rolling window."""
     batch_models: tuple[str, ...] = REFIT_BATCH
     online_models: tuple[str, ...] = tuple(ONLINE)
+
+
+def thinning(previous_count: int, window_s: float, config: ModelConfig) -> int:
+    """How much thinner than ``online_sample`` the online learners' sample is for a window of ``window_s`` seconds
+    whose previous window brought ``previous_count`` observations (:attr:`ModelConfig.online_max_per_s`; 1: not
+    thinned).
+
+    >>> c = ModelConfig()  # online_sample 4, online_max_per_s 10: up to 40 observations a second as they are
+    >>> thinning(300, 10.0, c), thinning(400, 10.0, c), thinning(401, 10.0, c), thinning(10_000, 10.0, c)
+    (1, 1, 2, 25)
+    >>> thinning(10_000, 10.0, ModelConfig(online_max_per_s=0.0))
+    1
+    """
+    if config.online_max_per_s <= 0 or window_s <= 0:
+        return 1
+    per_s = previous_count / window_s
+    return max(1, math.ceil(per_s / (max(1, config.online_sample) * config.online_max_per_s)))

@@ -192,13 +192,14 @@ class Selector:
             self.stale.add(regime)
             self._scored[regime].add(c.key)
 
-    def learn_one(self, views: Views, y: float, n: int, draw: int | None = None) -> None:
+    def learn_one(self, views: Views, y: float, n: int, draw: int | None = None, thin: int = 1) -> None:
         """Test every candidate due on the ``n``-th observation, then train them; the batch ones are tested later.
 
         ``draw`` (:func:`models.environment.draw`): the online learners are due where ``draw % online_sample`` is 0,
         each on its stride of ``draw // online_sample``, and the batch candidates are tested there (the same rows;
         ``ModelConfig.batch_sampled``); None: all of them, on their stride of ``n``, and the batch candidates on every
-        observation.  The baselines and the deferred candidates (the newcomer) are tested and trained on every one."""
+        observation.  The baselines and the deferred candidates (the newcomer) are tested and trained on every one.
+        ``thin``: the sample is one in ``online_sample * thin`` (:func:`models.modelconfig.thinning`)."""
         key = views.slot
         seen = self.measurements.measured(key) > 0
         job_set = tuple(sorted((views.sample.job_type, *views.sample.co_job_types)))
@@ -214,7 +215,7 @@ class Selector:
             online = True
             due = [c for c in self._immediate if c.due(n)]
         else:
-            sample = max(1, self.config.online_sample)
+            sample = max(1, self.config.online_sample) * thin
             online, m = draw % sample == 0, draw // sample
             # in the candidates' order (the online learners are not asked off their sample)
             due = [c for c in self._immediate if (c.due(m) if c.kind == "online" else c.due(n))] if online else [

@@ -55,3 +55,6 @@ class EnvironmentState(msgspec.Struct):
     """The environment's log-ratio residual windows (the intervals they widen are served too)."""
     serving: bool = False
     """Only what serving needs (:meth:`models.selector.Selector.served_keys`' candidates, no history): a snapshot."""
+    window_counts: list[tuple[float, int]] = []
+    """:attr:`EnvironmentModels.window_counts <models.environment.EnvironmentModels.window_counts>` as (window end,
+    observations) pairs."""

@@ -95,6 +95,47 @@ def test_online_learners_take_a_deterministic_sample_and_the_baselines_every_obs
     )
 
 
+def _in_windows(obs: list, per_window: int, window_s: float = 10.0) -> list:
+    """``obs`` as a fleet sends them: ``per_window`` observations in each window of ``window_s``."""
+    t = 1_700_000_000.0
+    return [
+        msgspec.structs.replace(o, window_start=t + window_s * (i // per_window), window_end=t + window_s * (i // per_window + 1))
+        for i, o in enumerate(obs)
+    ]
+
+
+def _linear_counts(em: EnvironmentModels) -> list[int]:
+    return [
+        c.estimator.n
+        for k, c in em.candidates.items()
+        if c.kind == "online" and k.model == "river.LinearRegression" and c.features
+    ]
+
+
+def test_a_fleets_observations_thin_the_online_learners_sample_a_small_ones_do_not() -> None:
+    obs = gavel_observations(1200, seed=7)
+    config = ModelConfig(online_sample=4, online_max_per_s=10.0)  # up to 40 observations a second as they are
+    at_bound = EnvironmentModels("v100", config=config)
+    for o in _in_windows(obs, 400):  # 40 a second
+        at_bound.learn(o)
+    draws = [draw(o.observation_id) for o in _in_windows(obs, 400)]
+    assert set(_linear_counts(at_bound)) == {sum(1 for d in draws if d % 4 == 0)}
+    fleet = EnvironmentModels("v100", config=config)
+    for o in _in_windows(obs, 600):  # 60 a second: the second window's sample is one in 8
+        fleet.learn(o)
+    draws = [draw(o.observation_id) for o in _in_windows(obs, 600)]
+    thinned = sum(1 for d in draws[:600] if d % 4 == 0) + sum(1 for d in draws[600:] if d % 8 == 0)
+    assert set(_linear_counts(fleet)) == {thinned} and thinned < sum(1 for d in draws if d % 4 == 0)
+    assert fleet.measurements.labels == len(obs) == fleet.observations  # every observation measured and kept
+    unbounded = EnvironmentModels("v100", config=ModelConfig(online_sample=4, online_max_per_s=0.0))
+    for o in _in_windows(obs, 600):
+        unbounded.learn(o)
+    assert set(_linear_counts(unbounded)) == {sum(1 for d in draws if d % 4 == 0)}
+    key = b"k" * 32
+    restored = EnvironmentModels.from_state(fleet.to_state(key), key)
+    assert restored.window_counts == fleet.window_counts == {1_700_000_010.0: 600, 1_700_000_020.0: 600}
+
+
 def test_a_refit_holds_the_next_one_back_for_its_share_of_the_time() -> None:
     now = [1000.0]
     stage = Stage2(refit_share=0.25, refit_clock=lambda: now[0])
