@@ -4,6 +4,7 @@ fitted and asked (:data:`SKLEARN`)."""
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -278,6 +279,66 @@ def _predict(estimator: Any, a: np.ndarray) -> np.ndarray:
     return np.asarray(estimator.predict(a), dtype=float)
 
 
+HGB_VECTOR_ROWS = 32
+"""Up to this many rows :func:`hgb_predict` walks a HistGradientBoosting model's trees for all rows and trees at once
+(a few rows: 30-50 us against 360-430 us for scikit-learn's ``predict`` in :func:`one_thread`); from 80 rows on
+scikit-learn's own walk is as fast or faster."""
+
+_HGB_FLAT: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+
+
+def _hgb_flat(estimator: Any) -> tuple[Any, ...] | None:
+    """A fitted HistGradientBoostingRegressor's trees as one node table (roots, feature, threshold, missing goes left,
+    left, right with a leaf its own child, value, depth), kept per estimator; None where :func:`hgb_predict` leaves
+    the model to scikit-learn (categorical features, a loss other than squared error)."""
+    if estimator in _HGB_FLAT:
+        return _HGB_FLAT[estimator]
+    trees = [p.nodes for ps in estimator._predictors for p in ps]
+    flat: tuple[Any, ...] | None = None
+    if (
+        trees
+        and estimator.loss == "squared_error"
+        and estimator.n_trees_per_iteration_ == 1
+        and estimator._preprocessor is None
+        and not any(t["is_categorical"].any() for t in trees)
+    ):
+        sizes = [len(t) for t in trees]
+        offsets = np.concatenate([[0], np.cumsum(sizes[:-1])]).astype(np.intp)
+        nodes = np.concatenate(trees)
+        base, here, leaf = np.repeat(offsets, sizes), np.arange(len(nodes)), nodes["is_leaf"].astype(bool)
+        flat = (
+            offsets, nodes["feature_idx"].astype(np.intp), nodes["num_threshold"], nodes["missing_go_to_left"].astype(bool),
+            np.where(leaf, here, nodes["left"].astype(np.intp) + base), np.where(leaf, here, nodes["right"].astype(np.intp) + base),
+            nodes["value"], int(nodes["depth"].max()),
+        )  # fmt: skip
+    _HGB_FLAT[estimator] = flat
+    return flat
+
+
+def hgb_predict(estimator: Any, a: np.ndarray) -> np.ndarray:
+    """A HistGradientBoostingRegressor's ``predict`` (the same floats).  Up to :data:`HGB_VECTOR_ROWS` rows, every
+    tree is walked for every row at once, one level a step, as scikit-learn's ``_predict_one_from_raw_data`` walks
+    one (a missing value goes the node's missing side, else left when at most the threshold), and the leaves are
+    added to the baseline one tree after another, as its ``_raw_predict`` adds them; scikit-learn's ``predict`` was
+    its input check, fitted check and one OpenMP call per tree, 50 of them (about 0.4 ms for one row).  More rows,
+    or a model it does not cover, go to scikit-learn, on one thread."""
+    flat = _hgb_flat(estimator) if len(a) <= HGB_VECTOR_ROWS else None
+    if flat is None:
+        with one_thread():
+            return _predict(estimator, a)
+    roots, feature, threshold, nan_left, left, right, value, depth = flat
+    x = np.asarray(a, dtype=np.float64)
+    idx = np.broadcast_to(roots, (len(x), len(roots)))
+    rows = np.arange(len(x))[:, None]
+    for _ in range(depth):
+        v = x[rows, feature[idx]]
+        idx = np.where(np.where(np.isnan(v), nan_left[idx], v <= threshold[idx]), left[idx], right[idx])
+    terms = np.empty((len(x), len(roots) + 1))
+    terms[:, 0] = estimator._baseline_prediction[0, 0]
+    terms[:, 1:] = value[idx]
+    return np.add.accumulate(terms, axis=1)[:, -1]  # accumulate adds in order: the floats of one-by-one sums
+
+
 def pipeline_predict(pipeline: Any, a: np.ndarray) -> np.ndarray:
     """A pipeline's ``predict`` (the same floats), its scalers and linear or kernel SVR last steps computed as
     scikit-learn computes them, without its per-call checks of input, fitted state and tags, which took most of a
@@ -452,8 +513,8 @@ SKLEARN: dict[str, Spec] = {
     "DecisionTree": Spec(_tree, fit_leaf_weighted, tree_predict, threaded=False),
     "KNN": Spec(_knn, fit_neighbours, pipeline_predict),
     "GradientBoosting": Spec(_gbr, fit_subsampled),
-    "HistGradientBoosting": Spec(_hgb),
-    "HistGradientBoosting-monotone": Spec(_hgb, fit_monotone),
+    "HistGradientBoosting": Spec(_hgb, predict=hgb_predict, threaded=False),
+    "HistGradientBoosting-monotone": Spec(_hgb, fit_monotone, hgb_predict, threaded=False),
     "RandomForest": Spec(_rf, fit_forest, forest_predict, threaded=False),
     "ExtraTrees": Spec(_extra, fit_forest, forest_predict, threaded=False),
 }

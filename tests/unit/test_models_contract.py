@@ -173,6 +173,22 @@ def test_pipeline_predict_gives_the_floats_of_scikit_learn_predict(name: str, n:
         assert np.array_equal(a, kept)
 
 
+@pytest.mark.parametrize("name", ["HistGradientBoosting", "HistGradientBoosting-monotone"])
+def test_hgb_predict_gives_the_floats_of_scikit_learn_predict(name: str) -> None:
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(600, 8))
+    y = 3.0 * X[:, 0] + np.sin(X[:, 1]) * X[:, 2] + rng.normal(size=600)
+    X[rng.random(X.shape) < 0.1] = np.nan  # missing values go each node's missing side
+    spec = scikit.SKLEARN[name]
+    columns = ["other_solo_S", "other_solo_V", "other_max_M", "n_co", "solo_S", "c5", "c6", "c7"]
+    model = spec.fit(spec.factory(0), Prepared.of_array(columns, X, y))
+    assert spec.predict is scikit.hgb_predict
+    rows = rng.normal(size=(60, 8))
+    rows[rng.random(rows.shape) < 0.1] = np.nan
+    for a in (rows[:1], rows[:2], rows[: scikit.HGB_VECTOR_ROWS], rows, X[:7]):
+        assert np.array_equal(scikit.hgb_predict(model, a), model.predict(a))
+
+
 @pytest.mark.parametrize("name", ["RandomForest", "ExtraTrees"])
 def test_a_forest_of_copied_trees_is_scikit_learns_forest(name: str) -> None:
     """``fit_forest`` makes each tree as a copy of one configured tree: on weighted rows (duplicates) the trees,
