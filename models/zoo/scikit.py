@@ -284,7 +284,7 @@ HGB_VECTOR_ROWS = 32
 (a few rows: 30-50 us against 360-430 us for scikit-learn's ``predict`` in :func:`one_thread`); from 80 rows on
 scikit-learn's own walk is as fast or faster."""
 
-_HGB_FLAT: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+_HGB_FLAT: weakref.WeakKeyDictionary[Any, tuple[Any, ...] | None] = weakref.WeakKeyDictionary()
 
 
 def _hgb_flat(estimator: Any) -> tuple[Any, ...] | None:
