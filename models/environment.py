@@ -342,13 +342,32 @@ class EnvironmentModels:
 
     def serve(self, obs: Observation) -> Served:
         """:meth:`predict` of ``obs`` in both modes, its features computed once, kept for :meth:`learn`."""
-        views = Views(sample_of(obs))
-        raw = tuple(self._predict_many([(views, mode) for mode in MODES]))
-        withheld = self.withheld_novel
-        results = self._finish([views.sample] * len(MODES), list(raw), compose=True, what_if=False)
-        return Served(
-            obs.observation_id, self.generation, views, raw, dict(zip(MODES, results, strict=True)), self.withheld_novel - withheld
-        )  # fmt: skip
+        return self.serve_many([obs])[0]
+
+    def serve_many(self, observations: Sequence[Observation]) -> list[Served]:
+        """:meth:`serve` of each observation, with one ``predict_many`` per candidate for all of them (and one for
+        the pairs their compositions ask): what each gets is what :meth:`serve` alone gives it, every candidate's
+        prediction of a row being the same whatever other rows its call has (``tests/unit/test_serve_many.py``).
+        Only for models that learn nothing between the observations (a snapshot served): :meth:`learn` of one would
+        change what the next is served."""
+        views = [Views(sample_of(o)) for o in observations]
+        asks = [(v, mode) for v in views for mode in MODES]
+        raw = self._predict_many(asks)
+        samples = [v.sample for v, _ in asks]
+        results = self._finish(samples, list(raw), compose=True, what_if=False)
+        withheld = self._withheld(samples, results)
+        n = len(MODES)
+        return [
+            Served(o.observation_id, self.generation, v, tuple(raw[k : k + n]), dict(zip(MODES, results[k : k + n], strict=True)), sum(withheld[k : k + n]))
+            for o, v, k in zip(observations, views, range(0, len(asks), n), strict=True)
+        ]  # fmt: skip
+
+    def _withheld(self, samples: Sequence[Sample], results: Sequence[PredictionResult | None]) -> list[bool]:
+        """Per result, whether it was withheld because a job type of its sample is novel (none before any
+        observation: nothing is served then)."""
+        if not self.observations:
+            return [False] * len(results)
+        return [r is None and self.measurements.novel((s.job_type, *s.co_job_types)) for r, s in zip(results, samples, strict=True)]
 
     def _finish(
         self,
@@ -366,10 +385,7 @@ class EnvironmentModels:
             offsets = self.seen_residuals.offsets()  # remembered until it learns more
             results = [None if r is None else steady_state_interval(r, offsets, self.config.max_pct) for r in results]
         self.clipped += sum(1 for r in results if r is not None and r.clipped)
-        if self.observations:
-            self.withheld_novel += sum(
-                1 for r, s in zip(results, samples, strict=True) if r is None and self.measurements.novel((s.job_type, *s.co_job_types))
-            )  # fmt: skip
+        self.withheld_novel += sum(self._withheld(samples, results))
         return results
 
     def predict_sample(self, sample: Sample, mode: str, *, compose: bool = True) -> PredictionResult | None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -117,9 +117,24 @@ class Serving:
         return source.get(environment, {})
 
     # --------------------------------------------------------------- serving
-    def serve(self, obs: Observation, raised: list[str] | None = None) -> Output:
+    def served_ahead(self, observations: Sequence[Observation]) -> list[Served | None]:
+        """Setting sharded: what the snapshot served predicts for each co-located observation (None for the others),
+        each environment's in one :meth:`EnvironmentModels.serve_many`, for :meth:`serve` of each.  The models do
+        not change in between: a snapshot is installed on the event loop, never while a batch is served."""
+        assert self.learner is None, "with a learner, each observation is served by models that learned the one before"
+        out: list[Served | None] = [None] * len(observations)
+        by_env: dict[str, list[int]] = {}
+        for i, obs in enumerate(observations):
+            if obs.colocated:
+                by_env.setdefault(obs.environment, []).append(i)
+        for env, idx in by_env.items():
+            for i, served in zip(idx, self.models_for(env).serve_many([observations[i] for i in idx]), strict=True):
+                out[i] = served
+        return out
+
+    def serve(self, obs: Observation, raised: list[str] | None = None, served: Served | None = None) -> Output:
         """Predictions and alerts of one observation; ``raised``: the job ids of the GPU with a raised alert (its
-        stage-1 state, updated in place; None: kept here)."""
+        stage-1 state, updated in place; None: kept here); ``served``: its :meth:`served_ahead`, if made."""
         out = Output()
         models = self.models_for(obs.environment)
         if self.learner is None and self.versions.get(obs.environment, -1) < 0:
@@ -129,7 +144,7 @@ class Serving:
         if full:
             self.counters["windows_full"] += 1
         if obs.colocated:
-            out.served = models.serve(obs)
+            out.served = served if served is not None else models.serve(obs)
             what_if = (lambda: []) if full else (lambda: self._what_if(models, obs))
             out.predictions = predictions_of(models, obs, what_if, now, self.counters, out.served, full=full)
         elif obs.occupancy == "solo" and not obs.co_job_types:

@@ -144,11 +144,12 @@ class Stage2Loop:
 
     def serve(self, observations: Iterable[Observation]) -> None:
         """Serving sharded: the predictions and alerts of observations of GPUs read here (sent, not awaited)."""
-        for obs in observations:
+        observations = list(observations)
+        for obs, served in zip(observations, self.serving.served_ahead(observations), strict=True):
             st = self.stage1.gpus.get(obs.gpu_uuid)
             raised = st.raised if st is not None else []
             before = len(raised)
-            out = self.serving.serve(obs, raised)
+            out = self.serving.serve(obs, raised, served)
             if st is not None and (out.alerts or len(raised) != before):
                 self.state.touched.add(obs.gpu_uuid)  # its alert state goes to the changelog with the GPU
             self.interference.observe(obs, out.predictions, out.alerts)

@@ -52,7 +52,8 @@ class SklearnModel:
 
     def predict_rows(self, xs: Sequence[Mapping[str, float]]) -> np.ndarray:
         """One ``predict`` on the matrix of the rows of ``xs`` not predicted before (filled and finite: scikit-learn's
-        checks are skipped).  Rows predicted before come from a memo: a fitted model is a pure function, and serving
+        checks are skipped), each row's floats whatever rows are asked with it (:attr:`Spec.served`).  Rows
+        predicted before come from a memo: a fitted model is a pure function, and serving
         repeats rows (a job set's placement features on every observation, a GPU's what-if entries every window),
         while one ``predict`` call costs 0.1-3 ms even for one row (docs/BENCHMARKS.md)."""
         import sklearn
@@ -63,8 +64,10 @@ class SklearnModel:
         miss = [i for i, k in enumerate(keys) if k not in self._memo]
         new: dict[bytes, float] = {}
         if miss:
+            served = self.spec.served
             with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
-                new = dict(zip((keys[i] for i in miss), self.predict_array(a[miss]).tolist(), strict=True))
+                pred = self.predict_array(a[miss]) if served is None else served(self.estimator, a[miss])
+                new = dict(zip((keys[i] for i in miss), pred.tolist(), strict=True))
         out = np.array([new[k] if k in new else self._memo[k] for k in keys])
         if len(self._memo) + len(new) > MEMO_ROWS:
             self._memo.clear()
@@ -339,14 +342,23 @@ def hgb_predict(estimator: Any, a: np.ndarray) -> np.ndarray:
     return np.add.accumulate(terms, axis=1)[:, -1]  # accumulate adds in order: the floats of one-by-one sums
 
 
-def pipeline_predict(pipeline: Any, a: np.ndarray) -> np.ndarray:
+def pipeline_predict(pipeline: Any, a: np.ndarray, *, alone: bool = False) -> np.ndarray:
     """A pipeline's ``predict`` (the same floats), its scalers and linear or kernel SVR last steps computed as
     scikit-learn computes them, without its per-call checks of input, fitted state and tags, which took most of a
-    pipeline's ``predict`` of a few rows in a worker's profile (docs/BENCHMARKS.md); other steps ask their own."""
+    pipeline's ``predict`` of a few rows in a worker's profile (docs/BENCHMARKS.md); other steps ask their own.
+    ``alone``: each row's floats those of ``predict`` of that row alone (:func:`pipeline_rows`)."""
     x = np.array(a, dtype=np.float64, order="C")  # what the scaler's input check makes (a copy)
     for _, step in pipeline.steps[:-1]:
         x = _transform(step, x)
-    return np.asarray(_final_predict(pipeline.steps[-1][1], x), dtype=float)
+    return np.asarray(_final_predict(pipeline.steps[-1][1], x, alone), dtype=float)
+
+
+def pipeline_rows(pipeline: Any, a: np.ndarray) -> np.ndarray:
+    """:func:`pipeline_predict` of served rows: a linear last step multiplies each row on its own.  OpenBLAS's
+    product of a matrix and a vector adds a row's terms in an order that depends on the rows around it (and on its
+    threads), so a row served next to others could differ in the last bits from the same row served alone
+    (measured: 1 of 40 LinearRegression rows); the scalers and feature maps before it are element by element."""
+    return pipeline_predict(pipeline, a, alone=True)
 
 
 def _transform(step: Any, x: np.ndarray) -> np.ndarray:
@@ -361,14 +373,16 @@ def _transform(step: Any, x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _final_predict(estimator: Any, x: np.ndarray) -> np.ndarray:
+def _final_predict(estimator: Any, x: np.ndarray, alone: bool = False) -> np.ndarray:
     from sklearn.linear_model import LinearRegression
     from sklearn.svm import SVR, LinearSVR
 
     kind = type(estimator)
     if kind in (LinearRegression, LinearSVR):  # LinearModel._decision_function
-        coef = estimator.coef_
-        return x @ coef + estimator.intercept_ if coef.ndim == 1 else x @ coef.T + estimator.intercept_
+        coef = estimator.coef_ if estimator.coef_.ndim == 1 else estimator.coef_.T
+        if alone and len(x) > 1:
+            return np.concatenate([x[i : i + 1] @ coef for i in range(len(x))]) + estimator.intercept_
+        return x @ coef + estimator.intercept_
     if kind is SVR and not estimator._sparse and not callable(estimator.kernel):  # BaseLibSVM.predict, dense input
         return estimator._dense_predict(x)
     return estimator.predict(x)
@@ -482,6 +496,9 @@ class Spec(NamedTuple):
     """Up to this many rows its ``predict`` runs on one thread whatever the limits, and is asked without the context
     (14 us, against 6 us for a pipeline's :func:`pipeline_predict` of two rows): OpenBLAS multiplies a matrix by a
     vector on one thread below 9,216 elements (``GEMM_MULTITHREAD_THRESHOLD`` 4 x 2,304), libsvm has no threads."""
+    served: Callable[[Any, np.ndarray], np.ndarray] | None = None
+    """How the rows it serves are predicted (:meth:`SklearnModel.predict_rows`), each row's floats those of that row
+    alone, on one thread (:func:`pipeline_rows`); None: ``predict``, whose rows never depend on each other."""
 
 
 FEW_ROWS = 4
@@ -507,9 +524,9 @@ def _extra(seed: int) -> Any:
 
 
 SKLEARN: dict[str, Spec] = {
-    "LinearRegression": Spec(_linear, fit_scaled_weighted, pipeline_predict, one_thread_rows=FEW_ROWS),
-    "SVR-linear": Spec(_svr_linear, fit_kernel_svr, pipeline_predict, one_thread_rows=FEW_ROWS),
-    "SVR-poly": Spec(_svr_poly, fit_kernel_svr, pipeline_predict, one_thread_rows=FEW_ROWS),
+    "LinearRegression": Spec(_linear, fit_scaled_weighted, pipeline_predict, one_thread_rows=FEW_ROWS, served=pipeline_rows),
+    "SVR-linear": Spec(_svr_linear, fit_kernel_svr, pipeline_predict, one_thread_rows=FEW_ROWS, served=pipeline_rows),
+    "SVR-poly": Spec(_svr_poly, fit_kernel_svr, pipeline_predict, one_thread_rows=FEW_ROWS, served=pipeline_rows),
     "DecisionTree": Spec(_tree, fit_leaf_weighted, tree_predict, threaded=False),
     "KNN": Spec(_knn, fit_neighbours, pipeline_predict),
     "GradientBoosting": Spec(_gbr, fit_subsampled),

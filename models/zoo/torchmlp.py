@@ -101,8 +101,14 @@ class TorchMLP:
         return self._forward(a)
 
     def predict_rows(self, xs: Sequence[Mapping[str, float]]) -> np.ndarray:
+        """Each row forward on its own: a matrix product of several rows may differ from one row's in the last bits
+        (BLAS sums in another order), and a row served must not depend on the rows served with it
+        (:meth:`models.environment.EnvironmentModels.serve_many`, the what-if pair tables)."""
         assert self.cols is not None, "fit first"
-        return self._forward(self.cols.rows(xs))
+        a = self.cols.rows(xs)
+        if len(a) <= 1:
+            return self._forward(a)
+        return np.concatenate([self._forward(a[i : i + 1]) for i in range(len(a))])
 
     def predict_one(self, x: Mapping[str, float]) -> float:
         return float(self.predict_rows([x])[0])
