@@ -78,3 +78,15 @@ def test_best_gpu_upper_risk_prefers_the_sure_gpu() -> None:
     assert client.cost_pct("GPU-a", "LM", risk="upper") == 95.0 and client.cost_pct("GPU-a", "LM") == 35.0
     with pytest.raises(ValueError, match="risk"):
         client.best_gpu("LM", gpus, risk="worst")
+
+
+def test_what_if_entries_are_checked_once_per_list_and_the_rest_of_each_prediction_always() -> None:
+    entries = [WhatIf(job_type="C", newcomer_pct=9.0, existing_pct=3.0)]
+    first, again = _prediction(what_if=entries), _prediction(what_if=entries, job_id="k")
+    assert decode(Prediction, encode(again)) == again and decode(Prediction, encode(first)).what_if == entries
+    with pytest.raises(RecordError, match="interference_pct"):  # the same entries, the prediction itself invalid
+        encode(_prediction(what_if=entries, interference_pct=float("nan")))
+    bad = [WhatIf(job_type="C", newcomer_pct=float("inf"), existing_pct=3.0)]
+    for _ in range(2):  # a list that failed is never taken as checked
+        with pytest.raises(RecordError, match="newcomer_pct"):
+            encode(_prediction(what_if=bad))
