@@ -413,7 +413,7 @@ class EnvironmentModels:
         """:meth:`predict_placement` of each (job type, solo profile, co-runners' types, their solo profiles), in
         one ``predict`` per batch candidate; ``pairs``: see :meth:`predict_samples`."""
         samples = [
-            Sample(jt, tuple(co), math.nan, "", self.environment, {}, dict(solo), tuple(co_solos))
+            Sample(jt, tuple(co), math.nan, "", self.environment, {}, solo, tuple(co_solos))
             for jt, solo, co, co_solos in asks
         ]  # fmt: skip
         return self.predict_samples([(s, "placement") for s in samples], what_if=True, pairs=pairs)
