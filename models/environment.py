@@ -421,8 +421,8 @@ class EnvironmentModels:
     def pair_table(self, profiles: Mapping[str, Mapping[str, float | None]]) -> dict[PairKey, PredictionResult | None]:
         """Every pair of ``profiles``' job types (each next to each, itself included) predicted as the compositions
         of :meth:`predict_samples` predict their pairs, with intervals, in one :meth:`_predict_many` in sorted
-        order: what a pair gives is then the same whoever asks first (a batch model's arithmetic may differ in the
-        last bits with the rows of its call), and each pair of a state of the models is predicted once."""
+        order: each pair of a state of the models is predicted once (and as it would be alone: a served row never
+        depends on the rows asked with it, :attr:`models.zoo.scikit.Spec.served`)."""
         types = sorted(profiles)
         keys = [pair_key(a, b, profiles[a], profiles[b]) for a in types for b in types]
         asks = [

@@ -15,6 +15,8 @@ takes its training median.
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -71,5 +73,26 @@ def make_batch(name: str, seed: int = 0) -> SklearnModel | TorchMLP:
 
 
 def batch_from_state(state: BatchState) -> SklearnModel | TorchMLP:
-    """A batch model from its ``to_state()``."""
-    return TorchMLP.from_state(state) if isinstance(state, MlpState) else SklearnModel.from_state(state)
+    """A batch model from its ``to_state()``.  A scikit-learn model loaded before from the same state (the same fit
+    id and skops bytes) is that model again (:data:`LOADED_KEPT`): every snapshot between two refits carries the
+    same batch models, and skops loads a forest in tens of milliseconds.  A fitted model only predicts (its memo of
+    rows predicted is the same function's), so the models of two snapshots may share it."""
+    if isinstance(state, MlpState):
+        return TorchMLP.from_state(state)
+    key = (state.fit_id, hashlib.blake2b(state.skops, digest_size=16).digest())
+    with _LOADED_LOCK:  # snapshots are built in a reader's thread
+        model = _LOADED.get(key)
+    if model is None or model.name != state.name or model.cols is None or model.cols.columns != state.columns:
+        model = SklearnModel.from_state(state)
+        with _LOADED_LOCK:
+            if len(_LOADED) >= LOADED_KEPT:
+                del _LOADED[next(iter(_LOADED))]
+            _LOADED[key] = model
+    return model
+
+
+LOADED_KEPT = 32
+"""scikit-learn models :func:`batch_from_state` keeps loaded (the oldest forgotten first)."""
+
+_LOADED: dict[tuple[str, bytes], SklearnModel] = {}
+_LOADED_LOCK = threading.Lock()

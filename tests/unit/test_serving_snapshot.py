@@ -94,6 +94,21 @@ def test_batch_dumps_are_reused_until_the_next_refit() -> None:
     assert batch and all(any(b is a.estimator for a in again.models.candidates) for b in batch)  # the same bytes, not made again
 
 
+def test_a_worker_loads_a_batch_model_once_until_the_next_refit() -> None:
+    em, known, held_out = _learned(300, refit=True)
+    first = snapshots.serving_models(snapshots.decode(snapshots.encode(snapshots.snapshot_of(em, known, KEY))), KEY)
+    for o in held_out[:20]:
+        em.learn(o)  # the online learners move on; the batch models stay those of the refit
+    second = snapshots.serving_models(snapshots.decode(snapshots.encode(snapshots.snapshot_of(em, known, KEY))), KEY)
+    batch = {k: c.estimator for k, c in first.candidates.items() if c.kind == "batch" and c.estimator is not None}
+    assert batch and all(second.candidates[k].estimator is m for k, m in batch.items())
+    _same_answers(em, second, known, held_out[20:])
+    em.refit_now()
+    third = snapshots.serving_models(snapshots.decode(snapshots.encode(snapshots.snapshot_of(em, known, KEY))), KEY)
+    assert not any(c.estimator is m for c in third.candidates.values() for m in batch.values())
+    _same_answers(em, third, known, held_out[20:])
+
+
 def test_chunks_assemble_into_complete_newer_versions_only() -> None:
     data_v1, data_v2 = secrets.token_bytes(5000), secrets.token_bytes(7000)
     v1, v2 = chunks("v100", 1, data_v1, 1024), chunks("v100", 2, data_v2, 1024)
