@@ -5,8 +5,9 @@ A refit is a plain function (``models.refit.run_refit``) that the stream runs in
 ``workers`` processes:
 
 * the workers are joblib's reusable loky executor: started on first use, kept while idle for ``IDLE_S``
-  seconds, each limited to one BLAS/OpenMP thread, warmed by one small fit of every batch model, and
-  ended (SIGTERM) when the process that owns them dies;
+  seconds, each limited to one BLAS/OpenMP thread, run at ``NICE`` steps of niceness below their owner's
+  priority (a refit is background work: it must not take the cores a stream's event loop needs), warmed by one
+  small fit of every batch model, and ended (SIGTERM) when the process that owns them dies;
 * a refit's arrays (features per mode x category, target, fold indices) are written once, one ``.npy`` each
   (numeric: nothing a worker loads is unpickled), to a private directory in ``/dev/shm`` where there is
   one; a task carries the directory's name, and each worker memory-maps them and prepares each fold's
@@ -38,6 +39,11 @@ import numpy as np
 
 IDLE_S = 3600
 """Seconds an idle worker waits for the next refit before it exits (the stream refits every few minutes)."""
+NICE = 10
+"""Niceness the workers add to their owner's (``os.nice``; Linux caps it at 19).  On a machine whose cores the worker
+shares with its own event loop, the broker and producers, a refit's fits at the owner's priority took the cores
+for the 20 s of a 10,000-GPU refit and stage 1 fell behind; niced, they take what the others leave (an idle machine
+runs them as fast: the kernel's weights only matter when the cores are contended).  0 keeps the owner's priority."""
 WARM_FITS = True
 """Workers fit every batch model once on a small set at start (tests turn it off to start pools quickly)."""
 _CACHE: dict[str, dict[Any, Any]] = {}
@@ -113,10 +119,12 @@ def load_arrays(directory: str) -> dict[str, np.ndarray]:
     }
 
 
-def _init_worker(owner: int, warm_fits: bool) -> None:
+def _init_worker(owner: int, warm_fits: bool, nice: int = 0) -> None:
     from config.process import exit_with_parent
 
     exit_with_parent(owner)  # loky's workers would outlive an owner killed by SIGKILL
+    if nice > 0:
+        os.nice(nice)
     if not warm_fits:
         return
     import pandas as pd
@@ -138,7 +146,7 @@ def _pool(workers: int, timeout: float) -> joblib.Parallel:
         inner_max_num_threads=1,
         idle_worker_timeout=IDLE_S,
         initializer=_init_worker,
-        initargs=(os.getpid(), WARM_FITS),
+        initargs=(os.getpid(), WARM_FITS, NICE),
     ):
         return joblib.Parallel(n_jobs=workers, timeout=timeout, batch_size=1, return_as="generator")
 

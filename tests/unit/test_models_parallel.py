@@ -201,3 +201,16 @@ def test_a_stopping_process_gives_up_between_fits() -> None:
     finally:
         parallel.resume()
     assert run_refit(_samples(), ModelConfig(workers=1, batch_models=("LinearRegression",)), 0).fitted  # resumed
+
+
+def _niceness(store: parallel.Store, i: int) -> tuple[int, int]:
+    return os.getpid(), os.nice(0)
+
+
+def test_pool_workers_run_below_their_owners_priority() -> None:
+    owner = os.nice(0)
+    with parallel.Fits(2) as fits:
+        fits.publish({"v": np.arange(4.0)})
+        got = fits.run(_niceness, [(i,) for i in range(4)])
+    assert fits.fallbacks == 0 and all(pid != os.getpid() for pid, _ in got)
+    assert {nice for _, nice in got} == {min(19, owner + parallel.NICE)}
