@@ -25,8 +25,9 @@ class ModelConfig:
     online_sample: int = 4
     """The online learners (river) are tested and trained on a deterministic sample of the observations, one in
     ``online_sample`` by the hash of the observation's id (:func:`models.environment.draw`), the heavy ones on
-    their stride within it; the baselines and the newcomer candidates see every one (the batch candidates are
-    tested on the same sample, ``batch_sampled``).  1: every observation."""
+    their stride within it; the baselines and the newcomer candidates see every one (the newcomer fewer where the
+    sample thins, ``newcomer_full_below``; the batch candidates are tested on the same sample, ``batch_sampled``).
+    1: every observation."""
     online_max_per_s: float = 10.0
     """At most about this many observations a second of event time (per environment) are the online learners'
     sample: where the previous window had more than ``online_sample * online_max_per_s`` a second, the sample
@@ -44,6 +45,12 @@ class ModelConfig:
     newcomer: bool = True
     """The ``Newcomer`` candidate (:class:`models.candidates.NewcomerCandidate`): a batch model plus per-type
     residual biases and factors learned online."""
+    newcomer_full_below: int = 16
+    """The newcomer learns (and is tested on) every observation of a slot (a job type next to its co-runners'
+    types) measured fewer than this many times; the others, where the fleet thins the online learners' sample
+    (``online_max_per_s``), on the same one in ``k`` as the served model's drift and residuals.  A new job type's
+    first measurements are what the newcomer is for; a slot measured many times a second adds little, and at
+    10,000 GPUs the newcomer's every observation was a tenth of the learner's time (docs/BENCHMARKS.md)."""
     newcomer_rank: int = 2
     """Rank of its victim x aggressor factors (0: biases only)."""
     newcomer_prior: float = 2.0

@@ -198,10 +198,13 @@ class Selector:
         ``draw`` (:func:`models.environment.draw`): the online learners are due where ``draw % online_sample`` is 0,
         each on its stride of ``draw // online_sample``, and the batch candidates are tested there (the same rows;
         ``ModelConfig.batch_sampled``); None: all of them, on their stride of ``n``, and the batch candidates on every
-        observation.  The baselines and the deferred candidates (the newcomer) are tested and trained on every one.
+        observation.  The baselines are tested and trained on every one, the deferred candidates (the newcomer) on
+        every one too unless the fleet thins the sample: then on one in ``thin`` (the served model's drift sample),
+        and on every one of a slot measured fewer than ``ModelConfig.newcomer_full_below`` times.
         ``thin``: the sample is one in ``online_sample * thin`` (:func:`models.modelconfig.thinning`)."""
         key = views.slot
-        seen = self.measurements.measured(key) > 0
+        measured = self.measurements.measured(key)
+        seen = measured > 0
         job_set = tuple(sorted((views.sample.job_type, *views.sample.co_job_types)))
         regime: str | None
         regime, own = ("seen", self._own_slot(key)) if seen else ("new", None)
@@ -229,7 +232,7 @@ class Selector:
             c.learn(views, y)
         self.measurements.update(key, y, (views.sample.job_type, *views.sample.co_job_types))
         self.job_sets.add(job_set)
-        if self._deferred:
+        if self._deferred and (thin == 1 or draw is None or draw % thin == 0 or measured < self.config.newcomer_full_below):
             self.deferred.append(Deferred(views, y, regime, own, n))
         if self._batched and regime is not None and (online or not self.config.batch_sampled):
             self.pending.append(Pending(views, y, regime, own))

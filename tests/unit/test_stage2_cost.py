@@ -95,9 +95,8 @@ def test_online_learners_take_a_deterministic_sample_and_the_baselines_every_obs
     )
 
 
-def _in_windows(obs: list, per_window: int, window_s: float = 10.0) -> list:
-    """``obs`` as a fleet sends them: ``per_window`` observations in each window of ``window_s``."""
-    t = 1_700_000_000.0
+def _in_windows(obs: list, per_window: int, window_s: float = 10.0, t: float = 1_700_000_000.0) -> list:
+    """``obs`` as a fleet sends them: ``per_window`` observations in each window of ``window_s``, from ``t``."""
     return [
         msgspec.structs.replace(o, window_start=t + window_s * (i // per_window), window_end=t + window_s * (i // per_window + 1))
         for i, o in enumerate(obs)
@@ -134,6 +133,32 @@ def test_a_fleets_observations_thin_the_online_learners_sample_a_small_ones_do_n
     key = b"k" * 32
     restored = EnvironmentModels.from_state(fleet.to_state(key), key)
     assert restored.window_counts == fleet.window_counts == {1_700_000_010.0: 600, 1_700_000_020.0: 600}
+
+
+def _newcomer_learned(em: EnvironmentModels) -> int:
+    [c] = [c for c in em.candidates.values() if c.kind == "newcomer"]
+    em.selector.settle()
+    return int(c.estimator.residuals.observations)
+
+
+def test_the_newcomer_thins_with_the_fleet_except_on_slots_measured_a_few_times() -> None:
+    obs = gavel_observations(1800, seed=7)
+    first, fleet = _in_windows(obs[:600], 300), _in_windows(obs[600:], 600, t=1_700_000_020.0)  # 30, then 60 a second
+    draws = [draw(o.observation_id) for o in fleet]
+    learned = {}
+    for below in (0, 2, 10**9):
+        em = EnvironmentModels("v100", config=ModelConfig(online_sample=4, online_max_per_s=10.0, newcomer_full_below=below))
+        for o in first:
+            em.learn(o)
+        em.refit_now()  # the newcomer serves (and learns) from its first refit on
+        before = _newcomer_learned(em)
+        for o in fleet:
+            em.learn(o)
+        learned[below] = _newcomer_learned(em) - before
+    # the window after one of 30 a second is not thinned; after one of 60 a second, one in 2 by the drift's draw
+    assert learned[0] == 600 + sum(1 for d in draws[600:] if d % 2 == 0)
+    assert learned[10**9] == 1200  # every slot "measured a few times": every observation, as a small fleet
+    assert learned[0] < learned[2] < learned[10**9]  # slots measured once at most: every observation of them
 
 
 def test_a_refit_holds_the_next_one_back_for_its_share_of_the_time() -> None:
