@@ -1,14 +1,19 @@
-"""``aip bench fleet``'s profilers: one ``py-spy record`` per process, GIL holders only with
-``AIP_BENCH_FLEET_PROFILE_GIL``."""
+"""``aip bench fleet``'s harness: its profilers (one ``py-spy record`` per process, GIL holders only with
+``AIP_BENCH_FLEET_PROFILE_GIL``) and its reader's view of a prediction."""
 
 from __future__ import annotations
 
 import stat
 from pathlib import Path
 
+import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from records import records_of
 
 from aip.bench import fleet_harness
+from events import Prediction, encode
 
 
 def _fake_pyspy(tmp_path: Path) -> Path:
@@ -37,3 +42,11 @@ def test_no_profilers_without_a_folder(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setenv("AIP_PYSPY", str(_fake_pyspy(tmp_path)))
     monkeypatch.delenv(fleet_harness.PROFILE_ENV, raising=False)
     assert fleet_harness.start_profilers({"w0": 101}, 30.0) == []
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.data())
+def test_the_reader_takes_a_predictions_stamps_as_decoding_it_would(data: st.DataObject) -> None:
+    p = data.draw(records_of(Prediction))
+    got = msgspec.json.decode(encode(p), type=fleet_harness.Stamps)
+    assert (got.ts, got.window_end, got.occupancy) == (p.ts, p.window_end, p.occupancy)
