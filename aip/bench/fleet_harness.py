@@ -31,6 +31,11 @@ SEND_BATCH_BYTES = 1_000_000
 of a 10,000-GPU fleet's host batches unpaced to the embedded broker cost 0.050-0.051 ms of CPU a record against
 0.097-0.104 with the default; in the 600 s 10,000-GPU run the sender took 38.0 % of a core, 73.1 % before
 (docs/BENCHMARKS.md)."""
+SEND_LINGER_MS = 100
+"""How long the sender's producer waits to fill a batch.  A tick's samples go out over 0.4 s; at 20 ms a partition of
+the 10,000-GPU fleet got 50 batches a second, and the embedded broker lists every batch a partition holds at each
+fetch below its end (docs/BENCHMARKS.md, "The embedded broker's fetches"): its CPU grew over the run with them.
+100 ms: a fifth of the batches, each sample handed over at most 0.1 s later (windows are 10 s)."""
 
 
 def send(settings: Any, gpus: int, gpus_per_host: int, start_ts: float, duration_s: float, stop: Any, counts: Any,
@@ -50,7 +55,7 @@ def send(settings: Any, gpus: int, gpus_per_host: int, start_ts: float, duration
     try:
         sim = Simulator(gpus, "v100", seed=23, start_ts=start_ts, duration_s=duration_s, gpus_per_host=gpus_per_host)
         out["hosts"] = len({g.host for g in sim.gpus})
-        with RecordProducer(settings, linger_ms=20, max_request_size=8_000_000, batch_size=SEND_BATCH_BYTES) as p:
+        with RecordProducer(settings, linger_ms=SEND_LINGER_MS, max_request_size=8_000_000, batch_size=SEND_BATCH_BYTES) as p:
             for topic, record in paced(host_batches(sim.events()), 1.0, sim.start_ts):
                 if stop.is_set():
                     break
