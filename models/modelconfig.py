@@ -50,7 +50,7 @@ class ModelConfig:
     types) measured fewer than this many times; the others, where the fleet thins the online learners' sample
     (``online_max_per_s``), on the same one in ``k`` as the served model's drift and residuals.  A new job type's
     first measurements are what the newcomer is for; a slot measured many times a second adds little, and at
-    10,000 GPUs the newcomer's every observation was a tenth of the learner's time (docs/BENCHMARKS.md)."""
+    10,000 GPUs its every observation was 8.5 % of the learning worker's samples (docs/BENCHMARKS.md)."""
     newcomer_rank: int = 2
     """Rank of its victim x aggressor factors (0: biases only)."""
     newcomer_prior: float = 2.0

@@ -41,9 +41,10 @@ IDLE_S = 3600
 """Seconds an idle worker waits for the next refit before it exits (the stream refits every few minutes)."""
 NICE = 10
 """Niceness the workers add to their owner's (``os.nice``; Linux caps it at 19).  On a machine whose cores the worker
-shares with its own event loop, the broker and producers, a refit's fits at the owner's priority took the cores
-for the 20 s of a 10,000-GPU refit and stage 1 fell behind; niced, they take what the others leave (an idle machine
-runs them as fast: the kernel's weights only matter when the cores are contended).  0 keeps the owner's priority."""
+shares with its own event loop, the broker and producers, a refit's fits at the owner's priority compete with them
+for the 20 s of a 10,000-GPU refit, while stage 1's lag grew; niced, they take what the others leave (an idle
+machine runs them as fast: the kernel's weights only matter when the cores are contended).  0 keeps the owner's
+priority."""
 WARM_FITS = True
 """Workers fit every batch model once on a small set at start (tests turn it off to start pools quickly)."""
 _CACHE: dict[str, dict[Any, Any]] = {}

@@ -103,7 +103,7 @@ def read_predictions(settings: Any, stop: Any, counts: Any, out_path: str) -> No
             for value in consumer.poll_values(timeout_s=0.5):
                 try:
                     p = stamps.decode(value) if value is not None else None
-                except msgspec.DecodeError:  # not a prediction: the workers' own tests say what they publish
+                except msgspec.DecodeError:  # not a prediction's JSON: not counted
                     continue
                 if p is not None and p.window_end is not None:
                     latency_s = p.ts - p.window_end
