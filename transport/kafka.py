@@ -361,6 +361,10 @@ class RecordConsumer:
             consumer.seek_to_beginning()
         else:
             consumer.seek_to_end()
+            # kafka-python looks the end up at the first poll, and a record sent before that poll would be skipped:
+            # every record sent once the consumer is made is read
+            for tp in parts:
+                consumer.position(tp, timeout_ms=int(self.settings.connect_timeout_s * 1000))
 
     def _poll(self, timeout_s: float, max_records: int) -> dict[Any, list[Any]]:
         try:
