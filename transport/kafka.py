@@ -363,8 +363,11 @@ class RecordConsumer:
             consumer.seek_to_end()
             # kafka-python looks the end up at the first poll, and a record sent before that poll would be skipped:
             # every record sent once the consumer is made is read
-            for tp in parts:
-                consumer.position(tp, timeout_ms=int(self.settings.connect_timeout_s * 1000))
+            try:
+                for tp in parts:
+                    consumer.position(tp, timeout_ms=int(self.settings.connect_timeout_s * 1000))
+            except Exception as exc:
+                raise _wrap_errors(self.settings, "consumer", exc) from None
 
     def _poll(self, timeout_s: float, max_records: int) -> dict[Any, list[Any]]:
         try:
