@@ -42,8 +42,10 @@ def send(settings: Any, gpus: int, gpus_per_host: int, start_ts: float, duration
          out_path: str) -> None:  # fmt: skip
     """The sender child: simulates ``gpus`` GPUs (seed 23, v100) from ``start_ts`` for ``duration_s`` and sends them
     host-batched, paced at real time.  ``counts``: shared [metric batches, samples] so far.  Writes ``out_path``:
-    batches and samples of metrics and of job events handed to the producer, hosts, and how late after its tick each
-    metrics batch was handed over and acknowledged; ``error`` when it failed."""
+    batches and samples of metrics and of job events handed to the producer, hosts, how late after its tick each
+    metrics batch was handed over and acknowledged, the CPU seconds of the whole process (``cpu_s``) and of its
+    sending alone (``send_cpu_s``: simulating and producing, a fixed amount of work for a given fleet and duration);
+    ``error`` when it failed."""
     from producers.batching import host_batches
     from producers.pacing import paced
     from producers.sim import Simulator
@@ -56,6 +58,7 @@ def send(settings: Any, gpus: int, gpus_per_host: int, start_ts: float, duration
         sim = Simulator(gpus, "v100", seed=23, start_ts=start_ts, duration_s=duration_s, gpus_per_host=gpus_per_host)
         out["hosts"] = len({g.host for g in sim.gpus})
         with RecordProducer(settings, linger_ms=SEND_LINGER_MS, max_request_size=8_000_000, batch_size=SEND_BATCH_BYTES) as p:
+            sending_from = time.process_time()
             for topic, record in paced(host_batches(sim.events()), 1.0, sim.start_ts):
                 if stop.is_set():
                     break
@@ -70,6 +73,7 @@ def send(settings: Any, gpus: int, gpus_per_host: int, start_ts: float, duration
                     out["job_batches"] += 1
                     out["job_events"] += len(record.events)
             p.flush(60)
+            out["send_cpu_s"] = time.process_time() - sending_from
     except BaseException as exc:  # reported by the parent
         if not stop.is_set():
             out["error"] = f"{type(exc).__name__}: {exc}"
