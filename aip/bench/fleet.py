@@ -13,9 +13,10 @@ simulation's clock is the wall clock) to when it is read.
 half, and p99 from a window's last sample to its prediction is at most window + lateness + 5 s.
 
 ``cpu_vs_sender``: the workers' CPU seconds over the sender's while sending (``sender_cpu_ms_per_gpu_sample`` per GPU
-sample), whose work is fixed by the fleet's size and duration.  Both move together with the machine's speed in the
-minutes of a run, so the ratio compares two versions of the workers' code more closely than ``cpu_ms_per_gpu_sample``
-does; it compares only runs of the same sender (``aip/bench/fleet_harness.py``).
+sample), whose work is fixed by the fleet's size and duration.  Both move with the machine's speed in the minutes of a
+run, so the ratio compares two versions of the workers' code more closely than ``cpu_ms_per_gpu_sample`` does (it
+narrowed the spread of one code's runs by half); it compares only runs of the same sender
+(``aip/bench/fleet_harness.py``).
 """
 
 from __future__ import annotations
@@ -341,7 +342,7 @@ def run_fleet(
         "cpu_ms_per_observation": round(1000.0 * sum(cpu_s) / observations, 2) if observations else None,
         "cpu_ms_per_gpu_sample_last_half": last_half_cost([(t, sum(s["cpu_s"]), s["sent"]) for t, s in series]),
         # the sender's sending is the same work in every run of a fleet size and duration: the workers' CPU against it
-        # moves with their code, not with how fast the machine runs that minute (docs/BENCHMARKS.md)
+        # moves with their code, and less than their CPU alone with how fast the machine runs that minute (docs/BENCHMARKS.md)
         "sender_cpu_ms_per_gpu_sample": round(1000.0 * send_cpu_s / sent_stats["samples"], 4)
         if send_cpu_s and sent_stats["samples"]
         else None,
