@@ -12,11 +12,9 @@ simulation's clock is the wall clock) to when it is read.
 ``kept_up``: the simulator kept real time (``sender_behind`` false), stage 1 consumed every batch sent, the lag of neither stage grew over the run's last
 half, and p99 from a window's last sample to its prediction is at most window + lateness + 5 s.
 
-``cpu_vs_sender``: the workers' CPU seconds over the sender's while sending (``sender_cpu_ms_per_gpu_sample`` per GPU
-sample), whose work is fixed by the fleet's size and duration.  Both move with the machine's speed in the minutes of a
-run, so the ratio compares two versions of the workers' code more closely than ``cpu_ms_per_gpu_sample`` does (it
-narrowed the spread of one code's runs by half); it compares only runs of the same sender
-(``aip/bench/fleet_harness.py``).
+``sender_cpu_ms_per_gpu_sample``: the sender's CPU while it simulated and sent, per GPU sample.  Its work is fixed by
+the fleet's size and duration, so it gauges how fast the machine ran in the minutes of the run; the workers' figures
+rise with it, about half as fast (docs/BENCHMARKS.md, "The machine's speed").
 """
 
 from __future__ import annotations
@@ -341,12 +339,9 @@ def run_fleet(
         "cpu_ms_per_gpu_sample": round(1000.0 * sum(cpu_s) / sent_stats["samples"], 4) if sent_stats["samples"] else None,
         "cpu_ms_per_observation": round(1000.0 * sum(cpu_s) / observations, 2) if observations else None,
         "cpu_ms_per_gpu_sample_last_half": last_half_cost([(t, sum(s["cpu_s"]), s["sent"]) for t, s in series]),
-        # the sender's sending is the same work in every run of a fleet size and duration: the workers' CPU against it
-        # moves with their code, and less than their CPU alone with how fast the machine runs that minute (docs/BENCHMARKS.md)
         "sender_cpu_ms_per_gpu_sample": round(1000.0 * send_cpu_s / sent_stats["samples"], 4)
         if send_cpu_s and sent_stats["samples"]
         else None,
-        "cpu_vs_sender": round(sum(cpu_s) / send_cpu_s, 3) if send_cpu_s else None,
         "sender_behind": behind,
         "metrics_unread": sum(1 for _t, snap in series if snap["unread"]),
         "kept_up": bool(

@@ -34,10 +34,9 @@ def test_a_fleet_runs_through_two_workers_and_every_sample_is_consumed(tmp_path)
     assert any("lag stage 1" in line for line in lines)  # progress while it runs
     harness = out["harness_cpu_pct"]  # the sender, the reader, the broker and the bench itself, apart from the workers
     assert set(harness) == {"broker", "sender", "reader", "bench"} and harness["sender"] > 0 and harness["broker"] > 0
-    # the workers' CPU against the sender's while sending: the two per-sample costs' ratio, as rounded
-    assert out["sender_cpu_ms_per_gpu_sample"] > 0 and out["cpu_vs_sender"] > 0
-    ratio = out["cpu_ms_per_gpu_sample"] / out["sender_cpu_ms_per_gpu_sample"]
-    assert abs(out["cpu_vs_sender"] - ratio) <= 0.01 * ratio + 0.002
+    # the sender's CPU while sending: a part of its process's, which also imported and built the simulation
+    sending_s = out["sender_cpu_ms_per_gpu_sample"] * out["gpu_samples_sent"] / 1000.0
+    assert 0 < sending_s <= (harness["sender"] + 0.05) / 100.0 * out["duration_s"]
     # the learner's refits, read from its /metrics: those on drift among them, wall seconds only where one was applied
     assert 0 <= out["refits_on_drift"] <= out["refits"] and (out["refit_wall_s"] > 0) == (out["refits"] > 0)
     assert out["cpu_ms_per_gpu_sample_last_half"] is not None and out["cpu_ms_per_gpu_sample_last_half"] > 0
