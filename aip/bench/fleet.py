@@ -14,7 +14,7 @@ half, and p99 from a window's last sample to its prediction is at most window + 
 
 ``sender_cpu_ms_per_gpu_sample``: the sender's CPU while it simulated and sent, per GPU sample.  Its work is fixed by
 the fleet's size and duration, so it gauges how fast the machine ran in the minutes of the run; the workers' figures
-rise with it, about half as fast (docs/BENCHMARKS.md, "The machine's speed").
+rise with it, about half as fast (docs/BENCHMARKS.md, "The machine's speed in a run").
 """
 
 from __future__ import annotations

@@ -33,9 +33,10 @@ of a 10,000-GPU fleet's host batches unpaced to the embedded broker cost 0.050-0
 (docs/BENCHMARKS.md)."""
 SEND_LINGER_MS = 100
 """How long the sender's producer waits to fill a batch.  A tick's samples go out over 0.4 s; at 20 ms a partition of
-the 10,000-GPU fleet could get up to 50 batches a second (one per linger; not counted), and the embedded broker lists every batch a partition holds at each
-fetch below its end (docs/BENCHMARKS.md, "The embedded broker's fetches"): its CPU grew over the run with them.
-100 ms: at most a fifth as many, each sample handed over at most 0.1 s later (windows are 10 s)."""
+the 10,000-GPU fleet could get up to 50 batches a second (one per linger; not counted), and the embedded broker lists
+every batch a partition holds at each fetch below its end (docs/BENCHMARKS.md, "The embedded broker's fetches"): its
+CPU grew over the run with them.  100 ms: at most a fifth as many, each sample handed over at most 0.1 s later
+(windows are 10 s)."""
 
 
 def send(settings: Any, gpus: int, gpus_per_host: int, start_ts: float, duration_s: float, stop: Any, counts: Any,
