@@ -67,7 +67,8 @@ class Settings:
     direct_delivery: bool = _setting(
         True,
         "a stream worker's fetch loop hands each message to faust's streams without faust's four tasks per message "
-        "when the stream has room for it (false: faust's own fetch loop)",
+        "when the stream has room for it, and its agents take their batches straight from their streams' queues "
+        "(false: faust's own fetch loop and take_events)",
     )
     # producers
     host: str = _setting("", "host name in records (default: this machine's)")

@@ -39,7 +39,7 @@ from models import parallel
 from streams import changelog, garbage, outputs, views
 from streams.checkpoint import Checkpoint
 from streams.commits import AUTO_COMMIT_OFF_EVERY, AUTO_COMMIT_OFF_S, Commits, WorkerMonitor
-from streams.consumer import App, KeyPartitioner, RawSchema
+from streams.consumer import App, KeyPartitioner, RawSchema, take_batches
 from streams.deadletters import DeadLetters
 from streams.inputs import Inputs, TopicNames
 from streams.interference_metrics import HORIZON_WINDOWS, InterferenceMetrics
@@ -262,17 +262,21 @@ class Streams:
         app = self.app
         s = self.settings
 
+        def take(stream: Any, max_: int, within_s: float) -> Any:
+            """Batches of a stream: straight from its queue (``direct_delivery``), else faust's ``take_events``."""
+            return take_batches(stream, max_, within_s) if s.direct_delivery else stream.take_events(max_, within=within_s)
+
         @app.agent(self.inputs_topic, name="stage1")
         async def stage1(stream: Any) -> None:
             if s.stage1_batch > 1:
-                async for batch in stream.take_events(s.stage1_batch, within=s.stage1_batch_wait_s):
+                async for batch in take(stream, s.stage1_batch, s.stage1_batch_wait_s):
                     await self.inputs.stage1_batch(batch)
             else:
                 async for event in stream.events():
                     await self.inputs.stage1_event(event)
 
         async def stage2(stream: Any) -> None:
-            async for batch in stream.take_events(200, within=s.stage2_batch_wait_s):
+            async for batch in take(stream, 200, s.stage2_batch_wait_s):
                 await self.loop.stage2_batch(batch)
 
         if with_stage2:

@@ -9,14 +9,16 @@ empty fetches per second when idle and nothing when busy.  Measured on the embed
 
 Its fetch loop hands each message to faust's conductor by :func:`deliver` (``direct_delivery``): faust's awaited
 ``wait_first(callback(message), suspend_flow.wait())`` per message, four tasks made and three cancelled, three
-event-loop turns, about a third of faust's cost per message (docs/BENCHMARKS.md, "Stage 1").
+event-loop turns, about a third of faust's cost per message (docs/BENCHMARKS.md, "Stage 1").  The agents take
+their batches straight from their streams' queues (:func:`take_batches`), without faust's stream iterator.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
 from typing import Any, cast
 
 import faust
@@ -24,6 +26,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from faust.tables import TableManager
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as driver
+from mode.utils.futures import maybe_async
 
 from streams.membership import leave_on_close
 
@@ -93,6 +96,56 @@ async def deliver(
     except StopIteration:
         return
     await wait_first(asyncio.ensure_future(_finish(coro, yielded)), suspend_flow.wait())
+
+
+TAKE_SLICE_S = 0.005
+"""The shortest slice of a batch wait after which :func:`take_batches` looks whether ``max_`` events wait (an eighth
+of the wait, at least this): reading a backlog, a batch goes as soon as it is full, as faust's does."""
+
+
+async def take_batches(stream: Any, max_: int, within_s: float) -> AsyncIterator[list[Any]]:
+    """Lists of up to ``max_`` events of an agent's ``stream``, as faust's ``stream.take_events(max_, within_s)``
+    gives them, taken straight from the queue of the stream's channel: faust's stream hands each event through its
+    iterator, one event-loop turn (``sleep(0)``) and one processor call an event, and wakes every ``within_s`` with
+    nothing to take (docs/BENCHMARKS.md, "Batches taken from the stream's queue").
+
+    A batch is taken ``within_s`` after the previous one was handled (faust's timeout), as soon as ``max_`` events
+    wait (looked at every eighth of the wait), and after a quiet spell as soon as an event comes.  An event of an earlier generation of the
+    group, or read while the flow is stopped (a rebalance), is dropped unacknowledged as faust's stream drops it;
+    the others are tracked as faust's stream tracks them (a rebalance waits for them to be acknowledged).  A batch's
+    events are acknowledged when the next batch is asked for, once the caller has handled them, and not when the
+    caller gave up on them (an exception, a cancelled task): an event that was not handled is never committed."""
+    app, queue = stream.app, stream.channel.queue
+    consumer, acking = app.consumer, app.topics.acking_topics
+    loop = asyncio.get_running_loop()
+    handled = -math.inf
+    while not stream.should_stop:
+        try:
+            taken = [] if not queue.empty() else [await queue.get()]
+            while len(taken) + queue.qsize() < max_ and (wait_s := handled + within_s - loop.time()) > 0:
+                await asyncio.sleep(min(wait_s, max(TAKE_SLICE_S, within_s / 8)))  # a slice: not a turn an event
+            while len(taken) < max_ and not queue.empty():
+                taken.append(queue.get_nowait())
+        except StopAsyncIteration:  # faust stops an agent's actor by throwing it into the channel: the stream ends
+            return
+        events = []
+        for event in taken:
+            message = event.message
+            if not app.flow_control.is_active() or message.generation_id != app.consumer_generation_id:
+                continue
+            if message.topic in acking and not message.tracked:
+                message.tracked = True
+                consumer.unacked.add(message)
+                stream._on_message_in(message.tp, message.offset, message)
+            stream._on_stream_event_in(message.tp, message.offset, stream, event)
+            for processor in stream._processors:  # none in the worker; faust's test wrapper counts events so
+                await maybe_async(processor(event.value))
+            events.append(event)
+        if events:
+            yield events
+            for event in events:
+                await stream.ack(event)
+        handled = loop.time()
 
 
 PRESSURE_FETCH_S = 0.05

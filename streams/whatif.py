@@ -70,18 +70,25 @@ def what_if_entries(
     running_solos: Sequence[Profile],
     counters: Counter[str] | None = None,
     pairs: Mapping[PairKey, PredictionResult | None] | None = None,
+    answers: dict[tuple[str, tuple[str, ...]], PredictionResult | None] | None = None,
 ) -> list[WhatIf]:
     """For each known job type (sorted) as a newcomer: its predicted slowdown and the summed slowdown of the jobs
     already there, every value within ``[-100, models.config.max_pct]`` (:func:`bounded_entry`; the entries bounded
     are counted in ``counters``, ``what_if_clipped``).  Every question of the window is asked in one
-    :meth:`EnvironmentModels.predict_placements` (``pairs``: its pair table, see there)."""
+    :meth:`EnvironmentModels.predict_placements` (``pairs``: its pair table, see there), a job's co-runners in the
+    order of their types.  ``answers``: the questions these models answered before, by (job type, co-runners'
+    types), only for solo profiles that the types decide (a snapshot's known profiles); those not in it are asked,
+    then added (a job set's question "b next to a and c" is also one of the sets a + b and b + c)."""
     asks: list[PlacementAsk] = []
     for jt in sorted(known):
         asks.append((jt, known[jt], list(running_types), list(running_solos)))
         for i, (rt, rs) in enumerate(zip(running_types, running_solos, strict=True)):
-            others = [j for j in range(len(running_types)) if j != i]
-            asks.append((rt, rs, [running_types[j] for j in others] + [jt], [running_solos[j] for j in others] + [known[jt]]))
-    results = iter(models.predict_placements(asks, pairs=pairs))
+            co = sorted(
+                [*(r for j, r in enumerate(zip(running_types, running_solos, strict=True)) if j != i), (jt, known[jt])],
+                key=lambda r: r[0],
+            )
+            asks.append((rt, rs, [t for t, _ in co], [p for _, p in co]))
+    results = iter(answer(models, asks, pairs, answers))
     entries = []
     for jt in sorted(known):
         newcomer = next(results)
@@ -99,6 +106,23 @@ def what_if_entries(
                 counters["what_if_clipped"] += 1
             entries.append(entry)
     return entries
+
+
+def answer(
+    models: EnvironmentModels,
+    asks: Sequence[PlacementAsk],
+    pairs: Mapping[PairKey, PredictionResult | None] | None,
+    answers: dict[tuple[str, tuple[str, ...]], PredictionResult | None] | None,
+) -> list[PredictionResult | None]:
+    """:meth:`EnvironmentModels.predict_placements` of ``asks``, those in ``answers`` taken from there, the others
+    asked once and added (see :func:`what_if_entries`)."""
+    if answers is None:
+        return models.predict_placements(asks, pairs=pairs)
+    keys = [(jt, tuple(co)) for jt, _, co, _ in asks]
+    new = {k: a for k, a in zip(keys, asks, strict=True) if k not in answers}
+    if new:
+        answers.update(zip(new, models.predict_placements(list(new.values()), pairs=pairs), strict=True))
+    return [answers[k] for k in keys]
 
 
 class Mark(NamedTuple):
@@ -142,6 +166,9 @@ class WhatIfCache:
         known types' every pair, predicted once), not from the pairs each window's entries ask: for models that
         change only when replaced (a snapshot served), where each state serves many windows."""
         self.pairs: dict[str, dict[PairKey, PredictionResult | None]] = {}
+        self.answers: dict[str, dict[tuple[str, tuple[str, ...]], PredictionResult | None]] = {}
+        """With ``pair_tables``: per environment, every question the entries computed for this state of the models
+        asked (:func:`answer`), so that job sets sharing a question ask it once."""
         self.every = max(1, every)
         self.min_s = min_s
         self.capacity = capacity
@@ -190,16 +217,21 @@ class WhatIfCache:
         self.misses += 1
         if len(self.entries_by_key) >= self.capacity:
             self.entries_by_key.clear()
-        pairs = None
+            self.answers.clear()
+        pairs = answers = None
         if self.pair_tables:
             pairs = self.pairs.get(env)
             if pairs is None:
                 pairs = self.pairs[env] = models.pair_table(known)
-        entries = self.entries_by_key[key] = what_if_entries(models, known, running_types, running_solos, self.counters, pairs)
+            answers = self.answers.setdefault(env, {})
+        entries = self.entries_by_key[key] = what_if_entries(
+            models, known, running_types, running_solos, self.counters, pairs, answers
+        )
         return entries
 
     def forget(self, environment: str) -> None:
         """Drop the entries of ``environment`` (its models were replaced: a new snapshot, see :mod:`streams.serving`)."""
         self.marks.pop(environment, None)
         self.pairs.pop(environment, None)
+        self.answers.pop(environment, None)
         self.entries_by_key = {k: e for k, e in self.entries_by_key.items() if k[0] != environment}

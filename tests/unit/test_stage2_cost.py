@@ -239,3 +239,32 @@ def test_entries_from_the_pair_table_are_the_pairwise_ones_and_the_same_whicheve
         assert one.entries(em, known, running, [known[t] for t in running]) == served[tuple(running)]
     for running in sets[::-1]:
         assert other.entries(em, known, running, [known[t] for t in running]) == served[tuple(running)]
+
+
+def test_job_sets_sharing_a_question_ask_it_once_and_publish_what_each_alone_would() -> None:
+    """Sharded serving: "b next to a and c" is a question of the sets a + b, b + c and a + c (as the newcomer); the
+    cache asks it once per state of the models, and every set's entries are, bit for bit, what computing that set
+    alone gives, in whatever order the sets come."""
+    em, known = _learned(600)
+    em.refit_now()
+    table = em.pair_table(known)
+    a, b, c, d = sorted(known)[:4]
+    sets = [[a, b], [b, c], [a, c], [a, d], [c, d], [b]]
+    alone = {tuple(s): what_if_entries(em, known, s, [known[t] for t in s], pairs=table) for s in sets}
+    asked: list[int] = []
+    predict = em.predict_placements
+
+    def counting(asks, pairs=None):  # type: ignore[no-untyped-def]
+        asked.append(len(asks))
+        return predict(asks, pairs=pairs)
+
+    em.predict_placements = counting  # type: ignore[method-assign]
+    for order in (sets, sets[::-1]):
+        cache = WhatIfCache(pair_tables=True)
+        asked.clear()
+        for s in order:
+            assert cache.entries(em, known, s, [known[t] for t in s]) == alone[tuple(s)]
+        questions = sum(len(known) * (1 + len(s)) for s in sets)
+        assert sum(asked) < questions and len(cache.answers[em.environment]) == sum(asked)
+    cache.forget(em.environment)
+    assert em.environment not in cache.answers
