@@ -115,11 +115,11 @@ class Settings:
     stage1_batch: int = _setting(1000, "stage 1 handles input in batches of up to this many events (1: event by event)")
     stage1_batch_wait_s: float = _setting(
         0.25,
-        "stage 1 waits at most this long to fill a batch (stage1_batch > 1); an idle reader wakes this often, as "
-        "faust's batches do",
+        "stage 1 takes a batch at most this long after the previous one was handled (stage1_batch > 1; sooner when "
+        "full, at once after a quiet spell)",
     )
     stage2_batch_wait_s: float = _setting(
-        0.25, "stage 2 waits at most this long to fill a batch of up to 200 observation records (wakes as often when idle)"
+        0.25, "stage 2 takes a batch of up to 200 observation records at most this long after the previous one was handled"
     )
     observation_batch_bytes: int = _setting(
         256 * 1024,

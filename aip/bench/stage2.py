@@ -9,7 +9,7 @@ stage2: a :class:`streams.stage2.Stage2` and the :class:`streams.serving.Serving
   alerts, learning);
 * a solo window: ``LearnAndServe.on_observation`` too (it answers with :func:`streams.serving.solo_prediction`);
 * an idle window: :func:`streams.serving.idle_prediction`, as the worker makes it;
-* after every ``BATCH`` units (the worker's stage-2 batch, ``take_events(200)`` in :mod:`streams.app`, full when
+* after every ``BATCH`` units (the worker's stage-2 batch of up to 200 in :mod:`streams.app`, full when
   the worker is saturated, as here): ``Stage2.leaderboard_of`` of the environment, as the worker publishes it.
 
 After every unit, the refits due run inline (``refits_due``, the task, ``apply_refit``), timed apart.  The first

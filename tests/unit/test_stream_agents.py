@@ -59,7 +59,7 @@ def test_stage2_agent_publishes_predictions_and_dead_letters(tmp_path: Any) -> N
                 await agent.put(encode(o), key=b"v100")
             await agent.put(b"not json", key=b"v100")
             await agent.put(encode(observations(1)[0]), key=b"v100")  # duplicate
-            # the last record read, and take_events' buffer flushed
+            # the last record read, and its batch handled
             await settle(
                 lambda: streams.stage2.counters["duplicates"] == 1 and [n for n, _ in sent].count("predictions") >= expected
             )
@@ -78,7 +78,7 @@ def _stage2_through_agent(streams: Any, values: list[bytes], until: Any) -> None
         async with streams.agents[1].test_context() as agent:
             for value in values:
                 await agent.put(value, key=b"v100")
-            await settle(until)  # take_events' buffer flushed
+            await settle(until)  # the last batch handled
 
     asyncio.run(go())
 
