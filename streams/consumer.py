@@ -110,11 +110,13 @@ async def take_batches(stream: Any, max_: int, within_s: float) -> AsyncIterator
     nothing to take (docs/BENCHMARKS.md, "Batches taken from the stream's queue").
 
     A batch is taken ``within_s`` after the previous one was handled (faust's timeout), as soon as ``max_`` events
-    wait (looked at every eighth of the wait), and after a quiet spell as soon as an event comes.  An event of an earlier generation of the
-    group, or read while the flow is stopped (a rebalance), is dropped unacknowledged as faust's stream drops it;
-    the others are tracked as faust's stream tracks them (a rebalance waits for them to be acknowledged).  A batch's
-    events are acknowledged when the next batch is asked for, once the caller has handled them, and not when the
-    caller gave up on them (an exception, a cancelled task): an event that was not handled is never committed."""
+    wait (looked at every eighth of the wait), and after a quiet spell as soon as an event comes.  An event of an
+    earlier generation of the group, or read while the flow is stopped (a rebalance), is dropped unacknowledged as
+    faust's stream drops it; the others are tracked as faust's stream tracks them (a rebalance waits for them to be
+    acknowledged).  A batch's events are acknowledged when the next batch is asked for, once the caller has handled
+    them, and not when the caller gave up on them (an exception, a cancelled task): an event that was not handled
+    is never committed.  faust stops an agent's actor by throwing ``StopAsyncIteration`` into the channel: the
+    batches end there."""
     app, queue = stream.app, stream.channel.queue
     consumer, acking = app.consumer, app.topics.acking_topics
     loop = asyncio.get_running_loop()
@@ -126,7 +128,7 @@ async def take_batches(stream: Any, max_: int, within_s: float) -> AsyncIterator
                 await asyncio.sleep(min(wait_s, max(TAKE_SLICE_S, within_s / 8)))  # a slice: not a turn an event
             while len(taken) < max_ and not queue.empty():
                 taken.append(queue.get_nowait())
-        except StopAsyncIteration:  # faust stops an agent's actor by throwing it into the channel: the stream ends
+        except StopAsyncIteration:  # the actor stopped
             return
         events = []
         for event in taken:

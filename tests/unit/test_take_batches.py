@@ -23,6 +23,16 @@ def agent_of(max_: int, within_s: float, handle: Any) -> Any:
     return consume
 
 
+def recorded() -> tuple[list[list[Any]], Any]:
+    """The batches handed over, and the agent's handler that records them."""
+    batches: list[list[Any]] = []
+
+    async def handle(batch: list[Any]) -> None:
+        batches.append(batch)
+
+    return batches, handle
+
+
 async def until(condition: Any, timeout_s: float = 30.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not condition():
@@ -70,10 +80,7 @@ def test_a_batch_the_caller_failed_on_is_never_acked() -> None:
 
 
 def test_an_event_of_an_earlier_generation_is_dropped_unacked() -> None:
-    batches: list[list[Any]] = []
-
-    async def handle(batch: list[Any]) -> None:
-        batches.append(batch)
+    batches, handle = recorded()
 
     async def go() -> None:
         async with agent_of(10, 0.01, handle).test_context() as agent:
@@ -87,10 +94,7 @@ def test_an_event_of_an_earlier_generation_is_dropped_unacked() -> None:
 
 
 def test_an_event_after_a_quiet_spell_is_handed_over_without_the_batch_wait() -> None:
-    batches: list[list[Any]] = []
-
-    async def handle(batch: list[Any]) -> None:
-        batches.append(batch)
+    batches, handle = recorded()
 
     async def go() -> None:
         async with agent_of(10, 3600.0, handle).test_context() as agent:
@@ -106,15 +110,12 @@ def test_the_actor_stops_when_faust_stops_it(waiting: bool) -> None:
     """faust stops an agent's actor by throwing StopAsyncIteration into its channel, then cancelling its task: the
     batches end without an error (a generator that let StopAsyncIteration out would raise RuntimeError: the actor
     crashed, and was restarted), and an event taken but not handed over is not acked."""
-    handled: list[Any] = []
-
-    async def handle(batch: list[Any]) -> None:
-        handled.extend(batch)
+    batches, handle = recorded()
 
     async def go() -> None:
         async with agent_of(10, 0.0 if waiting else 3600.0, handle).test_context() as agent:
             await agent.put(b"a", wait=False)
-            await until(lambda: len(handled) == 1)
+            await until(lambda: len(batches) == 1)
             late = None
             if not waiting:  # the next event waits out the batch wait (an hour) when the actor stops
                 late = await agent.put(b"b", wait=False)
@@ -130,4 +131,4 @@ def test_the_actor_stops_when_faust_stops_it(waiting: bool) -> None:
             assert not waiting or not agent._crash_reason  # a stopped actor's task is cancelled: faust's test wrapper says so
 
     asyncio.run(go())
-    assert [e.value for e in handled] == [b"a"]
+    assert [e.value for b in batches for e in b] == [b"a"]
