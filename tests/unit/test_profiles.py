@@ -6,7 +6,7 @@ import itertools
 import random
 
 from events import SoloProfile, decode, encode
-from streams.profiles import SoloProfiles
+from streams.profiles import PROFILE_KEYS, Share, SoloProfiles, _combine
 
 
 def _worker(sources: list[str], seed: int) -> SoloProfiles:
@@ -71,3 +71,29 @@ def test_only_own_updates_are_published() -> None:
     assert p.take_dirty() == []
     p.add("v100", "bert", {"E": 1.0}, source="0", ts=1.7e9)
     assert p.take_dirty() == [("v100", "bert")] and p.take_dirty() == []
+
+
+def _combined_share_by_share(shares: list[Share]) -> dict[str, float | None]:
+    """The merge as one pass over the shares (what ``_combine`` did before it looped per key)."""
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    only: dict[str, float] = {}
+    for s in shares:
+        for k, m in s.means.items():
+            c = s.counts.get(k, 0)
+            if c:
+                only[k] = m if k not in counts else float("nan")
+                sums[k] = sums.get(k, 0.0) + m * c
+                counts[k] = counts.get(k, 0) + c
+    return {k: None if not counts.get(k) else only[k] if only[k] == only[k] else sums[k] / counts[k] for k in PROFILE_KEYS}
+
+
+def test_the_merge_gives_the_same_floats_as_a_pass_over_the_shares() -> None:
+    rng = random.Random(5)
+    for _ in range(500):
+        shares = []
+        for _ in range(rng.randint(1, 9)):
+            keys = [k for k in PROFILE_KEYS if rng.random() < 0.8]
+            counts = {k: rng.choice([0, 1, 2, 7, 1000]) for k in keys}
+            shares.append(Share({k: rng.uniform(-1e3, 1e3) for k in keys}, counts, 3))
+        assert repr(_combine(shares)) == repr(_combined_share_by_share(shares))
