@@ -188,7 +188,7 @@ class Streams:
         self.state = Stage1State(
             self.stage1,
             state_dir(settings) / "stage1.json",
-            send=lambda key, value, partition: self.changelog_topic.send_soon(key=key, value=value, partition=partition),
+            send=lambda key, value, partition: self.direct.soon(self.changelog_topic.get_topic_name(), key, value, partition),
             read=functools.partial(changelog.read_partition, settings, t.stage1_changelog, writer=self.writer_id),
             writer_id=self.writer_id,
             offsets=Checkpoint(commit=lambda: self.commits.commit({t.metrics, t.lifecycle})),
@@ -225,7 +225,10 @@ class Streams:
     def _loops(self) -> None:
         """Outputs, the two loops, commits."""
         settings, t, clock = self.settings, self.topics, self.clock
-        self.publisher = outputs.Publisher(settings, self.out, self.observations, self.metrics)
+        self.deliveries = outputs.Deliveries(self.stage1.counters)
+        """Every output handed to the producer and not yet acknowledged (:mod:`streams.outputs`)."""
+        self.direct = outputs.DirectSends(lambda: self.app.producer, self.deliveries)
+        self.publisher = outputs.Publisher(settings, self.out, self.observations, self.metrics, self.direct)
         self.dead_letters = DeadLetters(t, self.publisher, self.metrics, clock)
         self.snapshots = Snapshots(
             settings, self.stage2, self.serving, lambda k, v: self.snapshots_topic.send_soon(key=k, value=v), self.metrics.published
@@ -248,7 +251,6 @@ class Streams:
             lambda p, start, end: PartitionReader(settings, t.observations, p, start, end),
             lambda env, board: self.publisher.send("leaderboard", env, board),
         )
-        self.deliveries = outputs.Deliveries(self.stage1.counters)
         self.commits = Commits(
             self.app, self.state, self.stage2, self.deliveries, self.metrics, t.observations, self.inputs.publish_profiles
         )

@@ -9,7 +9,7 @@ from typing import Any
 
 from faust.transport.producer import ProducerBuffer
 
-from streams.outputs import Deliveries, guard
+from streams.outputs import Deliveries, DirectSends, guard
 
 
 class _Channel:
@@ -156,3 +156,80 @@ def test_guard_installs_once() -> None:
     first = (producer.send_soon, buffer.flush)
     guard(producer, deliveries, lambda: None)
     assert (producer.send_soon, buffer.flush) == first
+
+
+class _Broker:
+    """faust's producer ``send`` (its transport's): takes ``send_s`` to take a record, acknowledges it ``ack_s``
+    later; a record whose value is ``refused`` raises at the send, one that is ``lost`` is never acknowledged well."""
+
+    def __init__(self, send_s: float = 0.01, ack_s: float = 0.05) -> None:
+        self.send_s, self.ack_s = send_s, ack_s
+        self.taken: list[tuple[Any, ...]] = []
+        self.acked: list[bytes] = []
+
+    async def send(self, topic: str, key: Any, value: bytes, partition: Any, timestamp: Any, headers: Any) -> Any:
+        await asyncio.sleep(self.send_s)
+        if value == b"refused":
+            raise RuntimeError("MessageSizeTooLarge")
+        self.taken.append((topic, key, value, partition, timestamp, headers))
+        ack: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(self.ack_s, self._ack, ack, value)
+        return ack
+
+    def _ack(self, ack: asyncio.Future[Any], value: bytes) -> None:
+        if value == b"lost":
+            ack.set_exception(RuntimeError("NotLeaderForPartition"))
+        else:
+            self.acked.append(value)
+            ack.set_result(len(self.acked))
+
+
+def test_direct_sends_go_out_in_order_and_a_commit_waits_for_their_acknowledgements() -> None:
+    async def run() -> tuple[_Broker, list[bytes], bool, int]:
+        broker, deliveries = _Broker(), Deliveries()
+        direct = DirectSends(lambda: broker, deliveries)
+        for n in range(5):
+            direct.soon("preds", b"GPU-1", b"%d" % n)
+        direct.soon("log", b"bucket", b"5", 3)
+        acked_at_commit: list[bytes] = []
+
+        async def flush() -> None:  # faust's buffer holds nothing here
+            return None
+
+        ok = await deliveries.drain(flush, lambda: 0, timeout_s=5.0)
+        acked_at_commit.extend(broker.acked)
+        await asyncio.sleep(0)
+        return broker, acked_at_commit, ok, len(deliveries.pending)
+
+    broker, acked_at_commit, ok, pending = asyncio.run(run())
+    assert ok is True and pending == 0
+    assert acked_at_commit == [b"0", b"1", b"2", b"3", b"4", b"5"]  # every record handed over before the commit
+    assert broker.taken[0] == ("preds", b"GPU-1", b"0", None, None, []) and broker.taken[-1] == (
+        "log",
+        b"bucket",
+        b"5",
+        3,
+        None,
+        [],
+    )
+    assert [t[2] for t in broker.taken] == [b"0", b"1", b"2", b"3", b"4", b"5"]
+
+
+def test_a_direct_send_that_fails_is_counted_and_the_records_after_it_still_go() -> None:
+    async def run() -> tuple[_Broker, Counter[str], bool]:
+        broker, deliveries = _Broker(), Deliveries()
+        direct = DirectSends(lambda: broker, deliveries)
+        for value in (b"a", b"refused", b"lost", b"b"):
+            direct.soon("preds", None, value)
+
+        async def flush() -> None:
+            return None
+
+        ok = await deliveries.drain(flush, lambda: 0, timeout_s=5.0)
+        await asyncio.sleep(0)
+        return broker, deliveries.counters, ok
+
+    broker, counters, ok = asyncio.run(run())
+    assert ok is True
+    assert broker.acked == [b"a", b"b"]
+    assert counters["outputs_failed"] == 2  # refused at the send, and never acknowledged
