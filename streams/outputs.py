@@ -111,7 +111,7 @@ class DirectSends:
     the producer looked up) and comes back through ``_on_published`` and the ``FutureMessage``'s callbacks: at 2,000
     GPUs about 4.5 % of a worker's CPU, predictions most of it (docs/BENCHMARKS.md, "Outputs sent without faust's
     buffer").  Here a record is a tuple and a future.  The records on the topic are the same: the same producer, key
-    partitioner, key and value bytes, no headers, the broker's timestamp.
+    partitioner, key and value bytes, no headers, the time it is handed to aiokafka as its timestamp.
 
     Each record's future is tracked by :class:`Deliveries` from the moment it is handed over, so that a commit
     waits for it (and a stop that leaves it unsent keeps the last checkpoint) as for faust's buffer."""
