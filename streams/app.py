@@ -184,11 +184,12 @@ class Streams:
         """Stage 1 and its state."""
         settings, t = self.settings, self.topics
         self.stage1 = Stage1.from_settings(settings, source_of=self._source_of, every_window=True)
+        changelog_name = self.changelog_topic.get_topic_name()
         self.writer_id = f"{group_instance_id(settings) or socket.gethostname()}-{os.getpid()}"
         self.state = Stage1State(
             self.stage1,
             state_dir(settings) / "stage1.json",
-            send=lambda key, value, partition: self.direct.soon(self.changelog_topic.get_topic_name(), key, value, partition),
+            send=lambda key, value, partition: self.direct.soon(changelog_name, key, value, partition),
             read=functools.partial(changelog.read_partition, settings, t.stage1_changelog, writer=self.writer_id),
             writer_id=self.writer_id,
             offsets=Checkpoint(commit=lambda: self.commits.commit({t.metrics, t.lifecycle})),

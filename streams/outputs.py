@@ -187,7 +187,7 @@ class Publisher:
         self.metrics.published["alerts"] += len(out.alerts)
 
     def prediction(self, p: Prediction) -> None:
-        """Buffer one prediction; count it, and its delay from its window's end."""
+        """Hand one prediction over (:class:`DirectSends`); count it, and its delay from its window's end."""
         self.direct.soon(self.names["predictions"], p.gpu_uuid.encode(), encode(p))
         self.metrics.published["predictions"] += 1
         if p.window_end is not None:

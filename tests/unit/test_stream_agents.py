@@ -31,7 +31,7 @@ def make(tmp_path: Any) -> Any:
     async def send_observation(key: bytes, value: bytes) -> None:
         sent.append(("observations", value))
 
-    def publish_served(out: Any) -> None:  # predictions and alerts are buffered (send_soon), not sent one by one
+    def publish_served(out: Any) -> None:  # predictions and alerts are handed over unawaited, not sent one by one
         sent.extend([("predictions", p) for p in out.predictions] + [("alerts", a) for a in out.alerts])
 
     streams.publisher.send = send  # type: ignore[method-assign]
