@@ -24,7 +24,7 @@ from models.datasets import Sample
 from models.features import restrict
 from models.parallel import Fits, Store
 from models.zoo import BATCH, make_batch
-from models.zoo.frames import Prepared
+from models.zoo.frames import Prepared, row_groups
 
 
 def mae(pred: Sequence[float] | np.ndarray, actual: Sequence[float] | np.ndarray) -> float:
@@ -209,8 +209,26 @@ class Score:
 
 
 def feature_frames(samples: Sequence[Sample], mode: str) -> dict[str, pd.DataFrame]:
-    """One frame per category (missing features NaN): the ``all`` frame, then its columns per category."""
-    full = pd.DataFrame([s.features(mode, "all") for s in samples])
+    """One frame per category (missing features NaN): the ``all`` frame, then its columns per category.
+
+    Placement features are made once per distinct input (job type, co-runners and their solo profiles, equal as
+    values): 10,000 observations of a refit hold a few hundred (placement features took 90 ms of a 10,000-row
+    refit's 110 ms of frames, docs/BENCHMARKS.md, "Models")."""
+    if mode == "placement":
+        seen: dict[tuple[str, tuple[str, ...]], list[tuple[Sample, int]]] = {}
+        made: list[dict[str, float]] = []
+        index = []
+        for s in samples:
+            variants = seen.setdefault((s.job_type, s.co_job_types), [])
+            i = next((i for t, i in variants if t.solo == s.solo and t.co_solos == s.co_solos), None)
+            if i is None:
+                i = len(made)
+                variants.append((s, i))
+                made.append(s.features(mode, "all"))
+            index.append(i)
+        full = pd.DataFrame(made).take(index).reset_index(drop=True)
+    else:
+        full = pd.DataFrame([s.features(mode, "all") for s in samples])
     out = {}
     for cat in CATEGORIES:
         keep = list(restrict(dict.fromkeys(full.columns, 0.0), cat))
@@ -223,7 +241,9 @@ def distinct_rows(frame: pd.DataFrame) -> int:
     if frame.shape[1] == 0:
         return min(1, len(frame))
     a = frame.to_numpy(dtype=float, na_value=np.nan)
-    return len(np.unique(np.where(np.isnan(a), np.inf, a), axis=0))
+    if len(a) < 2:
+        return len(a)
+    return len(row_groups(np.where(np.isnan(a), np.inf, a) + 0.0)[1])  # + 0.0: -0.0 and 0.0 are one value
 
 
 def stratified_subsample(groups: Sequence[str], n: int, seed: int = 0) -> np.ndarray:
@@ -347,20 +367,28 @@ ExtraTrees, HistGradientBoosting, RandomForest and the MLP within 20 % of each o
 on 10,000 observed rows the longest of the finals)."""
 
 
-def distinct_rows_of(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct rows of ``a`` (in no particular order) and, per row of ``a``, the index of its distinct row.
+def distinct_rows_of(a: np.ndarray, below: float = 1.0) -> tuple[np.ndarray, np.ndarray] | None:
+    """The distinct rows of ``a`` (sorted as bytes) and, per row of ``a``, the index of its distinct row; None where
+    they are ``below`` times the rows of ``a`` or more (predicting them apart would save little) or ``a`` has fewer than
+    two rows or no column.
 
     >>> u, inv = distinct_rows_of(np.array([[1.0, 2.0], [3.0, 4.0], [1.0, 2.0]]))
     >>> u[inv].tolist()
     [[1.0, 2.0], [3.0, 4.0], [1.0, 2.0]]
-    >>> len(u)
-    2
+    >>> len(u), distinct_rows_of(np.array([[1.0, 2.0], [3.0, 4.0], [1.0, 2.0]]), below=0.5)
+    (2, None)
     """
     rows = np.ascontiguousarray(a, dtype=float) + 0.0  # + 0.0: -0.0 and 0.0 compare equal as bytes too
     if len(rows) < 2 or rows.shape[1] == 0:
-        return rows, np.arange(len(rows))
-    _, first, inverse = np.unique(rows.view(np.dtype((np.void, 8 * a.shape[1])))[:, 0], return_index=True, return_inverse=True)
-    return rows[first], np.ravel(inverse)
+        return None
+    codes, first = row_groups(rows)
+    if len(first) >= below * len(rows):
+        return None
+    distinct = rows[first]
+    order = np.argsort(distinct.view(np.dtype((np.void, 8 * rows.shape[1])))[:, 0], kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return distinct[order], rank[codes]
 
 
 def cv_fit(store: Store, mode: str, cat: str, columns: list[str], fold: int, name: str, seed: int) -> tuple[np.ndarray, float]:
@@ -374,8 +402,8 @@ def cv_fit(store: Store, mode: str, cat: str, columns: list[str], fold: int, nam
         tr, te = store[f"tr_{mode}_{fold}"], store[f"te_{fold}"]
         data = Prepared.of_array(columns, np.asarray(raw[tr]), np.asarray(y[tr]))
         test = data.cols.filled(np.asarray(raw[te]))
-        distinct, inverse = distinct_rows_of(test)
-        return (data, distinct, inverse) if len(distinct) < 0.8 * len(test) else (data, test, None)
+        grouped = distinct_rows_of(test, below=0.8)
+        return (data, test, None) if grouped is None else (data, *grouped)
 
     data, test_a, inverse = store.cached(("fold", mode, cat, fold), prepare)
     t0 = time.perf_counter()
@@ -392,8 +420,10 @@ def cv_fits(
 
 
 def final_fit(store: Store, mode: str, cat: str, columns: list[str], name: str, seed: int) -> Any:
-    """``name`` fitted on every row of ``mode`` x ``cat`` (the array :func:`cross_validate` published)."""
-    data = Prepared.of_array(columns, np.asarray(store[f"x_{mode}_{cat}"]), np.asarray(store["y"]))
+    """``name`` fitted on every row of ``mode`` x ``cat`` (the array :func:`cross_validate` published), prepared once
+    per process for every model of that mode and category."""
+    raw, y = store[f"x_{mode}_{cat}"], store["y"]
+    data = store.cached(("all", mode, cat), lambda: Prepared.of_array(columns, np.asarray(raw), np.asarray(y)))
     return make_batch(name, seed).fit_prepared(data)
 
 

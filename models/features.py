@@ -137,7 +137,7 @@ def placement_features(
     for k, solo_k, other_k, max_k in _PROFILE_NAMES[category]:
         v = job_solo.get(k)
         if v is not None and isfinite(v):
-            out[solo_k] = float(v)
+            out[solo_k] = 0.0 + float(v)  # -0.0 becomes 0.0, as for the co-runners: equal profiles, the same features
         if one is not None:
             c = one.get(k)
             if c is not None and isfinite(float(c)):

@@ -89,3 +89,97 @@ def test_knn_on_duplicates_frame_and_row_agree() -> None:
     np.testing.assert_allclose(frame, [m.predict_one(r) for r in rows], rtol=1e-9)
     knn = m.estimator.steps[-1][1]
     assert knn.n_samples_fit_ == 40  # the distinct points, not the 320 copies
+
+
+def _sorted_groups_reference(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Groups of identical rows by a sort of their bytes, numbered in order of first occurrence (what
+    :func:`frames.row_groups` replaced)."""
+    _, first, inverse = np.unique(rows.view(np.dtype((np.void, 8 * rows.shape[1])))[:, 0], return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return rank[np.ravel(inverse)], first[order]
+
+
+def _rows_with_copies(rng: np.random.Generator) -> np.ndarray:
+    distinct = int(rng.integers(1, 300))
+    base = rng.normal(size=(distinct, int(rng.integers(1, 40)))).round(int(rng.integers(0, 3)))
+    base[rng.random(base.shape) < rng.choice([0.0, 0.1, 0.6])] = np.nan
+    base[:, 0] *= rng.choice([1.0, 2.0**40, 0.0])  # values apart only in their exponent bits, or -0.0 against 0.0
+    a = base[rng.integers(0, distinct, int(rng.integers(2, 3000)))]
+    a[rng.random(a.shape) < 0.05] *= -1.0  # -0.0 where 0.0 was
+    return a
+
+
+def test_row_groups_and_what_uses_them_equal_a_sort_of_the_rows() -> None:
+    from models.crossval import distinct_rows, distinct_rows_of
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        a = _rows_with_copies(rng)
+        rows = a + 0.0
+        codes, first = frames.row_groups(rows)
+        want_codes, want_first = _sorted_groups_reference(rows)
+        assert codes.tolist() == want_codes.tolist() and first.tolist() == want_first.tolist()
+        y = rng.normal(size=len(a))
+        got, want = (
+            frames.compress(a, y),
+            (a[want_first], np.bincount(want_codes, weights=y) / np.bincount(want_codes), np.bincount(want_codes).astype(float)),
+        )
+        if len(want_first) == len(a):
+            want = (a, y, None)
+        assert all(np.array_equal(g, w, equal_nan=True) if w is not None else g is None for g, w in zip(got, want, strict=True))
+        _, sorted_first, sorted_inverse = np.unique(
+            rows.view(np.dtype((np.void, 8 * rows.shape[1])))[:, 0], return_index=True, return_inverse=True
+        )
+        grouped = distinct_rows_of(a)
+        if len(sorted_first) == len(a):
+            assert grouped is None
+        else:
+            assert grouped is not None
+            assert (
+                grouped[0].tobytes() == rows[sorted_first].tobytes() and grouped[1].tolist() == np.ravel(sorted_inverse).tolist()
+            )
+        frame = pd.DataFrame(a, columns=[f"c{j}" for j in range(a.shape[1])])
+        assert distinct_rows(frame) == len(np.unique(np.where(np.isnan(a), np.inf, a), axis=0))
+
+
+def test_row_groups_sort_the_rows_when_their_hashes_collide(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = _rows_with_copies(np.random.default_rng(4)) + 0.0
+    monkeypatch.setattr(frames, "_hash_multipliers", lambda columns: np.zeros(columns, dtype=np.uint64))  # one hash
+    codes, first = frames.row_groups(rows)
+    want_codes, want_first = _sorted_groups_reference(rows)
+    assert len(want_first) > 1 and codes.tolist() == want_codes.tolist() and first.tolist() == want_first.tolist()
+
+
+def test_feature_frames_equal_the_features_of_every_sample() -> None:
+    from models.crossval import feature_frames
+    from models.features import restrict
+
+    rng = np.random.default_rng(5)
+    types = ["resnet (batch size 32)", "vgg (batch size 16)", "lstm", "bert (batch size 8)"]
+    profiles = {
+        t: [
+            {"E": float(v), "S": float(rng.uniform(0, 100)), "throughput": float(rng.uniform(1, 50))}
+            for v in rng.uniform(50, 300, 3)
+        ]
+        for t in types
+    }
+    profiles["lstm"].append({"E": -0.0, "S": float("nan"), "throughput": None})  # a signed zero, a NaN, a gap
+    samples = []
+    for i in range(600):
+        job, *co = rng.choice(types, int(rng.integers(2, 4)))
+        solo = dict(profiles[job][int(rng.integers(0, len(profiles[job])))])  # a fresh dict, as each observation's
+        co_solos = tuple(dict(profiles[c][int(rng.integers(0, len(profiles[c])))]) for c in co)
+        pcts = {p: float(rng.normal(0, 20)) for p in "ESVRWM"}
+        samples.append(Sample(str(job), tuple(map(str, co)), float(rng.normal(10, 5)), f"g{i % 7}", "v100", pcts, solo, co_solos))
+    for mode in ("observed", "placement"):
+        full = pd.DataFrame([s.features(mode, "all") for s in samples])  # every sample's own features
+        for cat, got in feature_frames(samples, mode).items():
+            want = full[list(restrict(dict.fromkeys(full.columns, 0.0), cat))]
+            cols = sorted(map(str, want.columns))
+            assert sorted(map(str, got.columns)) == cols
+            assert (
+                got[cols].to_numpy(dtype=float, na_value=np.nan).tobytes()
+                == want[cols].to_numpy(dtype=float, na_value=np.nan).tobytes()
+            )
