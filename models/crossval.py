@@ -211,19 +211,21 @@ class Score:
 def feature_frames(samples: Sequence[Sample], mode: str) -> dict[str, pd.DataFrame]:
     """One frame per category (missing features NaN): the ``all`` frame, then its columns per category.
 
-    Placement features are made once per distinct input (job type, co-runners and their solo profiles, equal as
-    values): 10,000 observations of a refit hold a few hundred (placement features took 90 ms of a 10,000-row
-    refit's 110 ms of frames, docs/BENCHMARKS.md, "Models")."""
+    A sample's placement features are those of the last sample of its job set when both have the same inputs (job
+    type, co-runners and their solo profiles, equal as values), else made: 10,000 observations of a refit hold a few
+    hundred (placement features took 90 ms of a 10,000-row refit's 110 ms of frames, docs/BENCHMARKS.md, "Models")."""
     if mode == "placement":
-        seen: dict[tuple[str, tuple[str, ...]], list[tuple[Sample, int]]] = {}
+        last: dict[tuple[str, tuple[str, ...]], tuple[Sample, int]] = {}
         made: list[dict[str, float]] = []
         index = []
         for s in samples:
-            variants = seen.setdefault((s.job_type, s.co_job_types), [])
-            i = next((i for t, i in variants if t.solo == s.solo and t.co_solos == s.co_solos), None)
-            if i is None:
+            key = (s.job_type, s.co_job_types)
+            before = last.get(key)
+            if before is not None and before[0].solo == s.solo and before[0].co_solos == s.co_solos:
+                i = before[1]
+            else:
                 i = len(made)
-                variants.append((s, i))
+                last[key] = (s, i)
                 made.append(s.features(mode, "all"))
             index.append(i)
         full = pd.DataFrame(made).take(index).reset_index(drop=True)

@@ -3,8 +3,8 @@
 * ``refit_seconds_10k``: an :class:`models.environment.EnvironmentModels` with the production :class:`models.environment.Config`
   that has learned 10,000 observations (Gavel pairs, synthetic percent changes) runs a full refit and
   selection three times (:data:`REFITS`): the median wall time of ``refit_task()()`` plus ``apply_refit``.  The
-  refit fits the selected model of each mode x category on all ``refit_rows`` (10,000) observations (batch models fit the distinct feature rows,
-  weighted by their copies) and cross-validates (grouped, 3 folds) every batch model x 4 categories x both
+  refit fits the selected model of each mode x category on all ``refit_rows`` (10,000) observations (batch models
+  fit the distinct feature rows, weighted by their copies) and cross-validates (grouped, 3 folds) every batch model x 4 categories x both
   modes, training on ``refit_cv_rows`` rows per mode (a group-stratified subsample where a mode has more
   distinct rows than ``ModelConfig.refit_cv_rows``; every row is scored out of fold).  One small refit first warms
   imports.  ``refit_cpu_seconds_10k`` is the CPU time of the same call (this process + the pool's workers), ``load_average_1m`` the machine's load.
