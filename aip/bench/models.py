@@ -28,7 +28,7 @@ from typing import Any
 
 REFITS = 3
 """Refits timed, --quick too: ``refit_seconds_10k`` is their median (one refit's wall time on a shared 2-core machine
-varied by 0.3 s between runs of the same code, more than the margin to the 3 s floor)."""
+varied by up to 0.5 s between runs of the same code, 2.87-3.4 s, more than the margin to the 3 s floor)."""
 
 
 def run(quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
