@@ -88,7 +88,8 @@ def test_a_static_member_that_stops_fetching_for_a_while_stays_in_the_group(sett
             await producer.start()
             try:
                 deadline = time.monotonic() + 45
-                while time.monotonic() < deadline and not (got["a"] and got["b"]):  # b rejoined and reads again
+                while time.monotonic() < deadline and not (got["a"] and got["b"] and got["a"] | got["b"] == set(PARTITIONS)):
+                    # b rejoined and reads again, and between them every partition was read
                     for p in PARTITIONS:
                         await producer.send_and_wait(topic, b"x", partition=p)
                     await asyncio.sleep(1.0)
