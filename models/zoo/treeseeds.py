@@ -2,10 +2,10 @@
 
 scikit-learn turns a tree's integer ``random_state`` into a ``RandomState`` twice per RandomForest tree (its bootstrap
 rows, ``_forest._generate_sample_indices``, and its splitter, ``DecisionTreeRegressor._fit``) and once per ExtraTrees
-tree.  ``numpy.random.RandomState(seed)`` first seeds a fresh MT19937 from the operating system's entropy
+tree or DecisionTree fit.  ``numpy.random.RandomState(seed)`` first seeds a fresh MT19937 from the operating system's entropy
 (``SeedSequence``), then seeds it again from ``seed``: about 120 us, against 2 us for ``RandomState.seed(seed)`` of
 one that exists.  The bench's refit of 10,000 observations made 1,884 of them (1,304 trees, 580 bootstraps): about
-0.2 s of CPU, 6-10 % of each forest's fit of 1,333 rows.
+0.2 s of CPU; a forest's fit of about 1,300 rows took 4-16 % less (docs/BENCHMARKS.md, "Models").
 
 :func:`install` puts, in those two places, a ``RandomState`` of the calling thread seeded with ``seed``: the state
 ``RandomState(seed)`` starts in (``seed`` resets the whole MT19937 state and the cached Gaussian), so the draws are the
