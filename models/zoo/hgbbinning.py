@@ -14,6 +14,7 @@ Installed only on the versions whose code it mirrors (``SKLEARN_VERSIONS``); on 
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ SKLEARN_VERSIONS = ((1, 8), (1, 9))
 """(major, minor) of the scikit-learn releases whose ``_find_binning_thresholds`` this mirrors."""
 
 _original: Any = None
+_installing = threading.Lock()
 
 
 def weighted_thresholds(sorted_values: np.ndarray, sorted_weights: np.ndarray, max_bins: int) -> np.ndarray:
@@ -76,6 +78,8 @@ def install() -> bool:
 
     if tuple(int(p) for p in sklearn.__version__.split(".")[:2]) not in SKLEARN_VERSIONS:
         return False
-    _original = binning._find_binning_thresholds
-    binning._find_binning_thresholds = find_binning_thresholds
+    with _installing:  # refits in two threads: the second must not keep the first's replacement as the original
+        if _original is None:
+            _original = binning._find_binning_thresholds
+            binning._find_binning_thresholds = find_binning_thresholds
     return True

@@ -29,6 +29,7 @@ SKLEARN_VERSIONS = ((1, 9),)
 
 _states = threading.local()
 _originals: dict[str, Any] = {}
+_installing = threading.Lock()
 
 
 def seeded(slot: str, seed: Any) -> Any:
@@ -71,19 +72,21 @@ def install() -> bool:
 
     if tuple(int(p) for p in sklearn.__version__.split(".")[:2]) not in SKLEARN_VERSIONS:
         return False
-    _originals["check_random_state"] = _classes.check_random_state
-    _originals["generate_sample_indices"] = _forest._generate_sample_indices
-    _classes.check_random_state = tree_random_state
-    _forest._generate_sample_indices = generate_sample_indices
+    with _installing:  # refits in two threads: the second must not keep the first's replacement as the original
+        if not _originals:
+            _originals["check_random_state"] = _classes.check_random_state
+            _originals["generate_sample_indices"] = _forest._generate_sample_indices
+            _classes.check_random_state = tree_random_state
+            _forest._generate_sample_indices = generate_sample_indices
     return True
 
 
 def uninstall() -> None:
     """scikit-learn's own back (tests)."""
-    if not _originals:
-        return
     from sklearn.ensemble import _forest
     from sklearn.tree import _classes
 
-    _classes.check_random_state = _originals.pop("check_random_state")
-    _forest._generate_sample_indices = _originals.pop("generate_sample_indices")
+    with _installing:
+        if _originals:
+            _classes.check_random_state = _originals.pop("check_random_state")
+            _forest._generate_sample_indices = _originals.pop("generate_sample_indices")
