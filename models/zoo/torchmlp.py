@@ -83,14 +83,20 @@ class TorchMLP:
             (m.weight.detach().numpy().T.copy(), m.bias.detach().numpy().copy()) for m in self.net if hasattr(m, "weight")
         ]
 
-    def _forward(self, a: np.ndarray) -> np.ndarray:
+    def _forward(self, a: np.ndarray, *, alone: bool = False) -> np.ndarray:
+        """The network's output for the rows of ``a``.  ``alone``: each row's floats those of that row forward on its
+        own, whatever rows are with it: a matrix product of several rows may differ from one row's in the last bits
+        (BLAS sums in another order), so the rows go as a stack of one-row matrices, and numpy multiplies each as it
+        multiplies one row alone (the same BLAS call a row; 14 us for 1 to 16 rows against 14 us a row one by one)."""
         n = self.stats.shape[0] // 2 - 1
         h = (a - self.stats[:n]) / self.stats[n : 2 * n]
+        if alone:
+            h = h[:, None, :]
         for i, (w, b) in enumerate(self.weights):
-            h = h @ w + b
+            h = np.matmul(h, w) + b
             if i < len(self.weights) - 1:
                 h = np.maximum(h, 0.0)
-        out: np.ndarray = h[:, 0] * self.stats[-1] + self.stats[-2]
+        out: np.ndarray = h[..., 0].reshape(len(a)) * self.stats[-1] + self.stats[-2]
         return out
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
@@ -101,14 +107,10 @@ class TorchMLP:
         return self._forward(a)
 
     def predict_rows(self, xs: Sequence[Mapping[str, float]]) -> np.ndarray:
-        """Each row forward on its own: a matrix product of several rows may differ from one row's in the last bits
-        (BLAS sums in another order), and a row served must not depend on the rows served with it
-        (:meth:`models.environment.EnvironmentModels.serve_many`, the what-if pair tables)."""
+        """Each row's floats those of that row alone (:meth:`_forward`): a row served must not depend on the rows
+        served with it (:meth:`models.environment.EnvironmentModels.serve_many`, the what-if pair tables)."""
         assert self.cols is not None, "fit first"
-        a = self.cols.rows(xs)
-        if len(a) <= 1:
-            return self._forward(a)
-        return np.concatenate([self._forward(a[i : i + 1]) for i in range(len(a))])
+        return self._forward(self.cols.rows(xs), alone=True)
 
     def predict_one(self, x: Mapping[str, float]) -> float:
         return float(self.predict_rows([x])[0])

@@ -81,6 +81,9 @@ def test_the_mlp_predicts_a_row_alike_whatever_rows_its_call_has() -> None:
     rows = frame.to_dict("records")
     together = mlp.predict_rows(rows)
     assert [float(v) for v in together] == [mlp.predict_one(r) for r in rows]
+    one_by_one = [float(mlp._forward(X[i : i + 1])[0]) for i in range(len(X))]  # a 2-D product of that row alone
+    assert [float(v) for v in together] == one_by_one
+    assert list(mlp.predict_rows(rows[:1])) == one_by_one[:1] and len(mlp.predict_rows([])) == 0
 
 
 @pytest.mark.parametrize("name", sorted(SKLEARN))
